@@ -1,0 +1,105 @@
+//! Running a statement, retrying what the database refused outright.
+
+use std::{any::type_name, future::Future, time::Duration};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
+
+use crate::{
+    error::{CounterError, Result},
+    sql::{Classified, classify},
+};
+
+/// Attempts before a conflict is handed to the caller.
+pub(crate) const MAX_ATTEMPTS: u32 = 10;
+const FIRST_BACKOFF: Duration = Duration::from_millis(2);
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Runs `op` and turns its error into a [`CounterError`]. Only the type of
+/// `_db` matters: it tells whether a retry is safe.
+///
+/// A conflict (deadlock, serialization failure, lock timeout, SQLite busy) is
+/// retried with full-jitter exponential backoff, but only on a pool: the
+/// database undid the statement, so running it again cannot count twice. On
+/// anything else (the caller's transaction, which the database has already
+/// aborted, or an unknown connection type) it is returned at once. Other
+/// errors, such as a connection lost mid-statement whose outcome is unknown,
+/// are never retried.
+pub(crate) async fn run<C, T, F, Fut>(_db: &C, table: &str, mut op: F) -> Result<T>
+where
+    C: ConnectionTrait + ?Sized,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, DbErr>>,
+{
+    let retry = is_pool::<C>();
+    let mut attempt = 1;
+    loop {
+        let err = match op().await {
+            Ok(value) => return Ok(value),
+            Err(err) => err,
+        };
+        match classify(&err) {
+            Classified::Conflict if retry && attempt < MAX_ATTEMPTS => {
+                let pause = backoff(attempt);
+                tracing::debug!(table, attempt, ?pause, error = %err, "counter write conflict, retrying");
+                tokio::time::sleep(pause).await;
+                attempt += 1;
+            }
+            Classified::Conflict => {
+                return Err(CounterError::Conflict {
+                    table: table.to_owned(),
+                    attempts: attempt,
+                    in_transaction: !retry,
+                    source: err,
+                });
+            }
+            Classified::MissingTable => {
+                return Err(CounterError::MissingTable {
+                    table: table.to_owned(),
+                    source: err,
+                });
+            }
+            Classified::Overflow => {
+                return Err(CounterError::Overflow {
+                    context: format!("a slot value or total in table `{table}`"),
+                });
+            }
+            Classified::Other => return Err(CounterError::Database(err)),
+        }
+    }
+}
+
+/// Whether `C` is the connection pool. `ConnectionTrait` cannot say whether a
+/// transaction is open, and retrying inside one would be wrong on every
+/// backend, so only the one type known to be a pool is retried.
+pub(crate) fn is_pool<C: ?Sized>() -> bool {
+    type_name::<C>().trim_start_matches('&') == type_name::<DatabaseConnection>()
+}
+
+fn backoff(attempt: u32) -> Duration {
+    use rand::Rng;
+    let ceiling = FIRST_BACKOFF
+        .saturating_mul(1 << attempt.min(16))
+        .min(MAX_BACKOFF);
+    rand::rng().random_range(Duration::ZERO..=ceiling)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sea_orm::{DatabaseTransaction, DatabaseExecutor};
+
+    #[test]
+    fn only_the_pool_is_retried() {
+        assert!(is_pool::<DatabaseConnection>());
+        assert!(is_pool::<&DatabaseConnection>());
+        assert!(!is_pool::<DatabaseTransaction>());
+        assert!(!is_pool::<DatabaseExecutor<'static>>());
+    }
+
+    #[test]
+    fn backoff_is_bounded() {
+        for attempt in 1..=MAX_ATTEMPTS + 40 {
+            assert!(backoff(attempt) <= MAX_BACKOFF);
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Creating and dropping a companion table.
+
+use sea_orm::{
+    Statement,
+    sea_query::{Alias, ColumnDef, Index, Table},
+};
+
+use super::{Dialect, col};
+use crate::owner::OwnerColumn;
+
+/// `CREATE TABLE IF NOT EXISTS t (owner_id, count_key, slot, value, PRIMARY KEY (owner_id, count_key, slot))`.
+///
+/// No surrogate id (every conflicting upsert would burn a sequence value), no
+/// index on `value` (PostgreSQL updates stay HOT), no foreign key (on InnoDB
+/// the check share-locks the owner row and brings the contention back).
+/// On MySQL the string columns compare byte-wise (`_bin` collations), so keys
+/// and string owner ids are case-sensitive and exact, as on the other backends.
+pub(crate) fn create_table(dialect: Dialect, table: &str, owner: OwnerColumn) -> Statement {
+    let mysql = dialect == Dialect::MySql;
+    let mut owner_id = ColumnDef::new(Alias::new(col::OWNER_ID));
+    match owner {
+        OwnerColumn::Integer => owner_id.integer(),
+        OwnerColumn::BigInteger => owner_id.big_integer(),
+        OwnerColumn::Uuid => owner_id.uuid(),
+        OwnerColumn::String if mysql => {
+            owner_id.custom(Alias::new("VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+        }
+        OwnerColumn::String => owner_id.string_len(255),
+    };
+    let mut count_key = ColumnDef::new(Alias::new(col::COUNT_KEY));
+    if mysql {
+        count_key.custom(Alias::new("VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin"));
+    } else {
+        count_key.string_len(64);
+    }
+    let create = Table::create()
+        .table(Alias::new(table))
+        .if_not_exists()
+        .col(owner_id.not_null())
+        .col(count_key.not_null())
+        .col(ColumnDef::new(Alias::new(col::SLOT)).small_integer().not_null())
+        .col(ColumnDef::new(Alias::new(col::VALUE)).big_integer().not_null())
+        .primary_key(
+            Index::create()
+                .col(Alias::new(col::OWNER_ID))
+                .col(Alias::new(col::COUNT_KEY))
+                .col(Alias::new(col::SLOT)),
+        )
+        .to_owned();
+    dialect.backend().build(&create)
+}
+
+/// `DROP TABLE IF EXISTS t`.
+pub(crate) fn drop_table(dialect: Dialect, table: &str) -> Statement {
+    dialect
+        .backend()
+        .build(&Table::drop().table(Alias::new(table)).if_exists().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn companion_table_ddl() {
+        let pg = create_table(Dialect::Postgres, "post_counters", OwnerColumn::BigInteger);
+        assert_eq!(
+            pg.sql,
+            r#"CREATE TABLE IF NOT EXISTS "post_counters" ( "owner_id" bigint NOT NULL, "count_key" varchar(64) NOT NULL, "slot" smallint NOT NULL, "value" bigint NOT NULL, PRIMARY KEY ("owner_id", "count_key", "slot") )"#
+        );
+        let my = create_table(Dialect::MySql, "post_counters", OwnerColumn::String);
+        assert!(my.sql.contains("`owner_id` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"), "{}", my.sql);
+        assert!(my.sql.contains("`count_key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"), "{}", my.sql);
+    }
+}

@@ -1,0 +1,204 @@
+//! A companion table: its name and how many slots each key is spread over.
+
+use std::{borrow::Cow, collections::HashMap, marker::PhantomData, sync::Arc};
+
+use crate::{
+    error::{CounterError, Result, preview},
+    key::validate_key,
+    owner::OwnerId,
+    slots::Slots,
+};
+
+/// The longest table name accepted (PostgreSQL truncates identifiers past 63 bytes).
+pub const MAX_TABLE_NAME_LEN: usize = 63;
+
+/// The configuration of one companion table `(owner_id, count_key, slot, value)`.
+///
+/// Cheap to clone. Slot counts can differ per key and can be changed at any
+/// time without a migration: reads sum every slot row that exists, so rows
+/// written under an older, larger slot count are still counted.
+///
+/// ```
+/// use counter_core::CounterTable;
+///
+/// let table = CounterTable::new("post_counters")?
+///     .with_slots(16)?
+///     .with_key_slots("views", 64)?;
+/// assert_eq!(table.slots_for("views").get(), 64);
+/// assert_eq!(table.slots_for("likes").get(), 16);
+/// # Ok::<(), counter_core::CounterError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct CounterTable {
+    inner: Arc<TableConfig>,
+}
+
+#[derive(Debug, Clone)]
+struct TableConfig {
+    name: Cow<'static, str>,
+    slots: Slots,
+    key_slots: HashMap<String, Slots>,
+}
+
+impl CounterTable {
+    /// A table with the default [`Slots::DEFAULT`] slots per key.
+    ///
+    /// Names are SQL identifiers: 1 to 63 bytes of ASCII letters, digits and
+    /// `_`, not starting with a digit. They are quoted in every statement, so
+    /// reserved words are fine, but nothing else can get in.
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Result<Self> {
+        let name = name.into();
+        validate_table_name(&name)?;
+        Ok(Self {
+            inner: Arc::new(TableConfig {
+                name,
+                slots: Slots::DEFAULT,
+                key_slots: HashMap::new(),
+            }),
+        })
+    }
+
+    /// Sets the slot count of every key that has none of its own.
+    pub fn with_slots(mut self, slots: impl TryInto<i64> + Copy) -> Result<Self> {
+        Arc::make_mut(&mut self.inner).slots = Slots::new(slots)?;
+        Ok(self)
+    }
+
+    /// Sets the slot count of one key.
+    pub fn with_key_slots(mut self, key: &str, slots: impl TryInto<i64> + Copy) -> Result<Self> {
+        validate_key(key)?;
+        let slots = Slots::new(slots)?;
+        Arc::make_mut(&mut self.inner)
+            .key_slots
+            .insert(key.to_owned(), slots);
+        Ok(self)
+    }
+
+    /// The table name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The default slot count.
+    pub fn slots(&self) -> Slots {
+        self.inner.slots
+    }
+
+    /// The slot count used for writes to `key`.
+    pub fn slots_for(&self, key: &str) -> Slots {
+        self.inner
+            .key_slots
+            .get(key)
+            .copied()
+            .unwrap_or(self.inner.slots)
+    }
+}
+
+/// Checks a companion table name (see [`CounterTable::new`]).
+pub fn validate_table_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "a table name cannot be empty"
+    } else if name.len() > MAX_TABLE_NAME_LEN {
+        "a table name is at most 63 bytes long"
+    } else if name.as_bytes()[0].is_ascii_digit() {
+        "a table name cannot start with a digit"
+    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        "a table name may only contain ASCII letters, digits and '_'"
+    } else {
+        return Ok(());
+    };
+    Err(CounterError::InvalidTableName {
+        name: preview(name),
+        reason,
+    })
+}
+
+/// The counters of one companion table whose owners are keyed by `I`.
+///
+/// This is the dynamic API: keys are any [`CounterKey`](crate::CounterKey),
+/// including strings chosen at run time, and no DDL is ever needed for a new
+/// key. Every method takes any `&C: ConnectionTrait`, so it runs on a pool or
+/// inside the caller's transaction.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use counter_core::{CounterTable, Counters};
+///
+/// let db = sea_orm::Database::connect("sqlite::memory:").await?;
+/// let reactions = Counters::<i64>::new(CounterTable::new("post_reactions")?);
+/// reactions.create_table(&db).await?;
+///
+/// reactions.increment(&db, 7, "reaction:heart").await?;
+/// reactions.add(&db, 7, "reaction:rocket", 3).await?;
+/// assert_eq!(reactions.get(&db, &7, "reaction:rocket").await?, 3);
+///
+/// let counts = reactions.get_many(&db, &[7, 8], &["reaction:heart"]).await?;
+/// assert_eq!(counts[&7]["reaction:heart"], 1);
+/// assert_eq!(counts[&8]["reaction:heart"], 0); // zero-filled
+/// # Ok(())
+/// # }
+/// ```
+pub struct Counters<I> {
+    table: CounterTable,
+    owner: PhantomData<fn() -> I>,
+}
+
+impl<I: OwnerId> Counters<I> {
+    /// Counters stored in `table`.
+    pub fn new(table: CounterTable) -> Self {
+        Self {
+            table,
+            owner: PhantomData,
+        }
+    }
+
+    /// The table configuration.
+    pub fn table(&self) -> &CounterTable {
+        &self.table
+    }
+}
+
+impl<I> Clone for Counters<I> {
+    fn clone(&self) -> Self {
+        Self {
+            table: self.table.clone(),
+            owner: PhantomData,
+        }
+    }
+}
+
+impl<I> std::fmt::Debug for Counters<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counters")
+            .field("table", &self.table)
+            .field("owner", &std::any::type_name::<I>())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_identifiers() {
+        for ok in ["post_counters", "_x", "T1", &"a".repeat(63)] {
+            assert!(CounterTable::new(ok.to_owned()).is_ok(), "{ok}");
+        }
+        for bad in ["", "1x", "a-b", "a\"b", "a;drop", "a b", "ü", &"a".repeat(64)] {
+            let err = CounterTable::new(bad.to_owned()).unwrap_err();
+            assert!(matches!(err, CounterError::InvalidTableName { .. }), "{bad}");
+        }
+    }
+
+    #[test]
+    fn per_key_slots_override_the_default() {
+        let t = CounterTable::new("t").unwrap().with_slots(4).unwrap();
+        let t = t.with_key_slots("views", 64).unwrap();
+        assert_eq!(t.slots_for("views").get(), 64);
+        assert_eq!(t.slots_for("likes").get(), 4);
+        assert!(t.clone().with_key_slots("bad key", 2).is_err());
+        assert!(t.with_key_slots("views", 0).is_err());
+    }
+}

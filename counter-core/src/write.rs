@@ -1,0 +1,155 @@
+//! Increments: one slot row per write, many rows per statement in a batch.
+
+use std::collections::BTreeMap;
+
+use sea_orm::{ConnectionTrait, TransactionSession, TransactionTrait};
+
+use crate::{
+    Counters,
+    error::{CounterError, Result},
+    key::{CounterKey, validate_key},
+    owner::OwnerId,
+    retry,
+    sql::{self, Dialect, UpsertRow},
+};
+
+/// What a batch write sent to the database.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Slot rows upserted, after folding duplicates and dropping net zeros.
+    pub rows: usize,
+    /// Statements sent (one per chunk of rows, not counting BEGIN/COMMIT).
+    pub statements: usize,
+}
+
+impl<I: OwnerId> Counters<I> {
+    /// Adds `delta` (which may be negative) to a counter.
+    ///
+    /// One upsert of one slot row, picked at random among the key's slots, so
+    /// concurrent writers of a hot counter rarely wait on the same row lock.
+    /// A zero delta is validated and then skipped. On a pool, conflicts are
+    /// retried; in a transaction, the counter commits or rolls back with it.
+    pub async fn add<C, K>(&self, db: &C, owner: I, key: K, delta: i64) -> Result<()>
+    where
+        C: ConnectionTrait,
+        K: CounterKey,
+    {
+        let key = key.as_key_str();
+        validate_key(key)?;
+        if delta == 0 {
+            return Ok(());
+        }
+        let dialect = Dialect::of(db)?;
+        let table = self.table().name();
+        let row = UpsertRow {
+            owner: owner.into(),
+            key: key.to_owned(),
+            slot: self.table().slots_for(key).pick(),
+            delta,
+        };
+        let stmt = sql::add_one(dialect, table, row);
+        retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
+        Ok(())
+    }
+
+    /// Adds 1.
+    pub async fn increment<C: ConnectionTrait, K: CounterKey>(&self, db: &C, owner: I, key: K) -> Result<()> {
+        self.add(db, owner, key, 1).await
+    }
+
+    /// Subtracts 1. Totals may go below zero: a counter is a sum of deltas.
+    pub async fn decrement<C: ConnectionTrait, K: CounterKey>(&self, db: &C, owner: I, key: K) -> Result<()> {
+        self.add(db, owner, key, -1).await
+    }
+
+    /// Applies many deltas at once, atomically.
+    ///
+    /// Deltas of the same (owner, key) are folded first (an overflowing sum
+    /// is an error, never wrapped) and net zeros dropped; each remaining
+    /// counter gets one random slot; rows are sorted by primary key, so
+    /// concurrent batches lock in the same order and cannot deadlock on each
+    /// other; then one multi-row upsert is sent per chunk of
+    /// [`UPSERT_ROWS_PER_STATEMENT`](crate::UPSERT_ROWS_PER_STATEMENT) rows.
+    /// Several chunks run in a transaction of their own (a savepoint inside
+    /// the caller's), so a batch is never half applied.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use counter_core::{CounterTable, Counters};
+    /// # let db = sea_orm::Database::connect("sqlite::memory:").await?;
+    /// let counters = Counters::<i32>::new(CounterTable::new("c")?);
+    /// # counters.create_table(&db).await?;
+    /// let outcome = counters
+    ///     .add_many(&db, [(1, "likes", 1), (1, "likes", 1), (2, "views", 5), (3, "views", 0)])
+    ///     .await?;
+    /// assert_eq!((outcome.rows, outcome.statements), (2, 1));
+    /// assert_eq!(counters.get(&db, &1, "likes").await?, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn add_many<C, K, It>(&self, db: &C, deltas: It) -> Result<BatchOutcome>
+    where
+        C: ConnectionTrait + TransactionTrait,
+        K: CounterKey,
+        It: IntoIterator<Item = (I, K, i64)>,
+    {
+        let rows = self.fold(deltas)?;
+        if rows.is_empty() {
+            return Ok(BatchOutcome::default());
+        }
+        let dialect = Dialect::of(db)?;
+        let table = self.table().name();
+        let outcome = BatchOutcome {
+            rows: rows.len(),
+            statements: rows.len().div_ceil(sql::UPSERT_ROWS_PER_STATEMENT),
+        };
+        let mut statements = Vec::with_capacity(outcome.statements);
+        let mut rows = rows.into_iter().peekable();
+        while rows.peek().is_some() {
+            let chunk = rows.by_ref().take(sql::UPSERT_ROWS_PER_STATEMENT).collect();
+            statements.push(sql::add_rows(dialect, table, chunk));
+        }
+        if let [stmt] = statements.as_slice() {
+            retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
+        } else {
+            let statements = &statements;
+            retry::run(db, table, || async move {
+                let txn = db.begin().await?;
+                for stmt in statements {
+                    txn.execute_raw(stmt.clone()).await?;
+                }
+                txn.commit().await
+            })
+            .await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Folds, validates and orders a batch (see [`Counters::add_many`]).
+    fn fold<K, It>(&self, deltas: It) -> Result<Vec<UpsertRow>>
+    where
+        K: CounterKey,
+        It: IntoIterator<Item = (I, K, i64)>,
+    {
+        let mut folded: BTreeMap<(I, String), i64> = BTreeMap::new();
+        for (owner, key, delta) in deltas {
+            let key = key.as_key_str();
+            validate_key(key)?;
+            let total = folded.entry((owner, key.to_owned())).or_insert(0);
+            *total = total.checked_add(delta).ok_or_else(|| CounterError::Overflow {
+                context: format!("the folded batch delta of `{key}`"),
+            })?;
+        }
+        Ok(folded
+            .into_iter()
+            .filter(|(_, delta)| *delta != 0)
+            .map(|((owner, key), delta)| UpsertRow {
+                slot: self.table().slots_for(&key).pick(),
+                owner: owner.into(),
+                key,
+                delta,
+            })
+            .collect())
+    }
+}
