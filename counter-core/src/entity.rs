@@ -60,17 +60,30 @@ pub trait SlottedCounter: EntityTrait {
     fn counters() -> &'static Counters<Self::OwnerId>;
 
     /// See [`Counters::add`].
-    fn add<C: ConnectionTrait>(db: &C, owner: Self::OwnerId, key: Self::Key, delta: i64) -> impl Future<Output = Result<()>> + Send {
+    fn add<C: ConnectionTrait>(
+        db: &C,
+        owner: Self::OwnerId,
+        key: Self::Key,
+        delta: i64,
+    ) -> impl Future<Output = Result<()>> + Send {
         Self::counters().add(db, owner, key, delta)
     }
 
     /// See [`Counters::increment`].
-    fn increment<C: ConnectionTrait>(db: &C, owner: Self::OwnerId, key: Self::Key) -> impl Future<Output = Result<()>> + Send {
+    fn increment<C: ConnectionTrait>(
+        db: &C,
+        owner: Self::OwnerId,
+        key: Self::Key,
+    ) -> impl Future<Output = Result<()>> + Send {
         Self::counters().increment(db, owner, key)
     }
 
     /// See [`Counters::decrement`].
-    fn decrement<C: ConnectionTrait>(db: &C, owner: Self::OwnerId, key: Self::Key) -> impl Future<Output = Result<()>> + Send {
+    fn decrement<C: ConnectionTrait>(
+        db: &C,
+        owner: Self::OwnerId,
+        key: Self::Key,
+    ) -> impl Future<Output = Result<()>> + Send {
         Self::counters().decrement(db, owner, key)
     }
 
@@ -85,7 +98,11 @@ pub trait SlottedCounter: EntityTrait {
     }
 
     /// See [`Counters::get`].
-    fn get<'a, C: ConnectionTrait>(db: &'a C, owner: &'a Self::OwnerId, key: Self::Key) -> impl Future<Output = Result<i64>> + Send + 'a
+    fn get<'a, C: ConnectionTrait>(
+        db: &'a C,
+        owner: &'a Self::OwnerId,
+        key: Self::Key,
+    ) -> impl Future<Output = Result<i64>> + Send + 'a
     where
         Self::Key: 'a,
     {

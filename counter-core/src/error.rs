@@ -82,7 +82,9 @@ pub enum CounterError {
     },
 
     /// The connection's backend is not one this crate has SQL for.
-    #[error("unsupported database backend {0}: counter-core speaks SQLite, PostgreSQL and MySQL/MariaDB")]
+    #[error(
+        "unsupported database backend {0}: counter-core speaks SQLite, PostgreSQL and MySQL/MariaDB"
+    )]
     UnsupportedBackend(String),
 
     /// Any other database error, unchanged.

@@ -78,7 +78,14 @@ mod tests {
     #[test]
     fn accepts_the_documented_set() {
         let longest = "x".repeat(MAX_KEY_LEN);
-        for key in ["likes", "L", "reaction:thumbs_up", "a.b-c_d:e", "--", &longest] {
+        for key in [
+            "likes",
+            "L",
+            "reaction:thumbs_up",
+            "a.b-c_d:e",
+            "--",
+            &longest,
+        ] {
             assert!(validate_key(key).is_ok(), "{key}");
         }
     }
@@ -87,7 +94,9 @@ mod tests {
     fn rejects_everything_else() {
         let too_long = "x".repeat(MAX_KEY_LEN + 1);
         // the last one is a Cyrillic 'а', a look-alike of ASCII 'a'
-        for key in ["", " ", "a b", "a'b", "a;b", "a\0b", "a/*b", "\u{430}", &too_long] {
+        for key in [
+            "", " ", "a b", "a'b", "a;b", "a\0b", "a/*b", "\u{430}", &too_long,
+        ] {
             assert!(validate_key(key).is_err(), "{key:?}");
         }
     }

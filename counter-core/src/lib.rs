@@ -39,7 +39,7 @@ pub use read::CountMap;
 pub use schema::migration::CounterTableMigration;
 pub use slots::Slots;
 pub use sql::UPSERT_ROWS_PER_STATEMENT;
-pub use table::{Counters, CounterTable, MAX_TABLE_NAME_LEN, validate_table_name};
+pub use table::{CounterTable, Counters, MAX_TABLE_NAME_LEN, validate_table_name};
 pub use write::BatchOutcome;
 
 /// `#[derive(SlottedCounter)]`, behind the default `derive` feature.

@@ -18,10 +18,21 @@ pub type CountMap<I> = HashMap<I, HashMap<String, i64>>;
 
 impl<I: OwnerId> Counters<I> {
     /// The total of one counter; 0 if it was never written.
-    pub async fn get<C: ConnectionTrait, K: CounterKey>(&self, db: &C, owner: &I, key: K) -> Result<i64> {
+    pub async fn get<C: ConnectionTrait, K: CounterKey>(
+        &self,
+        db: &C,
+        owner: &I,
+        key: K,
+    ) -> Result<i64> {
         let key = key.as_key_str();
-        let counts = self.get_many(db, std::slice::from_ref(owner), &[key]).await?;
-        Ok(counts.get(owner).and_then(|keys| keys.get(key)).copied().unwrap_or(0))
+        let counts = self
+            .get_many(db, std::slice::from_ref(owner), &[key])
+            .await?;
+        Ok(counts
+            .get(owner)
+            .and_then(|keys| keys.get(key))
+            .copied()
+            .unwrap_or(0))
     }
 
     /// The totals of `keys` for each of `owners`, in one grouped `SUM` query
@@ -30,25 +41,45 @@ impl<I: OwnerId> Counters<I> {
     /// Every requested owner and key is in the result, zero-filled, so the
     /// map can be indexed without checks. Duplicate owners or keys are fine;
     /// an empty owner list returns an empty map without a query.
-    pub async fn get_many<C: ConnectionTrait, K: CounterKey>(&self, db: &C, owners: &[I], keys: &[K]) -> Result<CountMap<I>> {
+    pub async fn get_many<C: ConnectionTrait, K: CounterKey>(
+        &self,
+        db: &C,
+        owners: &[I],
+        keys: &[K],
+    ) -> Result<CountMap<I>> {
         let mut wanted = BTreeSet::new();
         for key in keys {
             let key = key.as_key_str();
             validate_key(key)?;
             wanted.insert(key.to_owned());
         }
-        self.read(db, owners, Some(wanted.into_iter().collect())).await
+        self.read(db, owners, Some(wanted.into_iter().collect()))
+            .await
     }
 
     /// Every counter that exists for each of `owners`, for keys not known in
     /// advance (per-emoji reactions, feature flags). Owners with no counters
     /// map to an empty map.
-    pub async fn get_all_keys<C: ConnectionTrait>(&self, db: &C, owners: &[I]) -> Result<CountMap<I>> {
+    pub async fn get_all_keys<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        owners: &[I],
+    ) -> Result<CountMap<I>> {
         self.read(db, owners, None).await
     }
 
-    async fn read<C: ConnectionTrait>(&self, db: &C, owners: &[I], keys: Option<Vec<String>>) -> Result<CountMap<I>> {
-        let owners: Vec<I> = owners.iter().cloned().collect::<HashSet<_>>().into_iter().collect();
+    async fn read<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        owners: &[I],
+        keys: Option<Vec<String>>,
+    ) -> Result<CountMap<I>> {
+        let owners: Vec<I> = owners
+            .iter()
+            .cloned()
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
         let zeros: HashMap<String, i64> = keys.iter().flatten().map(|k| (k.clone(), 0)).collect();
         let mut counts: CountMap<I> = owners.iter().map(|o| (o.clone(), zeros.clone())).collect();
         if owners.is_empty() || keys.as_ref().is_some_and(Vec::is_empty) {

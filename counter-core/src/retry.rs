@@ -86,7 +86,7 @@ fn backoff(attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sea_orm::{DatabaseTransaction, DatabaseExecutor};
+    use sea_orm::{DatabaseExecutor, DatabaseTransaction};
 
     #[test]
     fn only_the_pool_is_retried() {

@@ -38,7 +38,9 @@ pub mod migration {
     //! A `sea-orm-migration` migration for a companion table.
 
     use sea_orm::{ConnectionTrait, DbErr};
-    use sea_orm_migration::{MigrationName, MigrationTrait, SchemaManager, async_trait::async_trait};
+    use sea_orm_migration::{
+        MigrationName, MigrationTrait, SchemaManager, async_trait::async_trait,
+    };
 
     use crate::{
         Counters,
@@ -79,7 +81,8 @@ pub mod migration {
         }
 
         fn dialect(manager: &SchemaManager) -> Result<Dialect, DbErr> {
-            Dialect::from_backend(manager.get_database_backend()).map_err(|e| DbErr::Migration(e.to_string()))
+            Dialect::from_backend(manager.get_database_backend())
+                .map_err(|e| DbErr::Migration(e.to_string()))
         }
     }
 

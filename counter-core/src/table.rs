@@ -186,9 +186,21 @@ mod tests {
         for ok in ["post_counters", "_x", "T1", &"a".repeat(63)] {
             assert!(CounterTable::new(ok.to_owned()).is_ok(), "{ok}");
         }
-        for bad in ["", "1x", "a-b", "a\"b", "a;drop", "a b", "ü", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "1x",
+            "a-b",
+            "a\"b",
+            "a;drop",
+            "a b",
+            "ü",
+            &"a".repeat(64),
+        ] {
             let err = CounterTable::new(bad.to_owned()).unwrap_err();
-            assert!(matches!(err, CounterError::InvalidTableName { .. }), "{bad}");
+            assert!(
+                matches!(err, CounterError::InvalidTableName { .. }),
+                "{bad}"
+            );
         }
     }
 

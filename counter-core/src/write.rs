@@ -53,12 +53,22 @@ impl<I: OwnerId> Counters<I> {
     }
 
     /// Adds 1.
-    pub async fn increment<C: ConnectionTrait, K: CounterKey>(&self, db: &C, owner: I, key: K) -> Result<()> {
+    pub async fn increment<C: ConnectionTrait, K: CounterKey>(
+        &self,
+        db: &C,
+        owner: I,
+        key: K,
+    ) -> Result<()> {
         self.add(db, owner, key, 1).await
     }
 
     /// Subtracts 1. Totals may go below zero: a counter is a sum of deltas.
-    pub async fn decrement<C: ConnectionTrait, K: CounterKey>(&self, db: &C, owner: I, key: K) -> Result<()> {
+    pub async fn decrement<C: ConnectionTrait, K: CounterKey>(
+        &self,
+        db: &C,
+        owner: I,
+        key: K,
+    ) -> Result<()> {
         self.add(db, owner, key, -1).await
     }
 
@@ -137,9 +147,11 @@ impl<I: OwnerId> Counters<I> {
             let key = key.as_key_str();
             validate_key(key)?;
             let total = folded.entry((owner, key.to_owned())).or_insert(0);
-            *total = total.checked_add(delta).ok_or_else(|| CounterError::Overflow {
-                context: format!("the folded batch delta of `{key}`"),
-            })?;
+            *total = total
+                .checked_add(delta)
+                .ok_or_else(|| CounterError::Overflow {
+                    context: format!("the folded batch delta of `{key}`"),
+                })?;
         }
         Ok(folded
             .into_iter()

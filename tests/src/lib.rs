@@ -1,1 +1,314 @@
+//! The test harness: every integration test runs on every configured backend.
+//!
+//! * SQLite, in memory: always.
+//! * PostgreSQL: when `COUNTER_TEST_POSTGRES_URL` is set; each test gets a
+//!   schema of its own in that database, dropped when the test passes.
+//! * MySQL/MariaDB: when `COUNTER_TEST_MYSQL_URL` is set; each test gets a
+//!   database of its own on that server, dropped when the test passes.
+//!
+//! A backend whose URL is set but which cannot be reached fails the test: a
+//! configured backend is never skipped silently. When `COUNTER_TEST_REPORT`
+//! names a file, one line `<backend> <test>` is appended to it per run, so CI
+//! can prove that all three backends really ran.
 
+use std::{
+    fmt,
+    io::Write,
+    sync::atomic::{AtomicU32, Ordering},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
+
+/// The environment variable with a PostgreSQL URL to test against.
+pub const POSTGRES_URL_VAR: &str = "COUNTER_TEST_POSTGRES_URL";
+/// The environment variable with a MySQL/MariaDB URL to test against.
+pub const MYSQL_URL_VAR: &str = "COUNTER_TEST_MYSQL_URL";
+/// The environment variable naming the file that records which backends ran.
+pub const REPORT_VAR: &str = "COUNTER_TEST_REPORT";
+
+/// Connections per test pool: enough for the 32-task concurrency tests, few
+/// enough that two tests in parallel stay under PostgreSQL's default 100.
+const POOL_SIZE: u32 = 36;
+
+/// A database backend under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+            Backend::MySql => "mysql",
+        })
+    }
+}
+
+/// A fresh, empty database (or schema) for one test on one backend.
+pub struct TestDb {
+    pub backend: Backend,
+    pub db: DatabaseConnection,
+    /// Connection used to drop the scratch schema/database at the end.
+    admin: Option<(DatabaseConnection, String)>,
+}
+
+impl TestDb {
+    /// Drops the scratch schema or database. Call it at the end of a test;
+    /// a failed test leaves its scratch space behind for inspection (CI drops
+    /// the whole run's database afterwards).
+    pub async fn finish(self) {
+        self.db.close().await.expect("close the test pool");
+        if let Some((admin, drop_sql)) = self.admin {
+            admin
+                .execute_unprepared(&drop_sql)
+                .await
+                .expect("drop the scratch schema");
+            admin.close().await.expect("close the admin connection");
+        }
+    }
+}
+
+/// Every configured backend, each with a fresh scratch space named after `test`.
+pub async fn backends(test: &str) -> Vec<TestDb> {
+    let mut dbs = vec![sqlite().await];
+    if let Some(url) = configured(POSTGRES_URL_VAR) {
+        dbs.push(postgres(&url, test).await);
+    }
+    if let Some(url) = configured(MYSQL_URL_VAR) {
+        dbs.push(mysql(&url, test).await);
+    }
+    for db in &dbs {
+        eprintln!("[{}] {test}", db.backend);
+        record(db.backend, test);
+    }
+    dbs
+}
+
+fn configured(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|url| !url.trim().is_empty())
+}
+
+async fn sqlite() -> TestDb {
+    // An in-memory database lives as long as its one connection.
+    let mut options = ConnectOptions::new("sqlite::memory:");
+    options
+        .max_connections(1)
+        .min_connections(1)
+        .sqlx_logging(false);
+    TestDb {
+        backend: Backend::Sqlite,
+        db: Database::connect(options)
+            .await
+            .expect("open in-memory SQLite"),
+        admin: None,
+    }
+}
+
+async fn postgres(url: &str, test: &str) -> TestDb {
+    let admin = connect(url, 1, None)
+        .await
+        .unwrap_or_else(|e| panic!("{POSTGRES_URL_VAR} is set but PostgreSQL is unreachable: {e}"));
+    let schema = scratch_name("ct", test);
+    admin
+        .execute_unprepared(&format!("CREATE SCHEMA \"{schema}\""))
+        .await
+        .expect("create the test schema");
+    let db = connect(url, POOL_SIZE, Some(&schema))
+        .await
+        .expect("connect to the test schema");
+    TestDb {
+        backend: Backend::Postgres,
+        db,
+        admin: Some((admin, format!("DROP SCHEMA \"{schema}\" CASCADE"))),
+    }
+}
+
+async fn mysql(url: &str, test: &str) -> TestDb {
+    let admin = connect(url, 1, None)
+        .await
+        .unwrap_or_else(|e| panic!("{MYSQL_URL_VAR} is set but MySQL/MariaDB is unreachable: {e}"));
+    let database = scratch_name(database_of(url).unwrap_or("ct"), test);
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE `{database}`"))
+        .await
+        .expect("create the test database");
+    let db = connect(&with_database(url, &database), POOL_SIZE, None)
+        .await
+        .expect("connect to the test database");
+    TestDb {
+        backend: Backend::MySql,
+        db,
+        admin: Some((admin, format!("DROP DATABASE `{database}`"))),
+    }
+}
+
+async fn connect(
+    url: &str,
+    pool: u32,
+    schema: Option<&str>,
+) -> Result<DatabaseConnection, sea_orm::DbErr> {
+    let mut options = ConnectOptions::new(url);
+    options
+        .max_connections(pool)
+        .min_connections(0)
+        .sqlx_logging(false);
+    if let Some(schema) = schema {
+        options.set_schema_search_path(schema);
+    }
+    Database::connect(options).await
+}
+
+/// `<prefix>_<test>_<pid>_<micros>_<n>`: unique per process and call, at
+/// most 63 bytes. MySQL scratch databases are prefixed with the URL's own
+/// database name, so CI can drop every one of a run's leftovers by prefix.
+fn scratch_name(prefix: &str, test: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let salt = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros());
+    let suffix = format!("_{}_{salt}_{n}", std::process::id());
+    let room = 63usize.saturating_sub(prefix.len() + 1 + suffix.len());
+    let test: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(room)
+        .collect();
+    format!("{prefix}_{test}{suffix}")
+}
+
+/// The database named in a URL's path, if any.
+fn database_of(url: &str) -> Option<&str> {
+    let base = url.split('?').next()?;
+    let path = &base[base.find("://")? + 3..];
+    let db = &path[path.find('/')? + 1..];
+    (!db.is_empty()).then_some(db)
+}
+
+/// Replaces the database in a `mysql://user@host:port/db?params` URL.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{base}/{database}?{query}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+fn record(backend: Backend, test: &str) {
+    let Some(path) = configured(REPORT_VAR) else {
+        return;
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {REPORT_VAR}={path}: {e}"));
+    // One write of the whole line: O_APPEND keeps parallel tests' lines whole.
+    file.write_all(format!("{backend} {test}\n").as_bytes())
+        .expect("write the backend report");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_is_replaced_in_mysql_urls() {
+        assert_eq!(
+            with_database("mysql://root@127.0.0.1:3306/test", "x"),
+            "mysql://root@127.0.0.1:3306/x"
+        );
+        assert_eq!(
+            with_database("mysql://root@h/test?ssl-mode=disabled", "x"),
+            "mysql://root@h/x?ssl-mode=disabled"
+        );
+        assert_eq!(with_database("mysql://root@h", "x"), "mysql://root@h/x");
+    }
+
+    #[test]
+    fn scratch_names_are_identifiers() {
+        let name = scratch_name(
+            "counter_ci_1764000000_12345",
+            "a very-long test name that goes on and on",
+        );
+        assert!(name.len() <= 63, "{name}");
+        assert!(
+            name.starts_with("counter_ci_1764000000_12345_a_very"),
+            "{name}"
+        );
+        assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        assert_ne!(scratch_name("ct", "t"), scratch_name("ct", "t"));
+        assert_eq!(database_of("mysql://root@h:3306/test?x=1"), Some("test"));
+        assert_eq!(database_of("mysql://root@h:3306"), None);
+    }
+}
+
+/// Helpers that look at or write the companion table behind the crate's back.
+pub mod raw {
+    use sea_orm::{
+        ConnectionTrait, DatabaseConnection, Value,
+        sea_query::{Alias, Expr, ExprTrait, Query},
+    };
+
+    /// Writes one slot row directly, as a hand edit or a legacy import would.
+    pub async fn insert_slot(
+        db: &DatabaseConnection,
+        table: &str,
+        owner: impl Into<Value>,
+        key: &str,
+        slot: i16,
+        value: i64,
+    ) {
+        let insert = Query::insert()
+            .into_table(Alias::new(table))
+            .columns(["owner_id", "count_key", "slot", "value"].map(Alias::new))
+            .values_panic([owner.into().into(), key.into(), slot.into(), value.into()])
+            .to_owned();
+        db.execute(&insert).await.expect("insert a slot row");
+    }
+
+    /// The `(slot, value)` rows of one counter, ordered by slot.
+    pub async fn slot_rows(
+        db: &DatabaseConnection,
+        table: &str,
+        owner: impl Into<Value>,
+        key: &str,
+    ) -> Vec<(i16, i64)> {
+        let select = Query::select()
+            .columns(["slot", "value"].map(Alias::new))
+            .from(Alias::new(table))
+            .and_where(Expr::col(Alias::new("owner_id")).eq(owner.into()))
+            .and_where(Expr::col(Alias::new("count_key")).eq(key))
+            .order_by(Alias::new("slot"), sea_orm::Order::Asc)
+            .to_owned();
+        db.query_all(&select)
+            .await
+            .expect("read slot rows")
+            .iter()
+            .map(|row| {
+                (
+                    row.try_get("", "slot").expect("slot"),
+                    row.try_get("", "value").expect("value"),
+                )
+            })
+            .collect()
+    }
+}

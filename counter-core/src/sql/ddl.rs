@@ -22,14 +22,16 @@ pub(crate) fn create_table(dialect: Dialect, table: &str, owner: OwnerColumn) ->
         OwnerColumn::Integer => owner_id.integer(),
         OwnerColumn::BigInteger => owner_id.big_integer(),
         OwnerColumn::Uuid => owner_id.uuid(),
-        OwnerColumn::String if mysql => {
-            owner_id.custom(Alias::new("VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-        }
+        OwnerColumn::String if mysql => owner_id.custom(Alias::new(
+            "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        )),
         OwnerColumn::String => owner_id.string_len(255),
     };
     let mut count_key = ColumnDef::new(Alias::new(col::COUNT_KEY));
     if mysql {
-        count_key.custom(Alias::new("VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin"));
+        count_key.custom(Alias::new(
+            "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin",
+        ));
     } else {
         count_key.string_len(64);
     }
@@ -38,8 +40,16 @@ pub(crate) fn create_table(dialect: Dialect, table: &str, owner: OwnerColumn) ->
         .if_not_exists()
         .col(owner_id.not_null())
         .col(count_key.not_null())
-        .col(ColumnDef::new(Alias::new(col::SLOT)).small_integer().not_null())
-        .col(ColumnDef::new(Alias::new(col::VALUE)).big_integer().not_null())
+        .col(
+            ColumnDef::new(Alias::new(col::SLOT))
+                .small_integer()
+                .not_null(),
+        )
+        .col(
+            ColumnDef::new(Alias::new(col::VALUE))
+                .big_integer()
+                .not_null(),
+        )
         .primary_key(
             Index::create()
                 .col(Alias::new(col::OWNER_ID))
@@ -52,9 +62,12 @@ pub(crate) fn create_table(dialect: Dialect, table: &str, owner: OwnerColumn) ->
 
 /// `DROP TABLE IF EXISTS t`.
 pub(crate) fn drop_table(dialect: Dialect, table: &str) -> Statement {
-    dialect
-        .backend()
-        .build(&Table::drop().table(Alias::new(table)).if_exists().to_owned())
+    dialect.backend().build(
+        &Table::drop()
+            .table(Alias::new(table))
+            .if_exists()
+            .to_owned(),
+    )
 }
 
 #[cfg(test)]
@@ -69,7 +82,18 @@ mod tests {
             r#"CREATE TABLE IF NOT EXISTS "post_counters" ( "owner_id" bigint NOT NULL, "count_key" varchar(64) NOT NULL, "slot" smallint NOT NULL, "value" bigint NOT NULL, PRIMARY KEY ("owner_id", "count_key", "slot") )"#
         );
         let my = create_table(Dialect::MySql, "post_counters", OwnerColumn::String);
-        assert!(my.sql.contains("`owner_id` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"), "{}", my.sql);
-        assert!(my.sql.contains("`count_key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"), "{}", my.sql);
+        assert!(
+            my.sql.contains(
+                "`owner_id` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+            ),
+            "{}",
+            my.sql
+        );
+        assert!(
+            my.sql
+                .contains("`count_key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"),
+            "{}",
+            my.sql
+        );
     }
 }

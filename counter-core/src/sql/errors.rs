@@ -47,11 +47,17 @@ fn classify_message(message: &str) -> Classified {
         "database is locked",
     ];
     const MISSING: [&str; 2] = ["no such table", "doesn't exist"];
-    const OVERFLOW: [&str; 3] = ["bigint out of range", "BIGINT value is out of range", "integer overflow"];
+    const OVERFLOW: [&str; 3] = [
+        "bigint out of range",
+        "BIGINT value is out of range",
+        "integer overflow",
+    ];
     let has = |needles: &[&str]| needles.iter().any(|n| message.contains(n));
     if has(&CONFLICT) {
         Classified::Conflict
-    } else if has(&MISSING) || (message.contains("relation \"") && message.contains("\" does not exist")) {
+    } else if has(&MISSING)
+        || (message.contains("relation \"") && message.contains("\" does not exist"))
+    {
         Classified::MissingTable
     } else if has(&OVERFLOW) {
         Classified::Overflow
@@ -60,19 +66,29 @@ fn classify_message(message: &str) -> Classified {
     }
 }
 
-#[cfg(any(feature = "sqlx-sqlite", feature = "sqlx-postgres", feature = "sqlx-mysql"))]
+#[cfg(any(
+    feature = "sqlx-sqlite",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+))]
 fn database_code(err: &DbErr) -> Option<String> {
     use sea_orm::RuntimeErr;
     match err {
-        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => match &**e {
-            sea_orm::sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
-            _ => None,
-        },
+        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
+            match &**e {
+                sea_orm::sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
 
-#[cfg(not(any(feature = "sqlx-sqlite", feature = "sqlx-postgres", feature = "sqlx-mysql")))]
+#[cfg(not(any(
+    feature = "sqlx-sqlite",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+)))]
 fn database_code(_: &DbErr) -> Option<String> {
     None
 }
@@ -84,16 +100,46 @@ mod tests {
     #[test]
     fn messages_of_each_backend() {
         let cases = [
-            ("error returned from database: deadlock detected", Classified::Conflict),
-            ("error returned from database: 1213 (40001): Deadlock found when trying to get lock; try restarting transaction", Classified::Conflict),
-            ("error returned from database: 1205 (HY000): Lock wait timeout exceeded; try restarting transaction", Classified::Conflict),
-            ("error returned from database: (code: 5) database is locked", Classified::Conflict),
-            ("error returned from database: relation \"post_counters\" does not exist", Classified::MissingTable),
-            ("error returned from database: 1146 (42S02): Table 'test.post_counters' doesn't exist", Classified::MissingTable),
-            ("error returned from database: (code: 1) no such table: post_counters", Classified::MissingTable),
-            ("error returned from database: bigint out of range", Classified::Overflow),
-            ("error returned from database: (code: 1) integer overflow", Classified::Overflow),
-            ("pool timed out while waiting for an open connection", Classified::Other),
+            (
+                "error returned from database: deadlock detected",
+                Classified::Conflict,
+            ),
+            (
+                "error returned from database: 1213 (40001): Deadlock found when trying to get lock; try restarting transaction",
+                Classified::Conflict,
+            ),
+            (
+                "error returned from database: 1205 (HY000): Lock wait timeout exceeded; try restarting transaction",
+                Classified::Conflict,
+            ),
+            (
+                "error returned from database: (code: 5) database is locked",
+                Classified::Conflict,
+            ),
+            (
+                "error returned from database: relation \"post_counters\" does not exist",
+                Classified::MissingTable,
+            ),
+            (
+                "error returned from database: 1146 (42S02): Table 'test.post_counters' doesn't exist",
+                Classified::MissingTable,
+            ),
+            (
+                "error returned from database: (code: 1) no such table: post_counters",
+                Classified::MissingTable,
+            ),
+            (
+                "error returned from database: bigint out of range",
+                Classified::Overflow,
+            ),
+            (
+                "error returned from database: (code: 1) integer overflow",
+                Classified::Overflow,
+            ),
+            (
+                "pool timed out while waiting for an open connection",
+                Classified::Other,
+            ),
         ];
         for (message, expected) in cases {
             assert_eq!(classify_message(message), expected, "{message}");

@@ -82,7 +82,11 @@ pub(crate) fn owners_per_read(dialect: Dialect, keys: usize) -> usize {
 /// Quotes a name that is already known to be a plain identifier (validated
 /// table names and the fixed column names).
 fn quote(dialect: Dialect, ident: &str) -> String {
-    debug_assert!(ident.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+    debug_assert!(
+        ident
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    );
     match dialect {
         Dialect::MySql => format!("`{ident}`"),
         Dialect::Sqlite | Dialect::Postgres => format!("\"{ident}\""),

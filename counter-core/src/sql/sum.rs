@@ -17,7 +17,12 @@ use crate::error::{CounterError, Result};
 /// with only a warning; text keeps every digit, so an overflowing total is
 /// reported as [`CounterError::Overflow`] on every backend instead.
 /// (SQLite's integer `sum()` raises its own "integer overflow" error.)
-pub(crate) fn sums(dialect: Dialect, table: &str, owners: Vec<Value>, keys: Option<Vec<String>>) -> Statement {
+pub(crate) fn sums(
+    dialect: Dialect,
+    table: &str,
+    owners: Vec<Value>,
+    keys: Option<Vec<String>>,
+) -> Statement {
     let text = match dialect {
         Dialect::MySql => "CHAR",
         Dialect::Sqlite | Dialect::Postgres => "TEXT",
@@ -25,7 +30,12 @@ pub(crate) fn sums(dialect: Dialect, table: &str, owners: Vec<Value>, keys: Opti
     let mut select = Query::select();
     select
         .columns([col::OWNER_ID, col::COUNT_KEY].map(Alias::new))
-        .expr_as(Expr::col(Alias::new(col::VALUE)).sum().cast_as(Alias::new(text)), Alias::new(col::TOTAL))
+        .expr_as(
+            Expr::col(Alias::new(col::VALUE))
+                .sum()
+                .cast_as(Alias::new(text)),
+            Alias::new(col::TOTAL),
+        )
         .from(Alias::new(table))
         .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners));
     if let Some(keys) = keys {
@@ -47,7 +57,9 @@ impl<I: TryGetable> SumRow<I> {
         let owner = row.try_get::<I>("", col::OWNER_ID)?;
         let key = row.try_get::<String>("", col::COUNT_KEY)?;
         let total = row.try_get::<String>("", col::TOTAL)?;
-        let total = parse_total(&total, || format!("the total of `{key}` in table `{table}`"))?;
+        let total = parse_total(&total, || {
+            format!("the total of `{key}` in table `{table}`")
+        })?;
         Ok(Self { owner, key, total })
     }
 }
@@ -60,7 +72,9 @@ pub(crate) fn parse_total(text: &str, context: impl FnOnce() -> String) -> Resul
         if !numeric.is_empty() && numeric.bytes().all(|b| b.is_ascii_digit()) {
             CounterError::Overflow { context: context() }
         } else {
-            CounterError::Database(sea_orm::DbErr::Type(format!("counter total {text:?} is not an integer")))
+            CounterError::Database(sea_orm::DbErr::Type(format!(
+                "counter total {text:?} is not an integer"
+            )))
         }
     })
 }
@@ -71,7 +85,12 @@ mod tests {
 
     #[test]
     fn grouped_sum_per_backend() {
-        let pg = sums(Dialect::Postgres, "c", vec![1i64.into(), 2i64.into()], Some(vec!["likes".into()]));
+        let pg = sums(
+            Dialect::Postgres,
+            "c",
+            vec![1i64.into(), 2i64.into()],
+            Some(vec!["likes".into()]),
+        );
         assert_eq!(
             pg.sql,
             r#"SELECT "owner_id", "count_key", CAST(SUM("value") AS TEXT) AS "total" FROM "c" WHERE "owner_id" IN ($1, $2) AND "count_key" IN ($3) GROUP BY "owner_id", "count_key""#
@@ -86,9 +105,18 @@ mod tests {
     #[test]
     fn totals_overflow_is_typed() {
         assert_eq!(parse_total("-42", String::new).unwrap(), -42);
-        assert_eq!(parse_total(&i64::MIN.to_string(), String::new).unwrap(), i64::MIN);
+        assert_eq!(
+            parse_total(&i64::MIN.to_string(), String::new).unwrap(),
+            i64::MIN
+        );
         let over = (i64::MAX as i128 + 1).to_string();
-        assert!(matches!(parse_total(&over, String::new), Err(CounterError::Overflow { .. })));
-        assert!(matches!(parse_total("1.5", String::new), Err(CounterError::Database(_))));
+        assert!(matches!(
+            parse_total(&over, String::new),
+            Err(CounterError::Overflow { .. })
+        ));
+        assert!(matches!(
+            parse_total("1.5", String::new),
+            Err(CounterError::Database(_))
+        ));
     }
 }

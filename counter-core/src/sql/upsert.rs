@@ -45,7 +45,11 @@ pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> S
     match dialect {
         Dialect::MySql => mysql_add_rows(table, rows),
         Dialect::Sqlite | Dialect::Postgres => {
-            let excluded = format!("{}.{}", quote(dialect, "excluded"), quote(dialect, col::VALUE));
+            let excluded = format!(
+                "{}.{}",
+                quote(dialect, "excluded"),
+                quote(dialect, col::VALUE)
+            );
             let new_value = if dialect == Dialect::Sqlite {
                 Expr::cust(sqlite_checked_add(table, &excluded))
             } else {
@@ -71,7 +75,8 @@ pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> S
 /// rejects MySQL 8's `AS new` row alias, and this form works on both.
 fn mysql_add_rows(table: &str, rows: Vec<UpsertRow>) -> Statement {
     let t = quote(Dialect::MySql, table);
-    let [o, k, s, v] = [col::OWNER_ID, col::COUNT_KEY, col::SLOT, col::VALUE].map(|c| quote(Dialect::MySql, c));
+    let [o, k, s, v] =
+        [col::OWNER_ID, col::COUNT_KEY, col::SLOT, col::VALUE].map(|c| quote(Dialect::MySql, c));
     let mut sql = format!("INSERT INTO {t} ({o}, {k}, {s}, {v}) SELECT * FROM (");
     let mut values = Vec::with_capacity(rows.len() * 4);
     for (i, row) in rows.into_iter().enumerate() {
@@ -82,14 +87,20 @@ fn mysql_add_rows(table: &str, rows: Vec<UpsertRow>) -> Statement {
         }
         values.extend(row_values(row));
     }
-    sql.push_str(&format!(") AS n ON DUPLICATE KEY UPDATE {v} = {t}.{v} + n.{v}"));
+    sql.push_str(&format!(
+        ") AS n ON DUPLICATE KEY UPDATE {v} = {t}.{v} + n.{v}"
+    ));
     Statement::from_sql_and_values(Dialect::MySql.backend(), sql, values)
 }
 
 /// SQLite turns an overflowing integer `+` into a REAL, silently. `sum()`
 /// raises "integer overflow" instead, so the new value is summed with it.
 fn sqlite_checked_add(table: &str, addend: &str) -> String {
-    let old = format!("{}.{}", quote(Dialect::Sqlite, table), quote(Dialect::Sqlite, col::VALUE));
+    let old = format!(
+        "{}.{}",
+        quote(Dialect::Sqlite, table),
+        quote(Dialect::Sqlite, col::VALUE)
+    );
     format!("(SELECT sum(v) FROM (SELECT {old} AS v UNION ALL SELECT {addend}))")
 }
 
@@ -119,7 +130,12 @@ mod tests {
     use super::*;
 
     fn row(owner: i64, delta: i64) -> UpsertRow {
-        UpsertRow { owner: owner.into(), key: "likes".into(), slot: 3, delta }
+        UpsertRow {
+            owner: owner.into(),
+            key: "likes".into(),
+            slot: 3,
+            delta,
+        }
     }
 
     #[test]
@@ -142,7 +158,12 @@ mod tests {
     #[test]
     fn multi_row_upsert_per_backend() {
         let pg = add_rows(Dialect::Postgres, "c", vec![row(1, 1), row(2, 2)]);
-        assert!(pg.sql.ends_with(r#"DO UPDATE SET "value" = "c"."value" + ("excluded"."value")"#), "{}", pg.sql);
+        assert!(
+            pg.sql
+                .ends_with(r#"DO UPDATE SET "value" = "c"."value" + ("excluded"."value")"#),
+            "{}",
+            pg.sql
+        );
         assert_eq!(pg.values.unwrap().0.len(), 8);
         let my = add_rows(Dialect::MySql, "c", vec![row(1, 1), row(2, 2)]);
         assert_eq!(
@@ -150,6 +171,10 @@ mod tests {
             "INSERT INTO `c` (`owner_id`, `count_key`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?) AS n ON DUPLICATE KEY UPDATE `value` = `c`.`value` + n.`value`"
         );
         let lite = add_rows(Dialect::Sqlite, "c", vec![row(1, 1)]);
-        assert!(lite.sql.contains(r#"UNION ALL SELECT "excluded"."value""#), "{}", lite.sql);
+        assert!(
+            lite.sql.contains(r#"UNION ALL SELECT "excluded"."value""#),
+            "{}",
+            lite.sql
+        );
     }
 }

@@ -1,0 +1,200 @@
+//! Bad input and missing tables give typed errors, never panics or wrong counts.
+
+use counter_core::{CounterError, CounterTable, Counters, Slots};
+use counter_tests::{backends, raw};
+
+fn counters(table: &str, slots: u16) -> Counters<i64> {
+    Counters::new(
+        CounterTable::new(table.to_owned())
+            .unwrap()
+            .with_slots(slots)
+            .unwrap(),
+    )
+}
+
+fn is_invalid_key<T: std::fmt::Debug>(r: Result<T, CounterError>) -> bool {
+    matches!(r, Err(CounterError::InvalidKey { .. }))
+}
+
+fn is_overflow<T: std::fmt::Debug>(r: &Result<T, CounterError>) -> bool {
+    matches!(r, Err(CounterError::Overflow { .. }))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_keys_are_rejected_before_any_sql() {
+    let huge = "k".repeat(10_000);
+    let bad_keys = [
+        "",
+        "likes'; DROP TABLE c; --",
+        "a b",
+        "x\0y",
+        "\u{430}",
+        &huge,
+    ];
+    for t in backends("invalid_keys").await {
+        let c = counters("c", 4);
+        c.create_table(&t.db).await.unwrap();
+        for key in bad_keys {
+            assert!(
+                is_invalid_key(c.add(&t.db, 1, key, 1).await),
+                "[{}] add {key:?}",
+                t.backend
+            );
+            assert!(
+                is_invalid_key(c.get(&t.db, &1, key).await),
+                "[{}] get {key:?}",
+                t.backend
+            );
+            assert!(
+                is_invalid_key(c.get_many(&t.db, &[1], &["ok", key]).await),
+                "[{}] get_many {key:?}",
+                t.backend
+            );
+            assert!(
+                is_invalid_key(c.add_many(&t.db, [(1, "ok", 1), (2, key, 1)]).await),
+                "[{}] add_many {key:?}",
+                t.backend
+            );
+            let zero_delta = c.add(&t.db, 1, key, 0).await;
+            assert!(
+                is_invalid_key(zero_delta),
+                "[{}] a zero delta still validates",
+                t.backend
+            );
+        }
+        let all = c.get_all_keys(&t.db, &[1, 2]).await.unwrap();
+        assert!(
+            all.values().all(|keys| keys.is_empty()),
+            "[{}] a rejected batch wrote rows: {all:?}",
+            t.backend
+        );
+        t.finish().await;
+    }
+}
+
+#[test]
+fn slot_counts_and_table_names_are_checked() {
+    for slots in [0i64, -1, 1025, i64::MAX] {
+        assert!(
+            matches!(Slots::new(slots), Err(CounterError::SlotsOutOfRange { slots: s }) if s == slots)
+        );
+        assert!(CounterTable::new("t").unwrap().with_slots(slots).is_err());
+        assert!(
+            CounterTable::new("t")
+                .unwrap()
+                .with_key_slots("views", slots)
+                .is_err()
+        );
+    }
+    let err = CounterTable::new("t; DROP TABLE posts").unwrap_err();
+    assert!(
+        matches!(err, CounterError::InvalidTableName { .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn overflow_is_an_error_never_a_wrapped_or_clamped_count() {
+    for t in backends("overflow").await {
+        let c = counters("c", 1);
+        c.create_table(&t.db).await.unwrap();
+
+        // A slot value leaving the i64 range, both ways.
+        c.add(&t.db, 1, "up", i64::MAX).await.unwrap();
+        assert!(
+            is_overflow(&c.add(&t.db, 1, "up", 1).await),
+            "[{}] slot overflow",
+            t.backend
+        );
+        assert_eq!(
+            c.get(&t.db, &1, "up").await.unwrap(),
+            i64::MAX,
+            "[{}] unchanged",
+            t.backend
+        );
+        c.add(&t.db, 1, "down", i64::MIN).await.unwrap();
+        assert!(
+            is_overflow(&c.decrement(&t.db, 1, "down").await),
+            "[{}] slot underflow",
+            t.backend
+        );
+        assert_eq!(c.get(&t.db, &1, "down").await.unwrap(), i64::MIN);
+
+        // A batch whose folded delta overflows is rejected whole.
+        let r = c
+            .add_many(&t.db, [(2, "k", i64::MAX), (2, "k", 1), (3, "k", 1)])
+            .await;
+        assert!(is_overflow(&r), "[{}] folded overflow: {r:?}", t.backend);
+        assert_eq!(
+            c.get_many(&t.db, &[2, 3], &["k"]).await.unwrap()[&3]["k"],
+            0
+        );
+
+        // Slots that each fit but whose total does not.
+        raw::insert_slot(&t.db, "c", 4i64, "sum", 0, i64::MAX).await;
+        raw::insert_slot(&t.db, "c", 4i64, "sum", 1, 1).await;
+        assert!(
+            is_overflow(&c.get(&t.db, &4, "sum").await),
+            "[{}] total overflow",
+            t.backend
+        );
+        assert!(
+            is_overflow(&c.get_many(&t.db, &[1, 4], &["sum"]).await),
+            "[{}] batch total overflow",
+            t.backend
+        );
+        raw::insert_slot(&t.db, "c", 5i64, "sum", 0, i64::MIN).await;
+        raw::insert_slot(&t.db, "c", 5i64, "sum", 1, -1).await;
+        assert!(
+            is_overflow(&c.get(&t.db, &5, "sum").await),
+            "[{}] negative total overflow",
+            t.backend
+        );
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_table_is_named_with_the_fix() {
+    for t in backends("missing_table").await {
+        let c = counters("never_migrated", 4);
+        let errors = [
+            c.add(&t.db, 1, "likes", 1).await.unwrap_err(),
+            c.get(&t.db, &1, "likes").await.unwrap_err(),
+            c.add_many(&t.db, [(1, "likes", 1)]).await.unwrap_err(),
+        ];
+        for err in errors {
+            assert!(
+                matches!(&err, CounterError::MissingTable { table, .. } if table == "never_migrated"),
+                "[{}] {err:?}",
+                t.backend
+            );
+            assert!(err.to_string().contains("run its migration"), "{err}");
+        }
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slots_can_go_negative_while_the_total_is_exact() {
+    for t in backends("negative_slots").await {
+        let c = counters("c", 4);
+        c.create_table(&t.db).await.unwrap();
+        for _ in 0..40 {
+            c.increment(&t.db, 7, "score").await.unwrap();
+        }
+        for _ in 0..100 {
+            c.decrement(&t.db, 7, "score").await.unwrap();
+        }
+        assert_eq!(
+            c.get(&t.db, &7, "score").await.unwrap(),
+            -60,
+            "[{}]",
+            t.backend
+        );
+        let rows = raw::slot_rows(&t.db, "c", 7i64, "score").await;
+        assert!(rows.iter().any(|(_, v)| *v < 0), "[{}] {rows:?}", t.backend);
+        assert_eq!(rows.iter().map(|(_, v)| v).sum::<i64>(), -60);
+        t.finish().await;
+    }
+}

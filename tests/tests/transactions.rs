@@ -1,0 +1,135 @@
+//! Counters join the caller's transaction: rolled back means not counted.
+
+use std::time::Duration;
+
+use counter_core::{CounterError, CounterTable, Counters};
+use counter_tests::{Backend, backends};
+use sea_orm::TransactionTrait;
+
+fn counters(table: &str, slots: u16) -> Counters<i64> {
+    Counters::new(
+        CounterTable::new(table.to_owned())
+            .unwrap()
+            .with_slots(slots)
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rollback_discards_and_commit_keeps() {
+    for t in backends("rollback_and_commit").await {
+        let c = counters("c", 16);
+        c.create_table(&t.db).await.unwrap();
+
+        let txn = t.db.begin().await.unwrap();
+        c.add(&txn, 1, "likes", 5).await.unwrap();
+        c.add_many(&txn, (0..1_500).map(|o| (o, "views", 1)))
+            .await
+            .unwrap(); // several statements: a savepoint
+        assert_eq!(
+            c.get(&txn, &1, "likes").await.unwrap(),
+            5,
+            "[{}] visible inside",
+            t.backend
+        );
+        txn.rollback().await.unwrap();
+        assert_eq!(
+            c.get(&t.db, &1, "likes").await.unwrap(),
+            0,
+            "[{}] rolled back",
+            t.backend
+        );
+        assert_eq!(
+            c.get(&t.db, &1_000, "views").await.unwrap(),
+            0,
+            "[{}] rolled back",
+            t.backend
+        );
+
+        let txn = t.db.begin().await.unwrap();
+        c.increment(&txn, 1, "likes").await.unwrap();
+        c.add_many(&txn, (0..1_500).map(|o| (o, "views", 2)))
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
+        assert_eq!(
+            c.get(&t.db, &1, "likes").await.unwrap(),
+            1,
+            "[{}] committed",
+            t.backend
+        );
+        assert_eq!(
+            c.get(&t.db, &1_499, "views").await.unwrap(),
+            2,
+            "[{}] committed",
+            t.backend
+        );
+        t.finish().await;
+    }
+}
+
+/// Two transactions taking two counters in opposite orders deadlock; the
+/// loser gets a typed `Conflict` at once (no retry inside a transaction),
+/// and after its rollback only the winner's deltas count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deadlock_inside_a_transaction_is_returned_not_retried() {
+    for t in backends("deadlock_in_transaction").await {
+        if t.backend == Backend::Sqlite {
+            // One in-memory connection: two open write transactions cannot exist.
+            t.finish().await;
+            continue;
+        }
+        let c = counters("c", 1);
+        c.create_table(&t.db).await.unwrap();
+        c.add_many(&t.db, [(1, "a", 1), (1, "b", 1)]).await.unwrap();
+
+        let first = t.db.begin().await.unwrap();
+        let second = t.db.begin().await.unwrap();
+        c.increment(&first, 1, "a").await.unwrap();
+        c.increment(&second, 1, "b").await.unwrap();
+        let (c1, c2) = (c.clone(), c.clone());
+        let one = tokio::spawn(async move {
+            let r = c1.increment(&first, 1, "b").await;
+            (r, first)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let two = tokio::spawn(async move {
+            let r = c2.increment(&second, 1, "a").await;
+            (r, second)
+        });
+        let (r1, first) = one.await.unwrap();
+        let (r2, second) = two.await.unwrap();
+        let (won, lost) = match (r1, r2) {
+            (Ok(()), Err(e)) => ((first, 2), (second, e)),
+            (Err(e), Ok(())) => ((second, 2), (first, e)),
+            other => panic!(
+                "[{}] expected exactly one deadlock victim, got {other:?}",
+                t.backend
+            ),
+        };
+        assert!(
+            matches!(
+                &lost.1,
+                CounterError::Conflict {
+                    in_transaction: true,
+                    attempts: 1,
+                    ..
+                }
+            ),
+            "[{}] {:?}",
+            t.backend,
+            lost.1
+        );
+        assert!(
+            lost.1.to_string().contains("retry the whole transaction"),
+            "{}",
+            lost.1
+        );
+        lost.0.rollback().await.unwrap();
+        won.0.commit().await.unwrap();
+        let a = c.get(&t.db, &1, "a").await.unwrap();
+        let b = c.get(&t.db, &1, "b").await.unwrap();
+        assert_eq!(a + b, 2 + won.1, "[{}] a={a} b={b}", t.backend);
+        t.finish().await;
+    }
+}
