@@ -18,6 +18,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
+use counter_core::{CounterTable, Counters, OwnerId};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 
 /// The environment variable with a PostgreSQL URL to test against.
@@ -71,6 +72,12 @@ impl TestDb {
             admin.close().await.expect("close the admin connection");
         }
     }
+}
+
+/// Counters in `table`, with `slots` slots per key.
+pub fn counters<I: OwnerId>(table: &str, slots: u16) -> Counters<I> {
+    let table = CounterTable::new(table.to_owned()).and_then(|t| t.with_slots(slots));
+    Counters::new(table.expect("a valid test table"))
 }
 
 /// Every configured backend, each with a fresh scratch space named after `test`.

@@ -1,58 +1,11 @@
-//! `SlottedCounter` implemented by hand on a SeaORM entity, with typed keys,
-//! used next to ordinary entity queries in one transaction.
+//! `SlottedCounter` implemented by hand on the example's post entity, with
+//! typed keys, used next to ordinary entity queries in one transaction.
 
-use std::sync::LazyLock;
-
-use counter_core::{CounterKey, CounterTable, Counters, SlottedCounter};
+use counter_core::SlottedCounter;
 use counter_tests::backends;
-use migration::{Migrator, MigratorTrait, POST_COUNTERS};
+use examples::entities::post::{self, Key as PostKey};
+use migration::{Migrator, MigratorTrait};
 use sea_orm::{ActiveModelTrait, EntityTrait, QueryOrder, Set, TransactionTrait};
-
-mod post {
-    use sea_orm::entity::prelude::*;
-
-    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "posts")]
-    pub struct Model {
-        #[sea_orm(primary_key)]
-        pub id: i64,
-        pub title: String,
-    }
-
-    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-    pub enum Relation {}
-
-    impl ActiveModelBehavior for ActiveModel {}
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PostKey {
-    Likes,
-    Views,
-}
-
-impl CounterKey for PostKey {
-    fn as_key_str(&self) -> &str {
-        match self {
-            PostKey::Likes => "likes",
-            PostKey::Views => "views",
-        }
-    }
-}
-
-impl SlottedCounter for post::Entity {
-    type OwnerId = i64;
-    type Key = PostKey;
-
-    fn counters() -> &'static Counters<i64> {
-        static COUNTERS: LazyLock<Counters<i64>> = LazyLock::new(|| {
-            let table =
-                CounterTable::new(POST_COUNTERS).and_then(|t| t.with_key_slots("views", 64));
-            Counters::new(table.expect("valid counter table"))
-        });
-        &COUNTERS
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn typed_counters_on_an_entity() {

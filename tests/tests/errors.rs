@@ -1,16 +1,7 @@
 //! Bad input and missing tables give typed errors, never panics or wrong counts.
 
-use counter_core::{CounterError, CounterTable, Counters, Slots};
-use counter_tests::{backends, raw};
-
-fn counters(table: &str, slots: u16) -> Counters<i64> {
-    Counters::new(
-        CounterTable::new(table.to_owned())
-            .unwrap()
-            .with_slots(slots)
-            .unwrap(),
-    )
-}
+use counter_core::{CounterError, CounterTable, Slots};
+use counter_tests::{backends, counters, raw};
 
 fn is_invalid_key<T: std::fmt::Debug>(r: Result<T, CounterError>) -> bool {
     matches!(r, Err(CounterError::InvalidKey { .. }))
@@ -32,7 +23,7 @@ async fn invalid_keys_are_rejected_before_any_sql() {
         &huge,
     ];
     for t in backends("invalid_keys").await {
-        let c = counters("c", 4);
+        let c = counters::<i64>("c", 4);
         c.create_table(&t.db).await.unwrap();
         for key in bad_keys {
             assert!(
@@ -96,7 +87,7 @@ fn slot_counts_and_table_names_are_checked() {
 #[tokio::test(flavor = "multi_thread")]
 async fn overflow_is_an_error_never_a_wrapped_or_clamped_count() {
     for t in backends("overflow").await {
-        let c = counters("c", 1);
+        let c = counters::<i64>("c", 1);
         c.create_table(&t.db).await.unwrap();
 
         // A slot value leaving the i64 range, both ways.
@@ -157,7 +148,7 @@ async fn overflow_is_an_error_never_a_wrapped_or_clamped_count() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_table_is_named_with_the_fix() {
     for t in backends("missing_table").await {
-        let c = counters("never_migrated", 4);
+        let c = counters::<i64>("never_migrated", 4);
         let errors = [
             c.add(&t.db, 1, "likes", 1).await.unwrap_err(),
             c.get(&t.db, &1, "likes").await.unwrap_err(),
@@ -178,7 +169,7 @@ async fn a_missing_table_is_named_with_the_fix() {
 #[tokio::test(flavor = "multi_thread")]
 async fn slots_can_go_negative_while_the_total_is_exact() {
     for t in backends("negative_slots").await {
-        let c = counters("c", 4);
+        let c = counters::<i64>("c", 4);
         c.create_table(&t.db).await.unwrap();
         for _ in 0..40 {
             c.increment(&t.db, 7, "score").await.unwrap();
@@ -195,6 +186,42 @@ async fn slots_can_go_negative_while_the_total_is_exact() {
         let rows = raw::slot_rows(&t.db, "c", 7i64, "score").await;
         assert!(rows.iter().any(|(_, v)| *v < 0), "[{}] {rows:?}", t.backend);
         assert_eq!(rows.iter().map(|(_, v)| v).sum::<i64>(), -60);
+        t.finish().await;
+    }
+}
+
+/// A table of the right name but the wrong shape: the database's own error,
+/// passed through unchanged rather than guessed at.
+#[tokio::test(flavor = "multi_thread")]
+async fn other_database_errors_pass_through() {
+    for t in backends("database_error").await {
+        use sea_orm::ConnectionTrait;
+        t.db.execute_unprepared(
+            "CREATE TABLE wrong_shape (owner_id BIGINT, count_key VARCHAR(64))",
+        )
+        .await
+        .unwrap();
+        // A row, so that SQLite cannot answer with an empty result: it reads
+        // an unknown "value" column as the string 'value' (its legacy
+        // double-quoted-string rule), whose sum is not an integer total.
+        t.db.execute_unprepared(
+            "INSERT INTO wrong_shape (owner_id, count_key) VALUES (1, 'likes')",
+        )
+        .await
+        .unwrap();
+        let c = counters::<i64>("wrong_shape", 4);
+        let err = c.add(&t.db, 1, "likes", 1).await.unwrap_err();
+        assert!(
+            matches!(err, CounterError::Database(_)),
+            "[{}] {err:?}",
+            t.backend
+        );
+        let err = c.get(&t.db, &1, "likes").await.unwrap_err();
+        assert!(
+            matches!(err, CounterError::Database(_)),
+            "[{}] {err:?}",
+            t.backend
+        );
         t.finish().await;
     }
 }

@@ -2,22 +2,12 @@
 
 use std::collections::HashMap;
 
-use counter_core::{CounterTable, Counters};
-use counter_tests::backends;
-
-fn counters(table: &str) -> Counters<i64> {
-    Counters::new(
-        CounterTable::new(table.to_owned())
-            .unwrap()
-            .with_slots(4)
-            .unwrap(),
-    )
-}
+use counter_tests::{backends, counters};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn batch_read_of_100_000_owners_is_zero_filled() {
     for t in backends("batch_read_100k").await {
-        let c = counters("post_counters");
+        let c = counters::<i64>("post_counters", 4);
         c.create_table(&t.db).await.unwrap();
         let mut model: HashMap<(i64, &str), i64> = HashMap::new();
         let mut deltas = Vec::new();
@@ -60,7 +50,7 @@ async fn batch_read_of_100_000_owners_is_zero_filled() {
 #[tokio::test(flavor = "multi_thread")]
 async fn batches_fold_duplicates_and_span_several_statements_atomically() {
     for t in backends("batch_write_chunks").await {
-        let c = counters("c");
+        let c = counters::<i64>("c", 4);
         c.create_table(&t.db).await.unwrap();
         // 2,500 distinct counters -> 3 statements in one transaction; the
         // duplicates of owner 0 fold into one row; the net zero is dropped.
@@ -103,7 +93,7 @@ async fn batches_fold_duplicates_and_span_several_statements_atomically() {
 #[tokio::test(flavor = "multi_thread")]
 async fn all_keys_of_owners_for_runtime_keys() {
     for t in backends("all_keys").await {
-        let reactions = counters("post_reactions");
+        let reactions = counters::<i64>("post_reactions", 4);
         reactions.create_table(&t.db).await.unwrap();
         for (post, reaction, n) in [
             (1, "reaction:heart", 3),

@@ -2,23 +2,14 @@
 
 use std::time::Duration;
 
-use counter_core::{CounterError, CounterTable, Counters};
-use counter_tests::{Backend, backends};
+use counter_core::CounterError;
+use counter_tests::{Backend, backends, counters};
 use sea_orm::TransactionTrait;
-
-fn counters(table: &str, slots: u16) -> Counters<i64> {
-    Counters::new(
-        CounterTable::new(table.to_owned())
-            .unwrap()
-            .with_slots(slots)
-            .unwrap(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rollback_discards_and_commit_keeps() {
     for t in backends("rollback_and_commit").await {
-        let c = counters("c", 16);
+        let c = counters::<i64>("c", 16);
         c.create_table(&t.db).await.unwrap();
 
         let txn = t.db.begin().await.unwrap();
@@ -79,7 +70,7 @@ async fn deadlock_inside_a_transaction_is_returned_not_retried() {
             t.finish().await;
             continue;
         }
-        let c = counters("c", 1);
+        let c = counters::<i64>("c", 1);
         c.create_table(&t.db).await.unwrap();
         c.add_many(&t.db, [(1, "a", 1), (1, "b", 1)]).await.unwrap();
 
@@ -130,6 +121,68 @@ async fn deadlock_inside_a_transaction_is_returned_not_retried() {
         let a = c.get(&t.db, &1, "a").await.unwrap();
         let b = c.get(&t.db, &1, "b").await.unwrap();
         assert_eq!(a + b, 2 + won.1, "[{}] a={a} b={b}", t.backend);
+        t.finish().await;
+    }
+}
+
+/// A deadlock between the caller's transaction and a batch on the pool: the
+/// pool call is never the one that fails (it is retried when PostgreSQL picks
+/// it as the victim), and every committed delta is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deadlock_victim_on_the_pool_is_retried() {
+    for t in backends("deadlock_on_pool_is_retried").await {
+        if t.backend == Backend::Sqlite {
+            t.finish().await;
+            continue;
+        }
+        let c = counters::<i64>("c", 1);
+        c.create_table(&t.db).await.unwrap();
+        c.add_many(&t.db, [(1, "a", 1), (1, "b", 1)]).await.unwrap();
+
+        let txn = t.db.begin().await.unwrap();
+        c.increment(&txn, 1, "b").await.unwrap();
+        // The pool batch locks a, then waits for b (held by txn) ...
+        let (pool, batch) = (t.db.clone(), c.clone());
+        let on_pool =
+            tokio::spawn(async move { batch.add_many(&pool, [(1, "a", 10), (1, "b", 10)]).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // ... and txn now wants a: a cycle. The batch waited first, so
+        // PostgreSQL's deadlock check runs in (and aborts) the batch.
+        let in_txn = c.increment(&txn, 1, "a").await;
+        let txn_won = in_txn.is_ok();
+        if txn_won {
+            txn.commit().await.unwrap();
+        } else {
+            assert!(
+                matches!(
+                    in_txn,
+                    Err(CounterError::Conflict {
+                        in_transaction: true,
+                        ..
+                    })
+                ),
+                "{in_txn:?}"
+            );
+            txn.rollback().await.unwrap();
+        }
+        on_pool
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("[{}] the pool batch failed: {e}", t.backend));
+        let expected = if txn_won { 2 + 20 + 2 } else { 2 + 20 };
+        let counts = c.get_many(&t.db, &[1], &["a", "b"]).await.unwrap();
+        assert_eq!(
+            counts[&1]["a"] + counts[&1]["b"],
+            expected,
+            "[{}] {counts:?}",
+            t.backend
+        );
+        if t.backend == Backend::Postgres {
+            assert!(
+                txn_won,
+                "PostgreSQL aborts the waiter that checks first: the pool batch"
+            );
+        }
         t.finish().await;
     }
 }

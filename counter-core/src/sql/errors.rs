@@ -20,24 +20,24 @@ pub(crate) enum Classified {
 
 /// Classifies by SQLSTATE / SQLite result code where the driver gives one
 /// (with any `sqlx-*` feature of this crate), else by the server's message.
+/// A code always wins: messages are read only where the code is generic
+/// (SQLite's 1 "SQL error", MySQL's HY000) or missing.
 pub(crate) fn classify(err: &DbErr) -> Classified {
-    if let Some(code) = database_code(err) {
-        match code.as_str() {
-            // PostgreSQL deadlock / serialization failure; MySQL 1213 reports 40001.
-            "40P01" | "40001" => return Classified::Conflict,
-            // SQLite SQLITE_BUSY and SQLITE_LOCKED with their extended codes.
-            "5" | "6" | "261" | "262" | "517" => return Classified::Conflict,
-            // PostgreSQL undefined_table; MySQL 1146 reports 42S02.
-            "42P01" | "42S02" => return Classified::MissingTable,
-            // numeric_value_out_of_range (PostgreSQL, MySQL 1690).
-            "22003" => return Classified::Overflow,
-            _ => {}
-        }
+    match database_code(err).as_deref() {
+        // PostgreSQL deadlock / serialization failure; MySQL 1213 reports 40001.
+        Some("40P01" | "40001") => Classified::Conflict,
+        // SQLite SQLITE_BUSY and SQLITE_LOCKED with their extended codes.
+        Some("5" | "6" | "261" | "262" | "517") => Classified::Conflict,
+        // PostgreSQL undefined_table; MySQL 1146 reports 42S02.
+        Some("42P01" | "42S02") => Classified::MissingTable,
+        // numeric_value_out_of_range (PostgreSQL, MySQL 1690).
+        Some("22003") => Classified::Overflow,
+        Some("1" | "HY000") | None => classify_message(&err.to_string()),
+        Some(_) => Classified::Other,
     }
-    classify_message(&err.to_string())
 }
 
-/// The messages behind the codes above, for errors that carry no code.
+/// The messages behind the codes above.
 fn classify_message(message: &str) -> Classified {
     const CONFLICT: [&str; 5] = [
         "deadlock detected",
@@ -46,18 +46,17 @@ fn classify_message(message: &str) -> Classified {
         "Lock wait timeout exceeded",
         "database is locked",
     ];
-    const MISSING: [&str; 2] = ["no such table", "doesn't exist"];
     const OVERFLOW: [&str; 3] = [
         "bigint out of range",
         "BIGINT value is out of range",
         "integer overflow",
     ];
     let has = |needles: &[&str]| needles.iter().any(|n| message.contains(n));
+    // "relation "t" does not exist", but not "column "c" of relation "t" does not exist".
+    let pg_missing = message.contains(": relation \"") && message.ends_with("does not exist");
     if has(&CONFLICT) {
         Classified::Conflict
-    } else if has(&MISSING)
-        || (message.contains("relation \"") && message.contains("\" does not exist"))
-    {
+    } else if pg_missing || has(&["no such table", "(42S02)"]) {
         Classified::MissingTable
     } else if has(&OVERFLOW) {
         Classified::Overflow
@@ -99,50 +98,46 @@ mod tests {
 
     #[test]
     fn messages_of_each_backend() {
+        let db = "error returned from database:";
         let cases = [
+            ("deadlock detected", Classified::Conflict),
             (
-                "error returned from database: deadlock detected",
+                "1213 (40001): Deadlock found when trying to get lock; try restarting transaction",
                 Classified::Conflict,
             ),
             (
-                "error returned from database: 1213 (40001): Deadlock found when trying to get lock; try restarting transaction",
+                "1205 (HY000): Lock wait timeout exceeded; try restarting transaction",
                 Classified::Conflict,
             ),
+            ("(code: 5) database is locked", Classified::Conflict),
             (
-                "error returned from database: 1205 (HY000): Lock wait timeout exceeded; try restarting transaction",
-                Classified::Conflict,
-            ),
-            (
-                "error returned from database: (code: 5) database is locked",
-                Classified::Conflict,
-            ),
-            (
-                "error returned from database: relation \"post_counters\" does not exist",
+                "relation \"post_counters\" does not exist",
                 Classified::MissingTable,
             ),
             (
-                "error returned from database: 1146 (42S02): Table 'test.post_counters' doesn't exist",
+                "1146 (42S02): Table 'test.post_counters' doesn't exist",
                 Classified::MissingTable,
             ),
             (
-                "error returned from database: (code: 1) no such table: post_counters",
+                "(code: 1) no such table: post_counters",
                 Classified::MissingTable,
             ),
+            ("bigint out of range", Classified::Overflow),
+            ("(code: 1) integer overflow", Classified::Overflow),
             (
-                "error returned from database: bigint out of range",
-                Classified::Overflow,
+                "column \"slot\" of relation \"c\" does not exist",
+                Classified::Other,
             ),
             (
-                "error returned from database: (code: 1) integer overflow",
-                Classified::Overflow,
-            ),
-            (
-                "pool timed out while waiting for an open connection",
+                "1054 (42S22): Unknown column 'slot' in 'field list'",
                 Classified::Other,
             ),
         ];
         for (message, expected) in cases {
-            assert_eq!(classify_message(message), expected, "{message}");
+            let message = format!("{db} {message}");
+            assert_eq!(classify_message(&message), expected, "{message}");
         }
+        let pool = "pool timed out while waiting for an open connection";
+        assert_eq!(classify_message(pool), Classified::Other);
     }
 }
