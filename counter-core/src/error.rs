@@ -30,6 +30,15 @@ pub enum CounterError {
         reason: &'static str,
     },
 
+    /// An owner id the companion table cannot store exactly (see [`crate::OwnerId`]).
+    #[error("invalid owner id {owner:?}: {reason}")]
+    InvalidOwner {
+        /// The offending id (shortened to 80 characters for display).
+        owner: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+
     /// A slot count outside `1..=1024`.
     #[error("slot count {slots} is out of range: it must be between 1 and {max}", max = crate::Slots::MAX)]
     SlotsOutOfRange {
@@ -59,22 +68,25 @@ pub enum CounterError {
         source: DbErr,
     },
 
-    /// A deadlock, serialization failure or lock timeout. Outside a
-    /// transaction it is returned only after the retries ran out; inside the
-    /// caller's transaction it is returned at once, because the database has
-    /// already aborted (PostgreSQL) or rolled back (MySQL) that transaction and
-    /// only the caller can run it again.
+    /// A deadlock, serialization failure or lock timeout: the database undid
+    /// the statement. On a pool it is returned only after the retries ran
+    /// out. On any other connection it is returned at once: inside a
+    /// transaction, PostgreSQL has aborted the transaction and MySQL has
+    /// rolled it back (deadlock) or undone the statement (lock wait timeout),
+    /// and only the caller can run the transaction again.
     #[error(
         "write conflict on counter table `{table}` after {attempts} attempt(s) \
          (deadlock, serialization failure or lock timeout){hint}",
-        hint = if *.in_transaction { "; roll back and retry the whole transaction" } else { "" }
+        hint = if *.in_transaction { "; not retried on a connection that may be a transaction: \
+               if it is one, roll back and retry the whole transaction" } else { "" }
     )]
     Conflict {
         /// The table written to.
         table: String,
         /// How many times the statement was tried.
         attempts: u32,
-        /// Whether the caller's transaction was in use (no retry was made).
+        /// Whether the connection was not known to be a pool (so no retry
+        /// was made): a transaction, or a connection type that may be one.
         in_transaction: bool,
         /// The last database error.
         #[source]

@@ -18,6 +18,8 @@
 //! SQLite, PostgreSQL and MySQL/MariaDB are supported alike; enable the
 //! matching `sqlx-*` feature as you would on sea-orm.
 
+#![warn(missing_docs)]
+
 mod entity;
 mod error;
 pub mod key;
@@ -33,7 +35,7 @@ mod write;
 pub use entity::SlottedCounter;
 pub use error::{CounterError, Result};
 pub use key::{CounterKey, MAX_KEY_LEN, validate_key};
-pub use owner::{OwnerColumn, OwnerId};
+pub use owner::{MAX_STRING_OWNER_LEN, OwnerColumn, OwnerId};
 pub use read::CountMap;
 #[cfg(feature = "migration")]
 pub use schema::migration::CounterTableMigration;

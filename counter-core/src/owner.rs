@@ -4,6 +4,11 @@ use std::{fmt::Debug, hash::Hash};
 
 use sea_orm::{TryGetable, Value};
 
+use crate::error::{CounterError, Result, preview};
+
+/// The longest string owner id, in characters (`VARCHAR(255)`).
+pub const MAX_STRING_OWNER_LEN: usize = 255;
+
 /// The SQL type of the `owner_id` column, chosen from the owner's key type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -14,7 +19,8 @@ pub enum OwnerColumn {
     BigInteger,
     /// The backend's UUID type (`uuid`, `BINARY(16)`, a blob on SQLite).
     Uuid,
-    /// `VARCHAR(255)`, byte-wise compared on every backend.
+    /// `VARCHAR(255)`; exact comparison on every backend (a binary
+    /// collation on MySQL, whose PAD SPACE rule the owner check covers).
     String,
 }
 
@@ -28,6 +34,12 @@ pub trait OwnerId:
 {
     /// The `owner_id` column type for this key type.
     const COLUMN: OwnerColumn;
+
+    /// Rejects ids the column cannot store exactly. Integers and UUIDs
+    /// always fit; see the `String` implementation for strings.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl OwnerId for i32 {
@@ -42,6 +54,47 @@ impl OwnerId for uuid::Uuid {
     const COLUMN: OwnerColumn = OwnerColumn::Uuid;
 }
 
+/// String ids are at most 255 characters (longer ones would be truncated by
+/// MySQL in non-strict mode, merging owners) and do not end in a space
+/// (MySQL's collations compare `"a"` and `"a "` as equal, so their counts
+/// would merge). Both rules hold on every backend, so an id that works on
+/// SQLite also works on MySQL.
 impl OwnerId for String {
     const COLUMN: OwnerColumn = OwnerColumn::String;
+
+    fn check(&self) -> Result<()> {
+        let reason = if self.chars().nth(MAX_STRING_OWNER_LEN).is_some() {
+            "a string owner id is at most 255 characters long"
+        } else if self.ends_with(' ') {
+            "a string owner id cannot end in a space (MySQL ignores trailing spaces)"
+        } else {
+            return Ok(());
+        };
+        Err(CounterError::InvalidOwner {
+            owner: preview(self),
+            reason,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_owners_that_would_merge_on_mysql_are_rejected() {
+        assert!("alice".to_owned().check().is_ok());
+        assert!(
+            "Zoë 🚀"
+                .repeat(30)
+                .chars()
+                .take(255)
+                .collect::<String>()
+                .check()
+                .is_ok()
+        );
+        assert!("a ".to_owned().check().is_err());
+        assert!("x".repeat(256).check().is_err());
+        assert!(" a\t".to_owned().check().is_ok());
+    }
 }

@@ -74,12 +74,12 @@ impl<I: OwnerId> Counters<I> {
         owners: &[I],
         keys: Option<Vec<String>>,
     ) -> Result<CountMap<I>> {
-        let owners: Vec<I> = owners
-            .iter()
-            .cloned()
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
+        let mut unique = HashSet::with_capacity(owners.len());
+        for owner in owners {
+            owner.check()?;
+            unique.insert(owner.clone());
+        }
+        let owners: Vec<I> = unique.into_iter().collect();
         let zeros: HashMap<String, i64> = keys.iter().flatten().map(|k| (k.clone(), 0)).collect();
         let mut counts: CountMap<I> = owners.iter().map(|o| (o.clone(), zeros.clone())).collect();
         if owners.is_empty() || keys.as_ref().is_some_and(Vec::is_empty) {
@@ -87,15 +87,26 @@ impl<I: OwnerId> Counters<I> {
         }
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
-        let per_query = sql::owners_per_read(dialect, keys.as_ref().map_or(0, Vec::len));
-        for chunk in owners.chunks(per_query) {
-            let ids = chunk.iter().cloned().map(Into::into).collect();
-            let stmt = sql::sums(dialect, table, ids, keys.clone());
-            let rows = retry::run(db, table, || db.query_all_raw(stmt.clone())).await?;
-            for row in rows {
-                let SumRow { owner, key, total } = SumRow::<I>::decode(&row, table)?;
-                if let Some(totals) = counts.get_mut(&owner) {
-                    totals.insert(key, total);
+        let (keys_per_query, owners_per_query) =
+            sql::read_chunks(dialect, keys.as_ref().map_or(0, Vec::len));
+        // `None` reads every key: one pass with no key filter.
+        let key_chunks: Vec<Option<Vec<String>>> = match &keys {
+            Some(keys) => keys
+                .chunks(keys_per_query)
+                .map(|c| Some(c.to_vec()))
+                .collect(),
+            None => vec![None],
+        };
+        for keys in key_chunks {
+            for chunk in owners.chunks(owners_per_query) {
+                let ids = chunk.iter().cloned().map(Into::into).collect();
+                let stmt = sql::sums(dialect, table, ids, keys.clone());
+                let rows = retry::run(db, table, || db.query_all_raw(stmt.clone())).await?;
+                for row in rows {
+                    let SumRow { owner, key, total } = SumRow::<I>::decode(&row, table)?;
+                    if let Some(totals) = counts.get_mut(&owner) {
+                        totals.insert(key, total);
+                    }
                 }
             }
         }

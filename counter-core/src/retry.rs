@@ -41,7 +41,8 @@ where
             Classified::Conflict if retry && attempt < MAX_ATTEMPTS => {
                 let pause = backoff(attempt);
                 tracing::debug!(table, attempt, ?pause, error = %err, "counter write conflict, retrying");
-                tokio::time::sleep(pause).await;
+                // Runtime-neutral: no panic on a runtime without a timer driver.
+                futures_timer::Delay::new(pause).await;
                 attempt += 1;
             }
             Classified::Conflict => {
@@ -68,11 +69,17 @@ where
     }
 }
 
-/// Whether `C` is the connection pool. `ConnectionTrait` cannot say whether a
-/// transaction is open, and retrying inside one would be wrong on every
-/// backend, so only the one type known to be a pool is retried.
+/// Whether `C` is a connection pool (`DatabaseConnection`, or sea-orm's
+/// `RestrictedConnection` wrapper of one). `ConnectionTrait` cannot say
+/// whether a transaction is open, and a retry inside one would be wrong on
+/// every backend, so only types known to be pools are retried; any other
+/// type (a transaction, `DatabaseExecutor`, a proxy) gets the error back.
+/// Both type names come from the same compiler run, so comparing them is
+/// exact even though their text is not a stable format.
 pub(crate) fn is_pool<C: ?Sized>() -> bool {
-    type_name::<C>().trim_start_matches('&') == type_name::<DatabaseConnection>()
+    let name = type_name::<C>().trim_start_matches('&');
+    name == type_name::<DatabaseConnection>()
+        || (name.starts_with("sea_orm::") && name.ends_with("::RestrictedConnection"))
 }
 
 fn backoff(attempt: u32) -> Duration {

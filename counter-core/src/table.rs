@@ -45,7 +45,8 @@ impl CounterTable {
     ///
     /// Names are SQL identifiers: 1 to 63 bytes of ASCII letters, digits and
     /// `_`, not starting with a digit. They are quoted in every statement, so
-    /// reserved words are fine, but nothing else can get in.
+    /// reserved words are fine, but nothing else can get in. The one name
+    /// refused is `excluded`, which upserts use for the incoming row.
     pub fn new(name: impl Into<Cow<'static, str>>) -> Result<Self> {
         let name = name.into();
         validate_table_name(&name)?;
@@ -104,6 +105,8 @@ pub fn validate_table_name(name: &str) -> Result<()> {
         "a table name cannot start with a digit"
     } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         "a table name may only contain ASCII letters, digits and '_'"
+    } else if name.eq_ignore_ascii_case(crate::sql::NEW_ROWS) {
+        "`excluded` names the proposed row in upserts and cannot be a counter table"
     } else {
         return Ok(());
     };
@@ -194,6 +197,7 @@ mod tests {
             "a;drop",
             "a b",
             "ü",
+            "Excluded",
             &"a".repeat(64),
         ] {
             let err = CounterTable::new(bad.to_owned()).unwrap_err();

@@ -28,7 +28,9 @@ impl<I: OwnerId> Counters<I> {
     /// One upsert of one slot row, picked at random among the key's slots, so
     /// concurrent writers of a hot counter rarely wait on the same row lock.
     /// A zero delta is validated and then skipped. On a pool, conflicts are
-    /// retried; in a transaction, the counter commits or rolls back with it.
+    /// retried; in a transaction, the counter commits or rolls back with it,
+    /// and a failed write leaves the transaction as the database does (on
+    /// PostgreSQL, aborted: roll it back).
     pub async fn add<C, K>(&self, db: &C, owner: I, key: K, delta: i64) -> Result<()>
     where
         C: ConnectionTrait,
@@ -36,6 +38,7 @@ impl<I: OwnerId> Counters<I> {
     {
         let key = key.as_key_str();
         validate_key(key)?;
+        owner.check()?;
         if delta == 0 {
             return Ok(());
         }
@@ -81,7 +84,8 @@ impl<I: OwnerId> Counters<I> {
     /// other; then one multi-row upsert is sent per chunk of
     /// [`UPSERT_ROWS_PER_STATEMENT`](crate::UPSERT_ROWS_PER_STATEMENT) rows.
     /// Several chunks run in a transaction of their own (a savepoint inside
-    /// the caller's), so a batch is never half applied.
+    /// the caller's), so a batch is never half applied; a single chunk is one
+    /// statement, atomic by itself.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -146,6 +150,7 @@ impl<I: OwnerId> Counters<I> {
         for (owner, key, delta) in deltas {
             let key = key.as_key_str();
             validate_key(key)?;
+            owner.check()?;
             let total = folded.entry((owner, key.to_owned())).or_insert(0);
             *total = total
                 .checked_add(delta)

@@ -225,3 +225,48 @@ async fn other_database_errors_pass_through() {
         t.finish().await;
     }
 }
+
+/// String owners MySQL would merge with another ("a" and "a ") or truncate
+/// (over 255 characters) are refused on every backend, before any SQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn string_owners_that_cannot_be_stored_exactly_are_rejected() {
+    for t in backends("invalid_string_owner").await {
+        let c = counters::<String>("user_counters", 4);
+        c.create_table(&t.db).await.unwrap();
+        for bad in ["alice ".to_owned(), "x".repeat(256)] {
+            let invalid =
+                |r: &Result<_, CounterError>| matches!(r, Err(CounterError::InvalidOwner { .. }));
+            assert!(
+                invalid(&c.add(&t.db, bad.clone(), "likes", 1).await.map(drop)),
+                "[{}] add",
+                t.backend
+            );
+            assert!(
+                invalid(&c.get(&t.db, &bad, "likes").await.map(drop)),
+                "[{}] get",
+                t.backend
+            );
+            let batch = c
+                .add_many(
+                    &t.db,
+                    [("ok".to_owned(), "likes", 1), (bad.clone(), "likes", 1)],
+                )
+                .await;
+            assert!(invalid(&batch.map(drop)), "[{}] add_many", t.backend);
+        }
+        c.add(&t.db, "x".repeat(255), "likes", 2).await.unwrap();
+        assert_eq!(
+            c.get(&t.db, &"x".repeat(255), "likes").await.unwrap(),
+            2,
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(
+            c.get(&t.db, &"ok".to_owned(), "likes").await.unwrap(),
+            0,
+            "[{}] batch was applied",
+            t.backend
+        );
+        t.finish().await;
+    }
+}

@@ -123,3 +123,35 @@ async fn all_keys_of_owners_for_runtime_keys() {
         t.finish().await;
     }
 }
+
+/// More keys than half a statement's bind limit: keys are chunked too.
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_of_40_000_keys_are_chunked() {
+    for t in backends("many_keys").await {
+        let c = counters::<i64>("c", 2);
+        c.create_table(&t.db).await.unwrap();
+        let keys: Vec<String> = (0..40_000).map(|n| format!("flag:{n}")).collect();
+        c.add_many(
+            &t.db,
+            [(1, "flag:0", 1), (2, "flag:39999", 2), (3, "flag:20000", 3)],
+        )
+        .await
+        .unwrap();
+        let counts = c.get_many(&t.db, &[1, 2, 3], &keys).await.unwrap();
+        assert!(
+            counts.values().all(|k| k.len() == 40_000),
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(counts[&1]["flag:0"], 1, "[{}]", t.backend);
+        assert_eq!(counts[&2]["flag:39999"], 2, "[{}]", t.backend);
+        assert_eq!(counts[&3]["flag:20000"], 3, "[{}]", t.backend);
+        assert_eq!(
+            counts.values().flat_map(|k| k.values()).sum::<i64>(),
+            6,
+            "[{}]",
+            t.backend
+        );
+        t.finish().await;
+    }
+}

@@ -70,13 +70,21 @@ impl Dialect {
     }
 }
 
+/// The name of the incoming row in a multi-row upsert: PostgreSQL's and
+/// SQLite's `excluded`, and the derived table's alias on MySQL, so one name
+/// is reserved (see [`crate::CounterTable::new`]) instead of two.
+pub(crate) const NEW_ROWS: &str = "excluded";
+
 /// Rows per multi-row upsert. Far under every bind limit (4 binds a row), and
 /// small enough that one statement never holds many row locks for long.
 pub const UPSERT_ROWS_PER_STATEMENT: usize = 1_000;
 
-/// Owners per grouped read: as many as the bind limit allows, less the keys.
-pub(crate) fn owners_per_read(dialect: Dialect, keys: usize) -> usize {
-    dialect.max_binds().saturating_sub(keys).max(1)
+/// Keys and owners per grouped read. Both lists are bound, so both are
+/// chunked: keys take at most half the binds, owners the rest.
+pub(crate) fn read_chunks(dialect: Dialect, keys: usize) -> (usize, usize) {
+    let binds = dialect.max_binds();
+    let keys_per_query = keys.clamp(1, binds / 2);
+    (keys_per_query, binds - keys_per_query)
 }
 
 /// Quotes a name that is already known to be a plain identifier (validated

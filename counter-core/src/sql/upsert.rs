@@ -5,7 +5,7 @@ use sea_orm::{
     sea_query::{Alias, Expr, ExprTrait, OnConflict, Query},
 };
 
-use super::{Dialect, col, quote};
+use super::{Dialect, NEW_ROWS, col, quote};
 
 /// One slot row to add to: `(owner_id, count_key, slot) += delta`.
 #[derive(Debug, Clone)]
@@ -47,7 +47,7 @@ pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> S
         Dialect::Sqlite | Dialect::Postgres => {
             let excluded = format!(
                 "{}.{}",
-                quote(dialect, "excluded"),
+                quote(dialect, NEW_ROWS),
                 quote(dialect, col::VALUE)
             );
             let new_value = if dialect == Dialect::Sqlite {
@@ -71,10 +71,11 @@ pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> S
 }
 
 /// MySQL/MariaDB: the new rows come from a derived table, so the update can
-/// name them (`n.value`) without the deprecated `VALUES()` function; MariaDB
+/// name them (`excluded.value`, as on the other backends) without the deprecated `VALUES()` function; MariaDB
 /// rejects MySQL 8's `AS new` row alias, and this form works on both.
 fn mysql_add_rows(table: &str, rows: Vec<UpsertRow>) -> Statement {
     let t = quote(Dialect::MySql, table);
+    let new = quote(Dialect::MySql, NEW_ROWS);
     let [o, k, s, v] =
         [col::OWNER_ID, col::COUNT_KEY, col::SLOT, col::VALUE].map(|c| quote(Dialect::MySql, c));
     let mut sql = format!("INSERT INTO {t} ({o}, {k}, {s}, {v}) SELECT * FROM (");
@@ -88,7 +89,7 @@ fn mysql_add_rows(table: &str, rows: Vec<UpsertRow>) -> Statement {
         values.extend(row_values(row));
     }
     sql.push_str(&format!(
-        ") AS n ON DUPLICATE KEY UPDATE {v} = {t}.{v} + n.{v}"
+        ") AS {new} ON DUPLICATE KEY UPDATE {v} = {t}.{v} + {new}.{v}"
     ));
     Statement::from_sql_and_values(Dialect::MySql.backend(), sql, values)
 }
@@ -168,7 +169,7 @@ mod tests {
         let my = add_rows(Dialect::MySql, "c", vec![row(1, 1), row(2, 2)]);
         assert_eq!(
             my.sql,
-            "INSERT INTO `c` (`owner_id`, `count_key`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?) AS n ON DUPLICATE KEY UPDATE `value` = `c`.`value` + n.`value`"
+            "INSERT INTO `c` (`owner_id`, `count_key`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?) AS `excluded` ON DUPLICATE KEY UPDATE `value` = `c`.`value` + `excluded`.`value`"
         );
         let lite = add_rows(Dialect::Sqlite, "c", vec![row(1, 1)]);
         assert!(
