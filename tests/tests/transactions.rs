@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use counter_core::CounterError;
-use counter_tests::{Backend, backends, counters};
+use counter_core::{CounterError, Counters};
+use counter_tests::{Backend, TestDb, backends, counters};
 use sea_orm::TransactionTrait;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -65,14 +65,9 @@ async fn rollback_discards_and_commit_keeps() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deadlock_inside_a_transaction_is_returned_not_retried() {
     for t in backends("deadlock_in_transaction").await {
-        if t.backend == Backend::Sqlite {
-            // One in-memory connection: two open write transactions cannot exist.
-            t.finish().await;
+        let Some((t, c)) = two_one_slot_counters(t).await else {
             continue;
-        }
-        let c = counters::<i64>("c", 1);
-        c.create_table(&t.db).await.unwrap();
-        c.add_many(&t.db, [(1, "a", 1), (1, "b", 1)]).await.unwrap();
+        };
 
         let first = t.db.begin().await.unwrap();
         let second = t.db.begin().await.unwrap();
@@ -131,13 +126,9 @@ async fn deadlock_inside_a_transaction_is_returned_not_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deadlock_victim_on_the_pool_is_retried() {
     for t in backends("deadlock_on_pool_is_retried").await {
-        if t.backend == Backend::Sqlite {
-            t.finish().await;
+        let Some((t, c)) = two_one_slot_counters(t).await else {
             continue;
-        }
-        let c = counters::<i64>("c", 1);
-        c.create_table(&t.db).await.unwrap();
-        c.add_many(&t.db, [(1, "a", 1), (1, "b", 1)]).await.unwrap();
+        };
 
         let txn = t.db.begin().await.unwrap();
         c.increment(&txn, 1, "b").await.unwrap();
@@ -185,4 +176,18 @@ async fn deadlock_victim_on_the_pool_is_retried() {
         }
         t.finish().await;
     }
+}
+
+/// Counters `a` and `b` of owner 1, each 1, on one slot each, so that two
+/// writers can lock them in opposite orders. `None` on SQLite: its one
+/// in-memory connection cannot hold two open write transactions.
+async fn two_one_slot_counters(t: TestDb) -> Option<(TestDb, Counters<i64>)> {
+    if t.backend == Backend::Sqlite {
+        t.finish().await;
+        return None;
+    }
+    let c = counters::<i64>("c", 1);
+    c.create_table(&t.db).await.unwrap();
+    c.add_many(&t.db, [(1, "a", 1), (1, "b", 1)]).await.unwrap();
+    Some((t, c))
 }
