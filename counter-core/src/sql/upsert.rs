@@ -122,6 +122,8 @@ fn row_values(row: UpsertRow) -> [Value; 4] {
     [row.owner, row.key.into(), row.slot.into(), row.delta.into()]
 }
 
+/// Four values for the four `columns()`: both are arrays of length 4, so
+/// sea-query's `values_panic` arity check cannot fail.
 fn row_exprs(row: UpsertRow) -> [Expr; 4] {
     row_values(row).map(Expr::val)
 }
