@@ -1,65 +1,73 @@
 //! Binding an owner entity to its counters.
 
-use std::future::Future;
+use std::{collections::HashMap, future::Future};
 
 use sea_orm::{ConnectionTrait, EntityTrait, TransactionTrait};
 
-use crate::{BatchOutcome, CountMap, CounterKey, Counters, OwnerId, Result};
+use crate::{BatchOutcome, CountMap, CountSet, Counters, KeySet, OwnerId, Result, key::CounterKey};
 
 /// An entity whose rows own counters in a companion table.
 ///
-/// `#[derive(SlottedCounter)]` implements it with a typed key enum, so a
-/// misspelt counter is a compile error. It can also be written by hand:
+/// `#[derive(SlottedCounter)]` implements it (see the derive for the
+/// attribute grammar), with a generated key enum, so a misspelt counter is a
+/// compile error, and a generated [`CountSet`] struct with one field per key.
+/// Every method is provided; an implementation only says where the counters
+/// live and how to get a model's primary key.
+///
+/// Methods take any `&C: ConnectionTrait`: a pool, or the caller's
+/// transaction, with which the counter commits or rolls back.
 ///
 /// ```
-/// use std::sync::LazyLock;
-/// use counter_core::{CounterTable, Counters, SlottedCounter};
+/// use counter_core::prelude::*;
 ///
 /// mod post {
+///     use counter_core::SlottedCounter;
 ///     use sea_orm::entity::prelude::*;
 ///
-///     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+///     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
 ///     #[sea_orm(table_name = "posts")]
+///     #[counter(keys(likes, views(slots = 64)))]
 ///     pub struct Model {
 ///         #[sea_orm(primary_key)]
 ///         pub id: i64,
+///         pub title: String,
 ///     }
+///
 ///     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 ///     pub enum Relation {}
+///
 ///     impl ActiveModelBehavior for ActiveModel {}
-/// }
-///
-/// impl SlottedCounter for post::Entity {
-///     type OwnerId = i64;
-///     type Key = &'static str;
-///
-///     fn counters() -> &'static Counters<i64> {
-///         static COUNTERS: LazyLock<Counters<i64>> = LazyLock::new(|| {
-///             Counters::new(CounterTable::new("post_counters").expect("a valid table name"))
-///         });
-///         &COUNTERS
-///     }
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let db = sea_orm::Database::connect("sqlite::memory:").await?;
 /// # post::Entity::counters().create_table(&db).await?;
-/// post::Entity::increment(&db, 1, "likes").await?;
-/// assert_eq!(post::Entity::get(&db, &1, "likes").await?, 1);
+/// use post::counters::Key;
+///
+/// post::Entity::increment(&db, 1, Key::Likes).await?;
+/// post::Entity::add(&db, 1, Key::Views, 10).await?;
+/// let counts = post::Entity::counts(&db, &1).await?;
+/// assert_eq!((counts.likes, counts.views), (1, 10));
 /// # Ok(())
 /// # }
 /// ```
 pub trait SlottedCounter: EntityTrait {
     /// The owner's primary-key type, also the `owner_id` column's.
     type OwnerId: OwnerId;
-    /// The key type: a generated enum, or `&'static str` for free-form keys.
-    type Key: CounterKey + Send + Sync;
+    /// The entity's counter keys (the generated `counters::Key`).
+    type Key: KeySet;
+    /// One total per key (the generated `counters::Counts`).
+    type Counts: CountSet<Key = Self::Key>;
 
-    /// The counters of this entity.
+    /// The counters of this entity: also the dynamic API, for keys chosen at
+    /// run time (per-emoji reactions, say) in the same table.
     fn counters() -> &'static Counters<Self::OwnerId>;
 
-    /// See [`Counters::add`].
+    /// The owner id of a model: its primary key.
+    fn owner_id(model: &Self::Model) -> Self::OwnerId;
+
+    /// Adds `delta` (which may be negative). See [`Counters::add`].
     fn add<C: ConnectionTrait>(
         db: &C,
         owner: Self::OwnerId,
@@ -69,7 +77,7 @@ pub trait SlottedCounter: EntityTrait {
         Self::counters().add(db, owner, key, delta)
     }
 
-    /// See [`Counters::increment`].
+    /// Adds 1. See [`Counters::increment`].
     fn increment<C: ConnectionTrait>(
         db: &C,
         owner: Self::OwnerId,
@@ -78,7 +86,7 @@ pub trait SlottedCounter: EntityTrait {
         Self::counters().increment(db, owner, key)
     }
 
-    /// See [`Counters::decrement`].
+    /// Subtracts 1. See [`Counters::decrement`].
     fn decrement<C: ConnectionTrait>(
         db: &C,
         owner: Self::OwnerId,
@@ -87,7 +95,8 @@ pub trait SlottedCounter: EntityTrait {
         Self::counters().decrement(db, owner, key)
     }
 
-    /// See [`Counters::add_many`].
+    /// Applies many deltas at once, all or nothing: folded, sorted and sent
+    /// as multi-row upserts. See [`Counters::add_many`].
     fn add_many<C, It>(db: &C, deltas: It) -> impl Future<Output = Result<BatchOutcome>> + Send
     where
         C: ConnectionTrait + TransactionTrait,
@@ -97,24 +106,91 @@ pub trait SlottedCounter: EntityTrait {
         Self::counters().add_many(db, deltas)
     }
 
-    /// See [`Counters::get`].
+    /// The total of one counter. See [`Counters::get`].
     fn get<'a, C: ConnectionTrait>(
         db: &'a C,
         owner: &'a Self::OwnerId,
         key: Self::Key,
-    ) -> impl Future<Output = Result<i64>> + Send + 'a
-    where
-        Self::Key: 'a,
-    {
+    ) -> impl Future<Output = Result<i64>> + Send + 'a {
         Self::counters().get(db, owner, key)
     }
 
-    /// See [`Counters::get_many`].
+    /// Chosen counters of many owners, by key name. See [`Counters::get_many`].
     fn get_many<'a, C: ConnectionTrait>(
         db: &'a C,
         owners: &'a [Self::OwnerId],
         keys: &'a [Self::Key],
     ) -> impl Future<Output = Result<CountMap<Self::OwnerId>>> + Send + 'a {
         Self::counters().get_many(db, owners, keys)
+    }
+
+    /// Every counter of one owner, in one query.
+    fn counts<'a, C: ConnectionTrait>(
+        db: &'a C,
+        owner: &'a Self::OwnerId,
+    ) -> impl Future<Output = Result<Self::Counts>> + Send + 'a {
+        async move {
+            let mut all = Self::counts_many(db, std::slice::from_ref(owner)).await?;
+            Ok(all.remove(owner).unwrap_or_default())
+        }
+    }
+
+    /// Every counter of many owners, in one grouped query per chunk of
+    /// owners. Every requested owner is in the map, zero-filled; an empty
+    /// list returns an empty map without a query.
+    fn counts_many<'a, C: ConnectionTrait>(
+        db: &'a C,
+        owners: &'a [Self::OwnerId],
+    ) -> impl Future<Output = Result<HashMap<Self::OwnerId, Self::Counts>>> + Send + 'a {
+        async move {
+            let totals = Self::counters()
+                .get_many(db, owners, Self::Key::ALL)
+                .await?;
+            Ok(totals
+                .into_iter()
+                .map(|(owner, by_key)| {
+                    let mut counts = Self::Counts::default();
+                    for &key in Self::Key::ALL {
+                        let total = by_key.get(key.as_key_str()).copied().unwrap_or(0);
+                        counts.set(key, total);
+                    }
+                    (owner, counts)
+                })
+                .collect())
+        }
+    }
+
+    /// Pairs each model with its counts: one query for the whole page, not
+    /// one per model. Order is kept.
+    fn load_counts<'a, C, It>(
+        db: &'a C,
+        models: It,
+    ) -> impl Future<Output = Result<Vec<(Self::Model, Self::Counts)>>> + Send + 'a
+    where
+        C: ConnectionTrait,
+        It: IntoIterator<Item = Self::Model> + Send + 'a,
+        It::IntoIter: Send,
+    {
+        async move {
+            let models: Vec<Self::Model> = models.into_iter().collect();
+            let owners: Vec<Self::OwnerId> = models.iter().map(Self::owner_id).collect();
+            let counts = Self::counts_many(db, &owners).await?;
+            Ok(models
+                .into_iter()
+                .zip(owners)
+                .map(|(model, owner)| {
+                    // A model may appear twice in a page: clone, do not take.
+                    (model, counts.get(&owner).cloned().unwrap_or_default())
+                })
+                .collect())
+        }
+    }
+
+    /// The migration creating this entity's companion table, for a
+    /// `Migrator` (after the migration of the owner's table):
+    /// `Box::new(post::Entity::counter_migration())`.
+    #[cfg(feature = "migration")]
+    fn counter_migration() -> crate::CounterTableMigration {
+        Self::counters().migration()
     }
 }

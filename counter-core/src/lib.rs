@@ -27,9 +27,12 @@ mod owner;
 mod read;
 mod retry;
 mod schema;
+#[cfg(feature = "serde")]
+mod serde_support;
 mod slots;
 mod sql;
 mod table;
+mod typed;
 mod write;
 
 pub use entity::SlottedCounter;
@@ -41,15 +44,71 @@ pub use read::CountMap;
 pub use schema::migration::CounterTableMigration;
 pub use slots::Slots;
 pub use sql::UPSERT_ROWS_PER_STATEMENT;
-pub use table::{CounterTable, Counters, MAX_TABLE_NAME_LEN, validate_table_name};
+pub use table::{CounterTable, Counters, MAX_TABLE_NAME_LEN, OwnerTable, validate_table_name};
+pub use typed::{CountSet, KeySet};
 pub use write::BatchOutcome;
 
-/// `#[derive(SlottedCounter)]`, behind the default `derive` feature.
 #[cfg(feature = "derive")]
 pub use counter_derive::SlottedCounter;
+
+/// Without the `serde` feature, the derive's serde hook expands to nothing.
+#[cfg(not(feature = "serde"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __derive_serde {
+    ($key:ident, $counts:ident) => {};
+}
+
+/// The traits needed to call counter methods on an entity, and the derive:
+/// `use counter_core::prelude::*;`.
+pub mod prelude {
+    pub use crate::{CountSet, CounterError, CounterKey, Counters, KeySet, SlottedCounter};
+}
 
 /// Paths used by code that `#[derive(SlottedCounter)]` generates. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    #[cfg(feature = "serde")]
+    pub use crate::serde_support::{
+        deserialize_counts, deserialize_key, serialize_counts, serialize_key,
+    };
     pub use sea_orm;
+    #[cfg(feature = "serde")]
+    pub use serde;
+
+    use crate::{CounterError, CounterTable, Counters, OwnerId, Result, error::preview};
+
+    /// The error of parsing a string that is none of `expected`.
+    pub fn unknown_key(key: &str, expected: &'static [&'static str]) -> CounterError {
+        CounterError::UnknownKey {
+            key: preview(key),
+            expected,
+        }
+    }
+
+    /// The counters of a derived entity. The derive has already checked
+    /// every name and slot count at compile time, so this cannot fail.
+    pub fn derived_counters<I: OwnerId>(
+        table: &'static str,
+        slots: u16,
+        key_slots: &[(&str, u16)],
+        cascade: Option<(&'static str, &'static str)>,
+    ) -> Counters<I> {
+        let build = || -> Result<CounterTable> {
+            let mut config = CounterTable::new(table)?.with_slots(slots)?;
+            for &(key, slots) in key_slots {
+                config = config.with_key_slots(key, slots)?;
+            }
+            if let Some((owner_table, owner_column)) = cascade {
+                config = config.with_cascade(owner_table, owner_column)?;
+            }
+            Ok(config)
+        };
+        match build() {
+            Ok(config) => Counters::new(config),
+            Err(e) => {
+                unreachable!("#[derive(SlottedCounter)] checked `{table}` at compile time: {e}")
+            }
+        }
+    }
 }

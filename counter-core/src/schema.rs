@@ -14,7 +14,7 @@ impl<I: OwnerId> Counters<I> {
     /// Creates the companion table if it does not exist. Applications with
     /// migrations use [`Counters::migration`] instead.
     pub async fn create_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
-        let stmt = sql::create_table(Dialect::of(db)?, self.table().name(), I::COLUMN);
+        let stmt = sql::create_table(Dialect::of(db)?, self.table(), I::COLUMN);
         retry::run(db, self.table().name(), || db.execute_raw(stmt.clone())).await?;
         Ok(())
     }
@@ -43,7 +43,7 @@ pub mod migration {
     };
 
     use crate::{
-        Counters,
+        CounterTable, Counters,
         owner::{OwnerColumn, OwnerId},
         sql::{self, Dialect},
     };
@@ -65,16 +65,16 @@ pub mod migration {
     /// ```
     pub struct CounterTableMigration {
         name: String,
-        table: String,
+        table: CounterTable,
         owner: OwnerColumn,
     }
 
     impl CounterTableMigration {
         /// The migration for `counters`' table.
         pub fn new<I: OwnerId>(counters: Counters<I>) -> Self {
-            let table = counters.table().name().to_owned();
+            let table = counters.table().clone();
             Self {
-                name: format!("counter_core_create_{table}"),
+                name: format!("counter_core_create_{}", table.name()),
                 table,
                 owner: I::COLUMN,
             }
@@ -100,7 +100,7 @@ pub mod migration {
         }
 
         async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-            let stmt = sql::drop_table(Self::dialect(manager)?, &self.table);
+            let stmt = sql::drop_table(Self::dialect(manager)?, self.table.name());
             manager.get_connection().execute_raw(stmt).await.map(drop)
         }
     }

@@ -5,16 +5,13 @@
 
 pub use sea_orm_migration::prelude::*;
 
-use counter_core::{CounterTable, Counters};
+use counter_core::SlottedCounter;
+use entity::{post, user};
 
 mod m20261122_000001_create_blog;
 
-/// The companion table of `posts`.
-pub const POST_COUNTERS: &str = "post_counters";
-/// The companion table of `users`.
-pub const USER_COUNTERS: &str = "user_counters";
-
-/// The migrations, in order: owner tables first, then their counter tables.
+/// The migrations, in order: owner tables first, then their counter tables,
+/// each added with one line from its entity's `#[derive(SlottedCounter)]`.
 pub struct Migrator;
 
 #[async_trait::async_trait]
@@ -22,13 +19,8 @@ impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
             Box::new(m20261122_000001_create_blog::Migration),
-            Box::new(counters_of(POST_COUNTERS).migration()),
-            Box::new(counters_of(USER_COUNTERS).migration()),
+            Box::new(post::Entity::counter_migration()),
+            Box::new(user::Entity::counter_migration()),
         ]
     }
-}
-
-fn counters_of(table: &'static str) -> Counters<i64> {
-    // Both names are constants above; a typo fails every test at once.
-    Counters::new(CounterTable::new(table).expect("the schema's counter table names are valid"))
 }

@@ -1,9 +1,9 @@
-//! `SlottedCounter` implemented by hand on the example's post entity, with
-//! typed keys, used next to ordinary entity queries in one transaction.
+//! The example's derived post entity, used next to ordinary entity queries
+//! in one transaction.
 
 use counter_core::SlottedCounter;
 use counter_tests::backends;
-use examples::entities::post::{self, Key as PostKey};
+use entity::post::{self, counters::Key as PostKey};
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{ActiveModelTrait, EntityTrait, QueryOrder, Set, TransactionTrait};
 

@@ -1,14 +1,16 @@
 //! The migration crate and the ready-made companion-table migration.
 
-use counter_core::{CounterError, CounterTable, Counters};
+use counter_core::{CounterError, CounterTable, Counters, SlottedCounter};
 use counter_tests::backends;
-use migration::{Migrator, MigratorTrait, POST_COUNTERS, USER_COUNTERS};
+use entity::{post, user};
+use migration::{Migrator, MigratorTrait};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn migrator_up_and_down_create_and_drop_counter_tables() {
     for t in backends("migrator_up_down").await {
-        let posts = Counters::<i64>::new(CounterTable::new(POST_COUNTERS).unwrap());
-        let users = Counters::<i64>::new(CounterTable::new(USER_COUNTERS).unwrap());
+        // The dynamic handles of the derived entities: the same tables.
+        let posts = post::Entity::counters();
+        let users = user::Entity::counters();
 
         Migrator::up(&t.db, None).await.unwrap();
         assert!(

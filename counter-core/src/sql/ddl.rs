@@ -2,20 +2,25 @@
 
 use sea_orm::{
     Statement,
-    sea_query::{Alias, ColumnDef, Index, Table},
+    sea_query::{Alias, ColumnDef, ForeignKey, ForeignKeyAction, Index, Table},
 };
 
 use super::{Dialect, col};
-use crate::owner::OwnerColumn;
+use crate::{owner::OwnerColumn, table::CounterTable};
 
 /// `CREATE TABLE IF NOT EXISTS t (owner_id, count_key, slot, value, PRIMARY KEY (owner_id, count_key, slot))`.
 ///
 /// No surrogate id (every conflicting upsert would burn a sequence value), no
-/// index on `value` (PostgreSQL updates stay HOT), no foreign key (on InnoDB
-/// the check share-locks the owner row and brings the contention back).
+/// index on `value` (PostgreSQL updates stay HOT), and no foreign key unless
+/// the table opted into [`CounterTable::with_cascade`] (on InnoDB the check
+/// share-locks the owner row and brings some contention back).
 /// On MySQL the string columns compare byte-wise (`_bin` collations), so keys
 /// and string owner ids are case-sensitive and exact, as on the other backends.
-pub(crate) fn create_table(dialect: Dialect, table: &str, owner: OwnerColumn) -> Statement {
+pub(crate) fn create_table(
+    dialect: Dialect,
+    table: &CounterTable,
+    owner: OwnerColumn,
+) -> Statement {
     let mysql = dialect == Dialect::MySql;
     let mut owner_id = ColumnDef::new(Alias::new(col::OWNER_ID));
     match owner {
@@ -35,8 +40,8 @@ pub(crate) fn create_table(dialect: Dialect, table: &str, owner: OwnerColumn) ->
     } else {
         count_key.string_len(64);
     }
-    let create = Table::create()
-        .table(Alias::new(table))
+    let mut create = Table::create()
+        .table(Alias::new(table.name()))
         .if_not_exists()
         .col(owner_id.not_null())
         .col(count_key.not_null())
@@ -57,6 +62,18 @@ pub(crate) fn create_table(dialect: Dialect, table: &str, owner: OwnerColumn) ->
                 .col(Alias::new(col::SLOT)),
         )
         .to_owned();
+    if let Some(owner) = table.cascade() {
+        create.foreign_key(
+            ForeignKey::create()
+                .name(format!("fk_{}_owner", table.name()))
+                .from_col(Alias::new(col::OWNER_ID))
+                .to(
+                    Alias::new(owner.table.as_ref()),
+                    Alias::new(owner.column.as_ref()),
+                )
+                .on_delete(ForeignKeyAction::Cascade),
+        );
+    }
     dialect.backend().build(&create)
 }
 
@@ -76,12 +93,13 @@ mod tests {
 
     #[test]
     fn companion_table_ddl() {
-        let pg = create_table(Dialect::Postgres, "post_counters", OwnerColumn::BigInteger);
+        let table = CounterTable::new("post_counters").unwrap();
+        let pg = create_table(Dialect::Postgres, &table, OwnerColumn::BigInteger);
         assert_eq!(
             pg.sql,
             r#"CREATE TABLE IF NOT EXISTS "post_counters" ( "owner_id" bigint NOT NULL, "count_key" varchar(64) NOT NULL, "slot" smallint NOT NULL, "value" bigint NOT NULL, PRIMARY KEY ("owner_id", "count_key", "slot") )"#
         );
-        let my = create_table(Dialect::MySql, "post_counters", OwnerColumn::String);
+        let my = create_table(Dialect::MySql, &table, OwnerColumn::String);
         assert!(
             my.sql.contains(
                 "`owner_id` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
@@ -94,6 +112,22 @@ mod tests {
                 .contains("`count_key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"),
             "{}",
             my.sql
+        );
+    }
+
+    #[test]
+    fn cascade_adds_a_foreign_key() {
+        let table = CounterTable::new("post_counters")
+            .unwrap()
+            .with_cascade("posts", "id")
+            .unwrap();
+        let pg = create_table(Dialect::Postgres, &table, OwnerColumn::BigInteger);
+        assert!(
+            pg.sql.contains(
+                r#"CONSTRAINT "fk_post_counters_owner" FOREIGN KEY ("owner_id") REFERENCES "posts" ("id") ON DELETE CASCADE"#
+            ),
+            "{}",
+            pg.sql
         );
     }
 }

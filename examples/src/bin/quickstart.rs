@@ -6,8 +6,8 @@
 
 use std::time::Instant;
 
-use counter_core::SlottedCounter;
-use examples::entities::post::{self, Key};
+use counter_core::prelude::*;
+use entity::post::{self, counters::Key};
 use migration::{Migrator, MigratorTrait};
 use rand::Rng;
 use sea_orm::{ActiveModelTrait, Database, EntityTrait, PaginatorTrait, QueryOrder, Set};
@@ -69,23 +69,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         writes as f64 / elapsed
     );
 
-    // One grouped query for every post and both counters.
-    let counts = post::Entity::get_many(&db, &ids, &[Key::Likes, Key::Views]).await?;
+    // The page of posts with every counter of each: one grouped query.
+    let page = post::Entity::load_counts(&db, posts).await?;
     println!(
-        "\n{:<4} {:<16} {:>8} {:>8}",
-        "id", "title", "likes", "views"
+        "\n{:<4} {:<16} {:>8} {:>8} {:>8}",
+        "id", "title", "likes", "comments", "views"
     );
-    for post in &posts {
-        let c = &counts[&post.id];
+    for (post, counts) in &page {
         println!(
-            "{:<4} {:<16} {:>8} {:>8}",
-            post.id, post.title, c["likes"], c["views"]
+            "{:<4} {:<16} {:>8} {:>8} {:>8}",
+            post.id, post.title, counts.likes, counts.comments, counts.views
         );
     }
     let added = grand_total(&db, &ids).await? - before;
     println!(
         "\n(all {} posts' counts read with 1 query; {added} added this run, {writes} acknowledged)",
-        posts.len()
+        page.len()
     );
     if added != writes as i64 {
         return Err(
@@ -99,6 +98,9 @@ async fn grand_total(
     db: &sea_orm::DatabaseConnection,
     ids: &[i64],
 ) -> Result<i64, counter_core::CounterError> {
-    let counts = post::Entity::get_many(db, ids, &[Key::Likes, Key::Views]).await?;
-    Ok(counts.values().flat_map(|c| c.values()).sum())
+    let counts = post::Entity::counts_many(db, ids).await?;
+    Ok(counts
+        .values()
+        .map(|c| c.likes + c.comments + c.views)
+        .sum())
 }

@@ -1,0 +1,264 @@
+//! The `#[counter(...)]` grammar: parsed, and each value checked where it
+//! stands, so every error points at the user's own tokens.
+
+use proc_macro2::Span;
+use syn::{
+    Attribute, Expr, ExprLit, Ident, Lit, LitStr, Token, ext::IdentExt, meta::ParseNestedMeta,
+    spanned::Spanned,
+};
+
+use crate::diagnostics::{Errors, unknown};
+
+/// The options of `#[counter(...)]`.
+const OPTIONS: &[&str] = &["keys", "slots", "table", "cascade"];
+/// The options of one key, `views(slots = 64)`.
+const KEY_OPTIONS: &[&str] = &["slots"];
+/// The most slots a key may have (counter-core's `Slots::MAX`).
+const MAX_SLOTS: u64 = 1024;
+/// The longest key (counter-core's `MAX_KEY_LEN`).
+const MAX_KEY_LEN: usize = 64;
+/// The longest table name (counter-core's `MAX_TABLE_NAME_LEN`).
+pub(crate) const MAX_TABLE_NAME_LEN: usize = 63;
+
+/// Everything the `#[counter]` attributes of one struct said.
+#[derive(Default)]
+pub(crate) struct CounterAttr {
+    /// Where the first `#[counter]` attribute is, for errors about what it lacks.
+    pub span: Option<Span>,
+    pub keys: Option<Vec<KeyAttr>>,
+    pub slots: Option<u16>,
+    pub table: Option<LitStr>,
+    pub cascade: bool,
+}
+
+/// One declared key, `likes` or `views(slots = 64)`.
+pub(crate) struct KeyAttr {
+    /// As written, so the `Counts` field is `r#type` if the key is `r#type`.
+    pub ident: Ident,
+    /// The stored name: the identifier without `r#`.
+    pub name: String,
+    pub slots: Option<u16>,
+}
+
+/// Parses every `#[counter]` attribute. Errors are collected, not returned,
+/// so that one build reports all of them.
+pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
+    let mut out = CounterAttr::default();
+    let mut seen: Vec<String> = Vec::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("counter")) {
+        out.span.get_or_insert(attr.path().span());
+        let result = attr.parse_nested_meta(|meta| {
+            let name = path_name(&meta);
+            if seen.contains(&name) {
+                errors.at(meta.path.span(), format!("duplicate option `{name}`"));
+                return skip_value(&meta);
+            }
+            seen.push(name.clone());
+            match name.as_str() {
+                "keys" => out.keys = Some(parse_keys(&meta, errors)?),
+                "slots" => out.slots = parse_slots(&meta, errors)?,
+                "table" => out.table = parse_table(&meta, errors)?,
+                "cascade" => {
+                    if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
+                        errors.at(meta.path.span(), "`cascade` is a flag and takes no value");
+                        skip_value(&meta)?;
+                    }
+                    out.cascade = true;
+                }
+                _ => {
+                    errors.at(meta.path.span(), unknown("option", &name, OPTIONS));
+                    skip_value(&meta)?;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            errors.push(e);
+        }
+    }
+    out
+}
+
+fn parse_keys(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Vec<KeyAttr>> {
+    let mut keys: Vec<KeyAttr> = Vec::new();
+    if !meta.input.peek(syn::token::Paren) {
+        errors.at(
+            meta.path.span(),
+            "`keys` lists the counters in parentheses: `keys(likes, views(slots = 64))`",
+        );
+        skip_value(meta)?;
+        return Ok(keys);
+    }
+    meta.parse_nested_meta(|key| {
+        let Some(ident) = key.path.get_ident().cloned() else {
+            errors.at(
+                key.path.span(),
+                "a key is a single identifier, like `likes`",
+            );
+            return skip_value(&key);
+        };
+        let name = ident.unraw().to_string();
+        if let Some(problem) = key_name_problem(&name) {
+            errors.at(ident.span(), format!("invalid key `{name}`: {problem}"));
+        } else if keys.iter().any(|k| k.name == name) {
+            errors.at(ident.span(), format!("duplicate key `{name}`"));
+        }
+        let mut slots = None;
+        if key.input.peek(Token![=]) {
+            errors.at(
+                ident.span(),
+                format!("options of a key go in parentheses: `{name}(slots = 64)`"),
+            );
+            skip_value(&key)?;
+        } else if key.input.peek(syn::token::Paren) {
+            key.parse_nested_meta(|option| {
+                let option_name = path_name(&option);
+                if option_name == "slots" {
+                    slots = parse_slots(&option, errors)?;
+                } else {
+                    errors.at(
+                        option.path.span(),
+                        unknown("key option", &option_name, KEY_OPTIONS),
+                    );
+                    skip_value(&option)?;
+                }
+                Ok(())
+            })?;
+        }
+        keys.push(KeyAttr { ident, name, slots });
+        Ok(())
+    })?;
+    if keys.is_empty() {
+        errors.at(meta.path.span(), "`keys(...)` needs at least one key");
+    }
+    Ok(keys)
+}
+
+/// `slots = N`: an integer literal in `1..=1024`.
+fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<u16>> {
+    let expr: Expr = meta.value()?.parse()?;
+    let parsed = match &expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => int.base10_parse::<u64>().ok(),
+        _ => None,
+    };
+    let message = match parsed {
+        Some(n) if (1..=MAX_SLOTS).contains(&n) => return Ok(u16::try_from(n).ok()),
+        Some(0) => "slots must be at least 1".to_owned(),
+        Some(n) => format!("{n} slots is too many: at most {MAX_SLOTS}"),
+        None => format!("slots must be an integer literal from 1 to {MAX_SLOTS}"),
+    };
+    errors.at(expr.span(), message);
+    Ok(None)
+}
+
+/// `table = "name"`: a string literal holding a valid table name.
+fn parse_table(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<LitStr>> {
+    let expr: Expr = meta.value()?.parse()?;
+    let Expr::Lit(ExprLit {
+        lit: Lit::Str(name),
+        ..
+    }) = expr
+    else {
+        errors.at(
+            expr.span(),
+            "`table` takes a string literal: `table = \"post_counters\"`",
+        );
+        return Ok(None);
+    };
+    if let Some(problem) = table_name_problem(&name.value()) {
+        errors.at(
+            name.span(),
+            format!("invalid table name {:?}: {problem}", name.value()),
+        );
+        return Ok(None);
+    }
+    Ok(Some(name))
+}
+
+/// Why a key name cannot be used, if it cannot. Keys become struct fields
+/// and stored strings, so they are lowercase snake_case ASCII, which is also
+/// inside counter-core's runtime key rules.
+fn key_name_problem(name: &str) -> Option<&'static str> {
+    if name.len() > MAX_KEY_LEN {
+        Some("a key is at most 64 bytes long")
+    } else if !name.starts_with(|c: char| c.is_ascii_lowercase())
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        Some("keys are lowercase snake_case ASCII identifiers, like `likes` or `downloads_v2`")
+    } else {
+        None
+    }
+}
+
+/// Why a table name cannot be used, if it cannot: counter-core's
+/// `validate_table_name` rules, checked here so a bad name fails the build.
+pub(crate) fn table_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("a table name cannot be empty")
+    } else if name.len() > MAX_TABLE_NAME_LEN {
+        Some("a table name is at most 63 bytes long")
+    } else if name.as_bytes()[0].is_ascii_digit() {
+        Some("a table name cannot start with a digit")
+    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        Some("a table name may only contain ASCII letters, digits and '_'")
+    } else if name.eq_ignore_ascii_case("excluded") {
+        Some("`excluded` names the proposed row in upserts and cannot be a counter table")
+    } else {
+        None
+    }
+}
+
+fn path_name(meta: &ParseNestedMeta) -> String {
+    meta.path
+        .get_ident()
+        .map(|i| i.unraw().to_string())
+        .unwrap_or_else(|| {
+            let segments: Vec<String> = meta
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
+            segments.join("::")
+        })
+}
+
+/// Consumes whatever follows an option we reject (`= value` or `(...)`), so
+/// parsing goes on to the next option and its errors are reported too.
+fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) {
+        meta.value()?.parse::<Expr>()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        let content;
+        syn::parenthesized!(content in meta.input);
+        content.parse::<proc_macro2::TokenStream>()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names() {
+        for ok in ["likes", "downloads_v2", "a", &"k".repeat(64)] {
+            assert_eq!(key_name_problem(ok), None, "{ok}");
+        }
+        for bad in ["Likes", "_x", "likés", "two__ok_but_Upper", &"k".repeat(65)] {
+            assert!(key_name_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn table_names() {
+        assert_eq!(table_name_problem("post_counters"), None);
+        for bad in ["", "1x", "a-b", "Excluded", &"t".repeat(64)] {
+            assert!(table_name_problem(bad).is_some(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Collecting every error in the user's attributes, so one build shows them all.
+
+use proc_macro2::Span;
+use std::fmt::Display;
+
+/// The errors found so far; each keeps the span of the tokens it is about.
+#[derive(Default)]
+pub(crate) struct Errors {
+    errors: Vec<syn::Error>,
+}
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        self.errors.push(error);
+    }
+
+    pub(crate) fn at(&mut self, span: Span, message: impl Display) {
+        self.push(syn::Error::new(span, message));
+    }
+
+    /// All errors as one, or `Ok` if there were none.
+    pub(crate) fn finish(self) -> syn::Result<()> {
+        let mut errors = self.errors.into_iter();
+        let Some(mut first) = errors.next() else {
+            return Ok(());
+        };
+        first.extend(errors);
+        Err(first)
+    }
+}
+
+/// The known word closest to a misspelt one, if any is close enough to be
+/// what was meant.
+pub(crate) fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(word, k), *k))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+/// "unknown option `x`", with a suggestion or the list of valid options.
+pub(crate) fn unknown(what: &str, word: &str, known: &[&str]) -> String {
+    match closest(word, known) {
+        Some(k) => format!("unknown {what} `{word}`; did you mean `{k}`?"),
+        None => format!(
+            "unknown {what} `{word}`; expected one of: {}",
+            known
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_only_close_words() {
+        let known = ["keys", "slots", "table", "cascade"];
+        assert_eq!(closest("slot", &known), Some("slots"));
+        assert_eq!(closest("key", &known), Some("keys"));
+        assert_eq!(closest("tabel", &known), Some("table"));
+        assert_eq!(closest("zzz", &known), None);
+        assert!(unknown("option", "zzz", &known).contains("`keys`, `slots`"));
+    }
+}

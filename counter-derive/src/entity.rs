@@ -1,0 +1,185 @@
+//! What the derive needs to know about the SeaORM entity it is on: the
+//! owner table's name and its single primary key.
+
+use heck::ToUpperCamelCase;
+use proc_macro2::Span;
+use syn::{
+    Data, DeriveInput, Expr, ExprLit, Field, Fields, Ident, Lit, LitStr, Meta, Token, Type,
+    ext::IdentExt, punctuated::Punctuated, spanned::Spanned,
+};
+
+use crate::diagnostics::Errors;
+
+/// What the derive was put on.
+pub(crate) enum Target {
+    /// The `ModelEx` that `#[sea_orm::model]` copies our derive onto; the
+    /// real work happens on `Model`.
+    ModelEx,
+    /// An entity's `Model` (fields it lacks have been reported as errors).
+    Model(EntityInfo),
+}
+
+/// The facts about the owner entity.
+pub(crate) struct EntityInfo {
+    /// `#[sea_orm(table_name = "...")]`.
+    pub table_name: Option<LitStr>,
+    pub primary_key: Option<PrimaryKey>,
+}
+
+/// The owner's single primary key.
+pub(crate) struct PrimaryKey {
+    /// The `Model` field.
+    pub field: Ident,
+    /// Its type, as written.
+    pub ty: Type,
+    pub owner: OwnerKind,
+    /// The `Column` variant DeriveEntityModel generated for it.
+    pub column: Ident,
+}
+
+/// The primary-key types counter-core stores as `owner_id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OwnerKind {
+    I32,
+    I64,
+    Uuid,
+    String,
+}
+
+const NOT_AN_ENTITY: &str = "#[derive(SlottedCounter)] goes on the `Model` struct of a SeaORM \
+     entity: `#[derive(DeriveEntityModel, SlottedCounter)]` with `#[sea_orm(table_name = \"...\")]`";
+
+pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
+    if input.ident == "ModelEx" {
+        return Some(Target::ModelEx);
+    }
+    let fields = match &input.data {
+        Data::Struct(data) => match &data.fields {
+            Fields::Named(named) => Some(&named.named),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(fields) = fields.filter(|_| input.ident == "Model") else {
+        errors.at(input.ident.span(), NOT_AN_ENTITY);
+        return None;
+    };
+    let table_name = table_name(input);
+    if table_name.is_none() {
+        errors.at(
+            input.ident.span(),
+            format!("{NOT_AN_ENTITY}; `Model` has no `table_name`"),
+        );
+    }
+    Some(Target::Model(EntityInfo {
+        table_name,
+        primary_key: primary_key(input.ident.span(), fields.iter(), errors),
+    }))
+}
+
+fn table_name(input: &DeriveInput) -> Option<LitStr> {
+    sea_orm_metas(&input.attrs).find_map(|meta| match meta {
+        Meta::NameValue(nv) if nv.path.is_ident("table_name") => match nv.value {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(name),
+                ..
+            }) => Some(name),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+fn primary_key<'a>(
+    model: Span,
+    fields: impl Iterator<Item = &'a Field>,
+    errors: &mut Errors,
+) -> Option<PrimaryKey> {
+    let keys: Vec<&Field> = fields
+        .filter(|f| sea_orm_metas(&f.attrs).any(|m| m.path().is_ident("primary_key")))
+        .collect();
+    let [field] = keys.as_slice() else {
+        if keys.is_empty() {
+            errors.at(
+                model,
+                "#[derive(SlottedCounter)] needs a `#[sea_orm(primary_key)]` field: it becomes the counters' `owner_id`",
+            );
+        } else {
+            let names: Vec<String> = keys
+                .iter()
+                .filter_map(|f| f.ident.as_ref().map(|i| format!("`{}`", i.unraw())))
+                .collect();
+            errors.at(
+                keys[1].span(),
+                format!(
+                    "composite primary keys cannot own counters: `owner_id` is one column, and this \
+                     `Model` has a primary key of {} fields ({})",
+                    keys.len(),
+                    names.join(", ")
+                ),
+            );
+        }
+        return None;
+    };
+    let ident = field.ident.clone()?;
+    let Some(owner) = owner_kind(&field.ty) else {
+        errors.at(
+            field.ty.span(),
+            "this primary key type cannot own counters: use i32, i64, Uuid or String",
+        );
+        return None;
+    };
+    let column = sea_orm_metas(&field.attrs)
+        .find_map(|meta| match meta {
+            Meta::NameValue(nv) if nv.path.is_ident("enum_name") => match nv.value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Str(name),
+                    ..
+                }) => name.parse::<Ident>().ok(),
+                _ => None,
+            },
+            _ => None,
+        })
+        .unwrap_or_else(|| {
+            Ident::new(
+                &ident.unraw().to_string().to_upper_camel_case(),
+                ident.span(),
+            )
+        });
+    Some(PrimaryKey {
+        field: ident,
+        ty: field.ty.clone(),
+        owner,
+        column,
+    })
+}
+
+/// Recognises the key type by its last path segment, as sea-orm's own
+/// derive recognises column types; an alias is refused with a clear error.
+fn owner_kind(ty: &Type) -> Option<OwnerKind> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    if !last.arguments.is_none() {
+        return None;
+    }
+    match last.ident.to_string().as_str() {
+        "i32" => Some(OwnerKind::I32),
+        "i64" => Some(OwnerKind::I64),
+        "Uuid" => Some(OwnerKind::Uuid),
+        "String" => Some(OwnerKind::String),
+        _ => None,
+    }
+}
+
+/// The items inside every `#[sea_orm(...)]` attribute. Attributes we cannot
+/// parse are sea-orm's business, not ours, and are skipped.
+fn sea_orm_metas(attrs: &[syn::Attribute]) -> impl Iterator<Item = Meta> + '_ {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("sea_orm"))
+        .filter_map(|a| {
+            a.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+                .ok()
+        })
+        .flatten()
+}

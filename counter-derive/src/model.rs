@@ -1,0 +1,121 @@
+//! The validated model of one derive: the entity's facts and the
+//! `#[counter]` options, combined and defaulted. Expansion starts from here
+//! and cannot fail.
+
+use heck::ToUpperCamelCase;
+use syn::{DeriveInput, Ident};
+
+use crate::{
+    attr::{self, table_name_problem},
+    diagnostics::Errors,
+    entity::{self, PrimaryKey, Target},
+};
+
+/// The slots of a key that sets none and of a table that sets none
+/// (counter-core's `Slots::DEFAULT`).
+const DEFAULT_SLOTS: u16 = 16;
+
+pub(crate) struct CounterModel {
+    /// The companion table.
+    pub table: String,
+    /// The default slot count.
+    pub slots: u16,
+    pub keys: Vec<Key>,
+    /// Whether the companion table references the owner table.
+    pub cascade: bool,
+    pub primary_key: PrimaryKey,
+}
+
+pub(crate) struct Key {
+    /// The `Counts` field.
+    pub field: Ident,
+    /// The `Key` variant.
+    pub variant: Ident,
+    /// The stored `count_key`.
+    pub name: String,
+    /// Its own slot count, if it has one.
+    pub slots: Option<u16>,
+}
+
+/// Reads and checks everything; `Ok(None)` means there is nothing to
+/// generate (the `ModelEx` copy of a dense-format entity). Every problem
+/// found is in the error, not only the first.
+pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
+    let mut errors = Errors::default();
+    let target = entity::read(input, &mut errors);
+    if let Some(Target::ModelEx) = target {
+        return Ok(None);
+    }
+    let options = attr::parse(&input.attrs, &mut errors);
+
+    let keys = match options.keys {
+        Some(keys) => keys,
+        None => {
+            let span = options.span.unwrap_or_else(|| input.ident.span());
+            errors.at(
+                span,
+                "missing `keys`: name the counters, as in `#[counter(keys(likes, views))]`",
+            );
+            Vec::new()
+        }
+    };
+    let keys: Vec<Key> = keys
+        .into_iter()
+        .map(|k| Key {
+            variant: Ident::new(&k.name.to_upper_camel_case(), k.ident.span()),
+            field: k.ident,
+            name: k.name,
+            slots: k.slots,
+        })
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        if let Some(other) = keys[..i]
+            .iter()
+            .find(|o| o.variant == key.variant && o.name != key.name)
+        {
+            errors.at(
+                key.field.span(),
+                format!(
+                    "keys `{}` and `{}` would both be the variant `Key::{}`; rename one",
+                    other.name, key.name, key.variant
+                ),
+            );
+        }
+    }
+
+    let Some(Target::Model(entity)) = target else {
+        errors.finish()?;
+        unreachable!("a non-entity target always records an error");
+    };
+    let table = match (options.table, &entity.table_name) {
+        (Some(table), _) => Some(table.value()),
+        (None, Some(owner_table)) => {
+            let table = format!("{}_counters", owner_table.value());
+            match table_name_problem(&table) {
+                None => Some(table),
+                Some(problem) => {
+                    errors.at(
+                        owner_table.span(),
+                        format!(
+                            "the default counter table name {table:?} is invalid ({problem}); \
+                             name it with `#[counter(table = \"...\")]`"
+                        ),
+                    );
+                    None
+                }
+            }
+        }
+        (None, None) => None,
+    };
+    errors.finish()?;
+    match (table, entity.primary_key) {
+        (Some(table), Some(primary_key)) => Ok(Some(CounterModel {
+            table,
+            slots: options.slots.unwrap_or(DEFAULT_SLOTS),
+            keys,
+            cascade: options.cascade,
+            primary_key,
+        })),
+        _ => unreachable!("a missing table name or primary key always records an error"),
+    }
+}

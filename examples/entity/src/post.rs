@@ -1,0 +1,20 @@
+//! Posts: liked, commented on and viewed.
+
+use counter_core::SlottedCounter;
+use sea_orm::entity::prelude::*;
+
+/// A blog post. Its counters live in `post_counters`.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
+#[sea_orm(table_name = "posts")]
+// Views are the hottest counter: spread them over more slots.
+#[counter(keys(likes, comments, views(slots = 64)), table = "post_counters")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub title: String,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,3 +1,0 @@
-//! The blog's entities, backed by the `migration` crate's schema.
-
-pub mod post;

@@ -1,3 +1,0 @@
-//! The example application: a small blog whose posts have counters.
-
-pub mod entities;
