@@ -16,7 +16,7 @@ pub(crate) enum Target {
     /// real work happens on `Model`.
     ModelEx,
     /// An entity's `Model` (fields it lacks have been reported as errors).
-    Model(EntityInfo),
+    Model(Box<EntityInfo>),
 }
 
 /// The facts about the owner entity.
@@ -71,10 +71,10 @@ pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
             format!("{NOT_AN_ENTITY}; `Model` has no `table_name`"),
         );
     }
-    Some(Target::Model(EntityInfo {
+    Some(Target::Model(Box::new(EntityInfo {
         table_name,
         primary_key: primary_key(input.ident.span(), fields.iter(), errors),
-    }))
+    })))
 }
 
 fn table_name(input: &DeriveInput) -> Option<LitStr> {
@@ -109,8 +109,9 @@ fn primary_key<'a>(
                 .iter()
                 .filter_map(|f| f.ident.as_ref().map(|i| format!("`{}`", i.unraw())))
                 .collect();
+            let second = keys[1].ident.as_ref().map_or(keys[1].span(), |i| i.span());
             errors.at(
-                keys[1].span(),
+                second,
                 format!(
                     "composite primary keys cannot own counters: `owner_id` is one column, and this \
                      `Model` has a primary key of {} fields ({})",

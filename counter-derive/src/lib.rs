@@ -17,57 +17,9 @@ use proc_macro::TokenStream;
 /// Counters for a SeaORM entity, stored in a companion table of slot rows.
 ///
 /// Put it on the `Model` of an entity, beside `DeriveEntityModel`, with a
-/// `#[counter(...)]` attribute naming the counters:
+/// `#[counter(...)]` attribute naming the counters.
 ///
-/// ```
-/// mod post {
-///     use counter_core::SlottedCounter;
-///     use sea_orm::entity::prelude::*;
-///
-///     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
-///     #[sea_orm(table_name = "posts")]
-///     #[counter(keys(likes, comments, views(slots = 64)))]
-///     pub struct Model {
-///         #[sea_orm(primary_key)]
-///         pub id: i64,
-///         pub title: String,
-///     }
-///
-///     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-///     pub enum Relation {}
-///
-///     impl ActiveModelBehavior for ActiveModel {}
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use counter_core::prelude::*;
-/// use post::counters::{Counts, Key};
-/// use sea_orm::{ConnectionTrait, Schema};
-///
-/// let db = sea_orm::Database::connect("sqlite::memory:").await?;
-/// // In an application: `Box::new(post::Entity::counter_migration())` in the Migrator.
-/// post::Entity::counters().create_table(&db).await?;
-///
-/// post::Entity::increment(&db, 1, Key::Likes).await?;
-/// post::Entity::add(&db, 1, Key::Views, 100).await?;
-/// post::Entity::add_many(&db, [(2, Key::Likes, 5), (2, Key::Comments, 1)]).await?;
-///
-/// let one: Counts = post::Entity::counts(&db, &1).await?;
-/// assert_eq!(one, Counts { likes: 1, comments: 0, views: 100 });
-/// let many = post::Entity::counts_many(&db, &[1, 2, 3]).await?;
-/// assert_eq!((many[&2].likes, many[&3].likes), (5, 0)); // zero-filled
-///
-/// // The same table, with keys chosen at run time:
-/// post::Entity::counters().increment(&db, 1, "reaction:heart").await?;
-/// assert_eq!(post::Entity::counters().get(&db, &1, "reaction:heart").await?, 1);
-///
-/// // Keys round-trip through their stored names.
-/// assert_eq!("views".parse::<Key>()?, Key::Views);
-/// assert!("veiws".parse::<Key>().is_err());
-/// # Ok(())
-/// # }
-/// ```
+/// (The runnable example is on counter-core's re-export of this derive.)
 ///
 /// # The attribute
 ///

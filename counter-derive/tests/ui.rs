@@ -1,0 +1,10 @@
+//! Compile errors of `#[derive(SlottedCounter)]`: each file under `ui/` is a
+//! mistake a user can make, and its `.stderr` is what they see, spans and
+//! all. `TRYBUILD=overwrite cargo test -p counter-derive --test ui` updates
+//! the expected output after a deliberate change; review the diff.
+
+#[test]
+fn derive_errors() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/*.rs");
+}
