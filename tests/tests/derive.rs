@@ -426,3 +426,28 @@ fn counts_struct_and_serde() {
     );
     assert!(serde_json::from_str::<Key>(r#""Shares""#).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_sync_creates_owner_and_companion_tables() {
+    for t in backends("derive_schema_sync").await {
+        // sea-orm's (experimental) schema sync finds the generated companion
+        // entity in the registry beside the owner, and creates both.
+        t.db.get_schema_registry("derive::page")
+            .sync(&t.db)
+            .await
+            .unwrap();
+        page::ActiveModel {
+            slug: Set("synced".into()),
+        }
+        .insert(&t.db)
+        .await
+        .unwrap();
+        page::Entity::add(&t.db, "synced".into(), page::counters::Key::Views, 3)
+            .await
+            .unwrap();
+        let rows = page::counters::Entity::find().all(&t.db).await.unwrap();
+        assert_eq!(rows.len(), 1, "[{}] {rows:?}", t.backend);
+        assert_eq!(rows[0].value, 3);
+        t.finish().await;
+    }
+}
