@@ -188,6 +188,14 @@ where
     assert!(E::load_counts(&t.db, Vec::new()).await.unwrap().is_empty());
 }
 
+/// `CREATE TABLE` from an entity definition, as `Schema` builds it.
+async fn create_from_entity<E: EntityTrait>(t: &TestDb, entity: E) {
+    let schema = Schema::new(t.db.get_database_backend());
+    t.db.execute(&schema.create_table_from_entity(entity))
+        .await
+        .unwrap();
+}
+
 fn tags() -> [tag::Model; 3] {
     [1, 2, 3].map(|id| tag::Model {
         id,
@@ -276,10 +284,7 @@ async fn dense_format_entity() {
 async fn cascade_deletes_counters_with_their_owner() {
     use category::counters::Key;
     for t in backends("derive_cascade").await {
-        let backend = t.db.get_database_backend();
-        t.db.execute(&Schema::new(backend).create_table_from_entity(category::Entity))
-            .await
-            .unwrap();
+        create_from_entity(&t, category::Entity).await;
         // The generated migration, run as a Migrator would run it.
         let manager = SchemaManager::new(&t.db);
         category::Entity::counter_migration()
@@ -348,10 +353,7 @@ async fn companion_is_a_seaorm_entity() {
     use tag::counters::{self, Column};
     for t in backends("derive_companion_entity").await {
         // Created from the entity definition alone, then used by the counters.
-        let backend = t.db.get_database_backend();
-        t.db.execute(&Schema::new(backend).create_table_from_entity(counters::Entity))
-            .await
-            .unwrap();
+        create_from_entity(&t, counters::Entity).await;
         tag::Entity::add_many(
             &t.db,
             (0..50).map(|i| (1 + i % 2, counters::Key::Uses, 1 + i64::from(i % 3))),
