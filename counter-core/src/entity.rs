@@ -169,7 +169,6 @@ pub trait SlottedCounter: EntityTrait {
     where
         C: ConnectionTrait,
         It: IntoIterator<Item = Self::Model> + Send + 'a,
-        It::IntoIter: Send,
     {
         async move {
             let models: Vec<Self::Model> = models.into_iter().collect();

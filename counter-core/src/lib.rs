@@ -124,7 +124,9 @@ pub mod __private {
     #[cfg(feature = "serde")]
     pub use serde;
 
-    use crate::{CounterError, CounterTable, Counters, OwnerId, Result, error::preview};
+    use crate::{
+        CounterError, CounterTable, Counters, OwnerId, OwnerTable, Result, error::preview,
+    };
 
     /// The error of parsing a string that is none of `expected`.
     pub fn unknown_key(key: &str, expected: &'static [&'static str]) -> CounterError {
@@ -136,19 +138,25 @@ pub mod __private {
 
     /// The counters of a derived entity. The derive has already checked
     /// every name and slot count at compile time, so this cannot fail.
-    pub fn derived_counters<I: OwnerId>(
+    /// With `cascade_column`, the table references the owner entity `E`.
+    pub fn derived_counters<I: OwnerId, E: sea_orm::EntityName>(
         table: &'static str,
         slots: u16,
         key_slots: &[(&str, u16)],
-        cascade: Option<(&'static str, &'static str)>,
+        cascade_column: Option<&'static str>,
     ) -> Counters<I> {
         let build = || -> Result<CounterTable> {
             let mut config = CounterTable::new(table)?.with_slots(slots)?;
             for &(key, slots) in key_slots {
                 config = config.with_key_slots(key, slots)?;
             }
-            if let Some((owner_table, owner_column)) = cascade {
-                config = config.with_cascade(owner_table, owner_column)?;
+            if let Some(column) = cascade_column {
+                let owner = E::default();
+                config = config.with_cascade(OwnerTable {
+                    schema: owner.schema_name().map(|s| s.to_owned().into()),
+                    table: owner.table_name().into(),
+                    column: column.into(),
+                });
             }
             Ok(config)
         };

@@ -68,8 +68,16 @@ where
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
             let mut counts = T::default();
+            let mut seen = Vec::with_capacity(T::Key::ALL.len());
             while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 let key: T::Key = name.parse().map_err(de::Error::custom)?;
+                if seen.contains(&key) {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate counter key {:?}",
+                        key.as_key_str()
+                    )));
+                }
+                seen.push(key);
                 counts.set(key, map.next_value()?);
             }
             Ok(counts)

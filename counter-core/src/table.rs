@@ -43,8 +43,13 @@ struct TableConfig {
 
 /// The owner table a companion table references with
 /// `FOREIGN KEY (owner_id) ... ON DELETE CASCADE` (see [`CounterTable::with_cascade`]).
+///
+/// The names come from the application's entity definitions, not from its
+/// users, and are always quoted in SQL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerTable {
+    /// The owner table's schema, if it is not the connection's default.
+    pub schema: Option<Cow<'static, str>>,
     /// The owner table's name.
     pub table: Cow<'static, str>,
     /// Its single primary-key column.
@@ -98,19 +103,9 @@ impl CounterTable {
     /// and of the migration; an existing table is not altered. On MySQL, a
     /// `String` owner key must use the `utf8mb4_bin` collation for the
     /// reference to be accepted.
-    pub fn with_cascade(
-        mut self,
-        owner_table: impl Into<Cow<'static, str>>,
-        owner_column: impl Into<Cow<'static, str>>,
-    ) -> Result<Self> {
-        let owner = OwnerTable {
-            table: owner_table.into(),
-            column: owner_column.into(),
-        };
-        validate_identifier(&owner.table)?;
-        validate_identifier(&owner.column)?;
+    pub fn with_cascade(mut self, owner: OwnerTable) -> Self {
         Arc::make_mut(&mut self.inner).cascade = Some(owner);
-        Ok(self)
+        self
     }
 
     /// The owner table referenced with `ON DELETE CASCADE`, if any.
@@ -140,26 +135,16 @@ impl CounterTable {
 
 /// Checks a companion table name (see [`CounterTable::new`]).
 pub fn validate_table_name(name: &str) -> Result<()> {
-    validate_identifier(name)?;
-    if name.eq_ignore_ascii_case(crate::sql::NEW_ROWS) {
-        return Err(CounterError::InvalidTableName {
-            name: preview(name),
-            reason: "`excluded` names the proposed row in upserts and cannot be a counter table",
-        });
-    }
-    Ok(())
-}
-
-/// The identifier rules shared by table and column names.
-fn validate_identifier(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
-        "a table or column name cannot be empty"
+        "a table name cannot be empty"
     } else if name.len() > MAX_TABLE_NAME_LEN {
-        "a table or column name is at most 63 bytes long"
+        "a table name is at most 63 bytes long"
     } else if name.as_bytes()[0].is_ascii_digit() {
-        "a table or column name cannot start with a digit"
+        "a table name cannot start with a digit"
     } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        "a table or column name may only contain ASCII letters, digits and '_'"
+        "a table name may only contain ASCII letters, digits and '_'"
+    } else if name.eq_ignore_ascii_case(crate::sql::NEW_ROWS) {
+        "`excluded` names the proposed row in upserts and cannot be a counter table"
     } else {
         return Ok(());
     };

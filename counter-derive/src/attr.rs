@@ -33,7 +33,7 @@ pub(crate) struct CounterAttr {
 
 /// One declared key, `likes` or `views(slots = 64)`.
 pub(crate) struct KeyAttr {
-    /// As written, so the `Counts` field is `r#type` if the key is `r#type`.
+    /// As written (its span is the user's).
     pub ident: Ident,
     /// The stored name: the identifier without `r#`.
     pub name: String,
@@ -55,7 +55,7 @@ pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
             }
             seen.push(name.clone());
             match name.as_str() {
-                "keys" => out.keys = Some(parse_keys(&meta, errors)?),
+                "keys" => parse_keys(&meta, out.keys.insert(Vec::new()), errors)?,
                 "slots" => out.slots = parse_slots(&meta, errors)?,
                 "table" => out.table = parse_table(&meta, errors)?,
                 "cascade" => {
@@ -79,17 +79,23 @@ pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
     out
 }
 
-fn parse_keys(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Vec<KeyAttr>> {
-    let mut keys: Vec<KeyAttr> = Vec::new();
+/// `keys(likes, views(slots = 64))`, into `keys`. Keys with an invalid name
+/// are reported and left out, so nothing downstream has to cope with them.
+fn parse_keys(
+    meta: &ParseNestedMeta,
+    keys: &mut Vec<KeyAttr>,
+    errors: &mut Errors,
+) -> syn::Result<()> {
     if !meta.input.peek(syn::token::Paren) {
         errors.at(
             meta.path.span(),
             "`keys` lists the counters in parentheses: `keys(likes, views(slots = 64))`",
         );
-        skip_value(meta)?;
-        return Ok(keys);
+        return skip_value(meta);
     }
+    let mut written = 0;
     meta.parse_nested_meta(|key| {
+        written += 1;
         let Some(ident) = key.path.get_ident().cloned() else {
             errors.at(
                 key.path.span(),
@@ -98,44 +104,63 @@ fn parse_keys(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Vec<Ke
             return skip_value(&key);
         };
         let name = ident.unraw().to_string();
+        let slots = parse_key_options(&key, &name, errors)?;
         if let Some(problem) = key_name_problem(&name) {
             errors.at(ident.span(), format!("invalid key `{name}`: {problem}"));
         } else if keys.iter().any(|k| k.name == name) {
             errors.at(ident.span(), format!("duplicate key `{name}`"));
+        } else {
+            keys.push(KeyAttr { ident, name, slots });
         }
-        let mut slots = None;
-        if key.input.peek(Token![=]) {
-            errors.at(
-                ident.span(),
-                format!("options of a key go in parentheses: `{name}(slots = 64)`"),
-            );
-            skip_value(&key)?;
-        } else if key.input.peek(syn::token::Paren) {
-            key.parse_nested_meta(|option| {
-                let option_name = path_name(&option);
-                if option_name == "slots" {
-                    slots = parse_slots(&option, errors)?;
-                } else {
-                    errors.at(
-                        option.path.span(),
-                        unknown("key option", &option_name, KEY_OPTIONS),
-                    );
-                    skip_value(&option)?;
-                }
-                Ok(())
-            })?;
-        }
-        keys.push(KeyAttr { ident, name, slots });
         Ok(())
     })?;
-    if keys.is_empty() {
+    if written == 0 {
         errors.at(meta.path.span(), "`keys(...)` needs at least one key");
     }
-    Ok(keys)
+    Ok(())
+}
+
+/// The options of one key: `(slots = 64)`.
+fn parse_key_options(
+    key: &ParseNestedMeta,
+    name: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<u16>> {
+    let mut slots = None;
+    if key.input.peek(Token![=]) {
+        errors.at(
+            key.path.span(),
+            format!("options of a key go in parentheses: `{name}(slots = 64)`"),
+        );
+        skip_value(key)?;
+    } else if key.input.peek(syn::token::Paren) {
+        let mut seen = false;
+        key.parse_nested_meta(|option| {
+            let option_name = path_name(&option);
+            if option_name != "slots" {
+                errors.at(
+                    option.path.span(),
+                    unknown("key option", &option_name, KEY_OPTIONS),
+                );
+                return skip_value(&option);
+            }
+            if std::mem::replace(&mut seen, true) {
+                errors.at(option.path.span(), "duplicate option `slots`");
+            }
+            slots = parse_slots(&option, errors)?;
+            Ok(())
+        })?;
+    }
+    Ok(slots)
 }
 
 /// `slots = N`: an integer literal in `1..=1024`.
 fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<u16>> {
+    if !meta.input.peek(Token![=]) {
+        errors.at(meta.path.span(), "`slots` takes a value: `slots = 64`");
+        skip_value(meta)?;
+        return Ok(None);
+    }
     let expr: Expr = meta.value()?.parse()?;
     let parsed = match &expr {
         Expr::Lit(ExprLit {
@@ -155,6 +180,14 @@ fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Optio
 
 /// `table = "name"`: a string literal holding a valid table name.
 fn parse_table(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<LitStr>> {
+    if !meta.input.peek(Token![=]) {
+        errors.at(
+            meta.path.span(),
+            "`table` takes a value: `table = \"post_counters\"`",
+        );
+        skip_value(meta)?;
+        return Ok(None);
+    }
     let expr: Expr = meta.value()?.parse()?;
     let Expr::Lit(ExprLit {
         lit: Lit::Str(name),
@@ -181,7 +214,9 @@ fn parse_table(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Optio
 /// and stored strings, so they are lowercase snake_case ASCII, which is also
 /// inside counter-core's runtime key rules.
 fn key_name_problem(name: &str) -> Option<&'static str> {
-    if name.len() > MAX_KEY_LEN {
+    if matches!(name, "self" | "super" | "crate") {
+        Some("`self`, `super` and `crate` cannot name a struct field")
+    } else if name.len() > MAX_KEY_LEN {
         Some("a key is at most 64 bytes long")
     } else if !name.starts_with(|c: char| c.is_ascii_lowercase())
         || !name
@@ -249,7 +284,16 @@ mod tests {
         for ok in ["likes", "downloads_v2", "a", &"k".repeat(64)] {
             assert_eq!(key_name_problem(ok), None, "{ok}");
         }
-        for bad in ["Likes", "_x", "likés", "two__ok_but_Upper", &"k".repeat(65)] {
+        for bad in [
+            "Likes",
+            "_x",
+            "_",
+            "_1",
+            "likés",
+            "self",
+            "two__ok_but_Upper",
+            &"k".repeat(65),
+        ] {
             assert!(key_name_problem(bad).is_some(), "{bad}");
         }
     }

@@ -1,14 +1,13 @@
 //! What the derive needs to know about the SeaORM entity it is on: the
 //! owner table's name and its single primary key.
 
-use heck::ToUpperCamelCase;
 use proc_macro2::Span;
 use syn::{
     Data, DeriveInput, Expr, ExprLit, Field, Fields, Ident, Lit, LitStr, Meta, Token, Type,
     ext::IdentExt, punctuated::Punctuated, spanned::Spanned,
 };
 
-use crate::diagnostics::Errors;
+use crate::{diagnostics::Errors, model::variant_ident};
 
 /// What the derive was put on.
 pub(crate) enum Target {
@@ -50,7 +49,8 @@ const NOT_AN_ENTITY: &str = "#[derive(SlottedCounter)] goes on the `Model` struc
      entity: `#[derive(DeriveEntityModel, SlottedCounter)]` with `#[sea_orm(table_name = \"...\")]`";
 
 pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
-    if input.ident == "ModelEx" {
+    // The copy `#[sea_orm::model]` makes keeps the entity's `table_name`.
+    if input.ident == "ModelEx" && table_name(input).is_some() {
         return Some(Target::ModelEx);
     }
     let fields = match &input.data {
@@ -141,12 +141,7 @@ fn primary_key<'a>(
             },
             _ => None,
         })
-        .unwrap_or_else(|| {
-            Ident::new(
-                &ident.unraw().to_string().to_upper_camel_case(),
-                ident.span(),
-            )
-        });
+        .unwrap_or_else(|| variant_ident(&ident.unraw().to_string(), ident.span()));
     Some(PrimaryKey {
         field: ident,
         ty: field.ty.clone(),
@@ -158,7 +153,13 @@ fn primary_key<'a>(
 /// Recognises the key type by its last path segment, as sea-orm's own
 /// derive recognises column types; an alias is refused with a clear error.
 fn owner_kind(ty: &Type) -> Option<OwnerKind> {
-    let Type::Path(path) = ty else { return None };
+    let path = match ty {
+        Type::Path(path) => path,
+        // A type passed through a `macro_rules!` `$t:ty`, or parenthesised.
+        Type::Group(group) => return owner_kind(&group.elem),
+        Type::Paren(paren) => return owner_kind(&paren.elem),
+        _ => return None,
+    };
     let last = path.path.segments.last()?;
     if !last.arguments.is_none() {
         return None;

@@ -62,10 +62,9 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
     });
     let cascade = if model.cascade {
         quote! {
-            ::core::option::Option::Some((
-                ::counter_core::__private::sea_orm::EntityName::table_name(&Entity),
+            ::core::option::Option::Some(
                 ::counter_core::__private::sea_orm::IdenStatic::as_str(&Column::#column),
-            ))
+            )
         }
     } else {
         quote!(::core::option::Option::None)
@@ -80,7 +79,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
             fn counters() -> &'static ::counter_core::Counters<#owner> {
                 static COUNTERS: ::std::sync::LazyLock<::counter_core::Counters<#owner>> =
                     ::std::sync::LazyLock::new(|| {
-                        ::counter_core::__private::derived_counters(
+                        ::counter_core::__private::derived_counters::<#owner, Entity>(
                             counters::TABLE,
                             #slots,
                             &[#(#key_slots),*],

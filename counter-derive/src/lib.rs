@@ -30,7 +30,7 @@ use proc_macro::TokenStream;
 /// | `keys(a, b, c(slots = N))` | the counters; each key is a lowercase snake_case identifier (at most 64 bytes) and may set its own slot count | required |
 /// | `slots = N` | slot rows per counter, `1..=1024`: more slots, less contention on a hot counter, more rows to sum on read | `16` |
 /// | `table = "name"` | the companion table | `"<table_name>_counters"` |
-/// | `cascade` | the table references the owner table with `ON DELETE CASCADE` | off |
+/// | `cascade` | the counter table references the owner table (its schema, table and primary-key column, as the entity names them) with `ON DELETE CASCADE` | off |
 ///
 /// Slot counts can change at any time without a migration: reads sum every
 /// slot row that exists. `cascade` costs a foreign-key check on every write
@@ -79,6 +79,12 @@ use proc_macro::TokenStream;
 ///
 /// The dense entity format (`#[sea_orm::model]`) works too: the copy of the
 /// derive that sea-orm puts on `ModelEx` expands to nothing.
+///
+/// The generated module is named `counters`, so the entity's module cannot
+/// have another item of that name. Keys that are Rust keywords (`type`) are
+/// fine and become raw fields (`counts.r#type`); `self`, `super` and `crate`
+/// are refused. The companion table is created in the connection's default
+/// schema even when the owner has a `schema_name`.
 ///
 /// [`Counters`]: https://docs.rs/counter-core/latest/counter_core/struct.Counters.html
 #[proc_macro_derive(SlottedCounter, attributes(counter))]

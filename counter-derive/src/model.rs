@@ -3,6 +3,7 @@
 //! and cannot fail.
 
 use heck::ToUpperCamelCase;
+use proc_macro2::Span;
 use syn::{DeriveInput, Ident};
 
 use crate::{
@@ -62,8 +63,8 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
     let keys: Vec<Key> = keys
         .into_iter()
         .map(|k| Key {
-            variant: Ident::new(&k.name.to_upper_camel_case(), k.ident.span()),
-            field: k.ident,
+            variant: variant_ident(&k.name, k.ident.span()),
+            field: field_ident(&k.name, k.ident.span()),
             name: k.name,
             slots: k.slots,
         })
@@ -88,6 +89,13 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
         unreachable!("a non-entity target always records an error");
     };
     let table = match (options.table, &entity.table_name) {
+        (Some(table), Some(owner)) if table.value().eq_ignore_ascii_case(&owner.value()) => {
+            errors.at(
+                table.span(),
+                "the counter table cannot be the owner's own table; choose another name",
+            );
+            None
+        }
         (Some(table), _) => Some(table.value()),
         (None, Some(owner_table)) => {
             let table = format!("{}_counters", owner_table.value());
@@ -117,5 +125,25 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
             primary_key,
         })),
         _ => unreachable!("a missing table name or primary key always records an error"),
+    }
+}
+
+/// The `Counts` field of a key: the key itself, raw if it is a keyword
+/// (`type` becomes `r#type`).
+fn field_ident(name: &str, span: Span) -> Ident {
+    // syn knows every keyword but edition 2024's `gen`.
+    if name != "gen" && syn::parse_str::<Ident>(name).is_ok() {
+        Ident::new(name, span)
+    } else {
+        Ident::new_raw(name, span)
+    }
+}
+
+/// The `Key` variant of a key, in UpperCamelCase as sea-orm names columns,
+/// including its escape of `Self`.
+pub(crate) fn variant_ident(name: &str, span: Span) -> Ident {
+    match name.to_upper_camel_case() {
+        camel if camel == "Self" => Ident::new("Self_", span),
+        camel => Ident::new(&camel, span),
     }
 }

@@ -109,6 +109,32 @@ mod category {
     impl ActiveModelBehavior for ActiveModel {}
 }
 
+/// Odd but valid input: keys that are keywords (`type`, and `gen` in edition
+/// 2024), a key and a primary-key field whose UpperCamelCase is `Self`, a
+/// primary-key type passed through `macro_rules!`, with `cascade`.
+macro_rules! odd_entity {
+    ($owner:ty) => {
+        mod odd {
+            use counter_core::SlottedCounter;
+            use sea_orm::entity::prelude::*;
+
+            #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
+            #[sea_orm(table_name = "odd_owners")]
+            #[counter(keys(type, self_, gen), cascade)]
+            pub struct Model {
+                #[sea_orm(primary_key)]
+                pub self_: $owner,
+            }
+
+            #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+            pub enum Relation {}
+
+            impl ActiveModelBehavior for ActiveModel {}
+        }
+    };
+}
+odd_entity!(i64);
+
 /// Every generated method of `E`, on three models' owners `a`, `b`, `c`.
 async fn exercise<E>(t: &TestDb, models: [E::Model; 3])
 where
@@ -380,6 +406,38 @@ async fn companion_is_a_seaorm_entity() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn keyword_keys_and_self_named_fields() {
+    use odd::counters::{Counts, Key};
+    assert_eq!(Key::NAMES, ["type", "self_", "gen"]);
+    assert_eq!(Key::Self_.as_str(), "self_");
+    for t in backends("derive_odd_names").await {
+        create_from_entity(&t, odd::Entity).await;
+        odd::Entity::counter_migration()
+            .up(&SchemaManager::new(&t.db))
+            .await
+            .unwrap();
+        odd::ActiveModel { self_: Set(5) }
+            .insert(&t.db)
+            .await
+            .unwrap();
+        odd::Entity::add_many(
+            &t.db,
+            [(5, Key::Type, 1), (5, Key::Self_, 2), (5, Key::Gen, 3)],
+        )
+        .await
+        .unwrap();
+        let counts = odd::Entity::counts(&t.db, &5).await.unwrap();
+        let expected = Counts {
+            r#type: 1,
+            self_: 2,
+            r#gen: 3,
+        };
+        assert_eq!(counts, expected, "[{}]", t.backend);
+        t.finish().await;
+    }
+}
+
 #[test]
 fn key_enum() {
     use page::counters::Key;
@@ -450,6 +508,48 @@ async fn schema_sync_creates_owner_and_companion_tables() {
         let rows = page::counters::Entity::find().all(&t.db).await.unwrap();
         assert_eq!(rows.len(), 1, "[{}] {rows:?}", t.backend);
         assert_eq!(rows[0].value, 3);
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_of_models_costs_one_query() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    for t in backends("derive_one_query_per_page").await {
+        tag::Entity::counters().create_table(&t.db).await.unwrap();
+        let page: Vec<tag::Model> = (1..=2_000)
+            .map(|id| tag::Model {
+                id,
+                name: format!("tag {id}"),
+            })
+            .collect();
+        tag::Entity::add_many(
+            &t.db,
+            page.iter()
+                .map(|m| (m.id, tag::counters::Key::Uses, i64::from(m.id))),
+        )
+        .await
+        .unwrap();
+
+        // Every statement the pool runs from here on is counted.
+        let statements = Arc::new(AtomicUsize::new(0));
+        let mut db = t.db.clone();
+        let counter = statements.clone();
+        db.set_metric_callback(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let paired = tag::Entity::load_counts(&db, page).await.unwrap();
+        assert_eq!(statements.load(Ordering::SeqCst), 1, "[{}]", t.backend);
+        assert!(
+            paired
+                .iter()
+                .all(|(m, c)| c.uses == i64::from(m.id) && c.follows == 0),
+            "[{}]",
+            t.backend
+        );
         t.finish().await;
     }
 }

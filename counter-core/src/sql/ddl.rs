@@ -6,7 +6,7 @@ use sea_orm::{
 };
 
 use super::{Dialect, col};
-use crate::{owner::OwnerColumn, table::CounterTable};
+use crate::{MAX_TABLE_NAME_LEN, owner::OwnerColumn, table::CounterTable};
 
 /// `CREATE TABLE IF NOT EXISTS t (owner_id, count_key, slot, value, PRIMARY KEY (owner_id, count_key, slot))`.
 ///
@@ -63,16 +63,21 @@ pub(crate) fn create_table(
         )
         .to_owned();
     if let Some(owner) = table.cascade() {
-        create.foreign_key(
-            ForeignKey::create()
-                .name(format!("fk_{}_owner", table.name()))
-                .from_col(Alias::new(col::OWNER_ID))
-                .to(
-                    Alias::new(owner.table.as_ref()),
-                    Alias::new(owner.column.as_ref()),
-                )
-                .on_delete(ForeignKeyAction::Cascade),
-        );
+        // Constraint names share the 63/64-byte identifier limit of
+        // PostgreSQL and MySQL; table names are ASCII, so cutting is safe.
+        let mut name = format!("{}_owner_fk", table.name());
+        name.truncate(MAX_TABLE_NAME_LEN);
+        let owner_table = Alias::new(owner.table.as_ref());
+        let owner_column = Alias::new(owner.column.as_ref());
+        let mut fk = ForeignKey::create();
+        fk.name(name)
+            .from_col(Alias::new(col::OWNER_ID))
+            .on_delete(ForeignKeyAction::Cascade);
+        match &owner.schema {
+            Some(schema) => fk.to((Alias::new(schema.as_ref()), owner_table), owner_column),
+            None => fk.to(owner_table, owner_column),
+        };
+        create.foreign_key(&mut fk);
     }
     dialect.backend().build(&create)
 }
@@ -90,6 +95,7 @@ pub(crate) fn drop_table(dialect: Dialect, table: &str) -> Statement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::OwnerTable;
 
     #[test]
     fn companion_table_ddl() {
@@ -117,17 +123,44 @@ mod tests {
 
     #[test]
     fn cascade_adds_a_foreign_key() {
-        let table = CounterTable::new("post_counters")
-            .unwrap()
-            .with_cascade("posts", "id")
-            .unwrap();
-        let pg = create_table(Dialect::Postgres, &table, OwnerColumn::BigInteger);
+        let owner = |schema: Option<&'static str>| OwnerTable {
+            schema: schema.map(Into::into),
+            table: "posts".into(),
+            column: "id".into(),
+        };
+        let table = CounterTable::new("post_counters").unwrap();
+        let pg = create_table(
+            Dialect::Postgres,
+            &table.clone().with_cascade(owner(None)),
+            OwnerColumn::BigInteger,
+        );
         assert!(
             pg.sql.contains(
-                r#"CONSTRAINT "fk_post_counters_owner" FOREIGN KEY ("owner_id") REFERENCES "posts" ("id") ON DELETE CASCADE"#
+                r#"CONSTRAINT "post_counters_owner_fk" FOREIGN KEY ("owner_id") REFERENCES "posts" ("id") ON DELETE CASCADE"#
             ),
             "{}",
             pg.sql
+        );
+        let qualified = create_table(
+            Dialect::Postgres,
+            &table.with_cascade(owner(Some("blog"))),
+            OwnerColumn::BigInteger,
+        );
+        assert!(
+            qualified
+                .sql
+                .contains(r#"REFERENCES "blog"."posts" ("id")"#),
+            "{}",
+            qualified.sql
+        );
+        let long = CounterTable::new("t".repeat(63))
+            .unwrap()
+            .with_cascade(owner(None));
+        let my = create_table(Dialect::MySql, &long, OwnerColumn::BigInteger);
+        assert!(
+            my.sql.contains(&format!("CONSTRAINT `{}`", "t".repeat(63))),
+            "{}",
+            my.sql
         );
     }
 }
