@@ -156,12 +156,9 @@ fn parse_key_options(
 
 /// `slots = N`: an integer literal in `1..=1024`.
 fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<u16>> {
-    if !meta.input.peek(Token![=]) {
-        errors.at(meta.path.span(), "`slots` takes a value: `slots = 64`");
-        skip_value(meta)?;
+    let Some(expr) = option_value(meta, "`slots = 64`", errors)? else {
         return Ok(None);
-    }
-    let expr: Expr = meta.value()?.parse()?;
+    };
     let parsed = match &expr {
         Expr::Lit(ExprLit {
             lit: Lit::Int(int), ..
@@ -180,15 +177,9 @@ fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Optio
 
 /// `table = "name"`: a string literal holding a valid table name.
 fn parse_table(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<LitStr>> {
-    if !meta.input.peek(Token![=]) {
-        errors.at(
-            meta.path.span(),
-            "`table` takes a value: `table = \"post_counters\"`",
-        );
-        skip_value(meta)?;
+    let Some(expr) = option_value(meta, "`table = \"post_counters\"`", errors)? else {
         return Ok(None);
-    }
-    let expr: Expr = meta.value()?.parse()?;
+    };
     let Expr::Lit(ExprLit {
         lit: Lit::Str(name),
         ..
@@ -260,6 +251,24 @@ fn path_name(meta: &ParseNestedMeta) -> String {
                 .collect();
             segments.join("::")
         })
+}
+
+/// The value of `name = value`; an option written without one is reported
+/// (with `example`) and skipped.
+fn option_value(
+    meta: &ParseNestedMeta,
+    example: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<Expr>> {
+    if meta.input.peek(Token![=]) {
+        return Ok(Some(meta.value()?.parse()?));
+    }
+    errors.at(
+        meta.path.span(),
+        format!("`{}` takes a value: {example}", path_name(meta)),
+    );
+    skip_value(meta)?;
+    Ok(None)
 }
 
 /// Consumes whatever follows an option we reject (`= value` or `(...)`), so

@@ -18,6 +18,12 @@ impl Errors {
         self.push(syn::Error::new(span, message));
     }
 
+    /// All errors as one; `fallback` only if none was recorded, which the
+    /// caller believes cannot happen.
+    pub(crate) fn into_error(self, fallback: impl FnOnce() -> syn::Error) -> syn::Error {
+        self.finish().err().unwrap_or_else(fallback)
+    }
+
     /// All errors as one, or `Ok` if there were none.
     pub(crate) fn finish(self) -> syn::Result<()> {
         let mut errors = self.errors.into_iter();

@@ -78,12 +78,17 @@ pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
 }
 
 fn table_name(input: &DeriveInput) -> Option<LitStr> {
-    sea_orm_metas(&input.attrs).find_map(|meta| match meta {
-        Meta::NameValue(nv) if nv.path.is_ident("table_name") => match nv.value {
+    sea_orm_str(&input.attrs, "table_name")
+}
+
+/// The string of `#[sea_orm(name = "...")]`, if set.
+fn sea_orm_str(attrs: &[syn::Attribute], name: &str) -> Option<LitStr> {
+    sea_orm_metas(attrs).find_map(|meta| match meta {
+        Meta::NameValue(nv) if nv.path.is_ident(name) => match nv.value {
             Expr::Lit(ExprLit {
-                lit: Lit::Str(name),
+                lit: Lit::Str(value),
                 ..
-            }) => Some(name),
+            }) => Some(value),
             _ => None,
         },
         _ => None,
@@ -130,17 +135,8 @@ fn primary_key<'a>(
         );
         return None;
     };
-    let column = sea_orm_metas(&field.attrs)
-        .find_map(|meta| match meta {
-            Meta::NameValue(nv) if nv.path.is_ident("enum_name") => match nv.value {
-                Expr::Lit(ExprLit {
-                    lit: Lit::Str(name),
-                    ..
-                }) => name.parse::<Ident>().ok(),
-                _ => None,
-            },
-            _ => None,
-        })
+    let column = sea_orm_str(&field.attrs, "enum_name")
+        .and_then(|name| name.parse::<Ident>().ok())
         .unwrap_or_else(|| variant_ident(&ident.unraw().to_string(), ident.span()));
     Some(PrimaryKey {
         field: ident,

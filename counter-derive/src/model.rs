@@ -85,8 +85,8 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
     }
 
     let Some(Target::Model(entity)) = target else {
-        errors.finish()?;
-        unreachable!("a non-entity target always records an error");
+        // `entity::read` has recorded why this is not an entity.
+        return Err(errors.into_error(|| syn::Error::new(input.ident.span(), "not an entity")));
     };
     let table = match (options.table, &entity.table_name) {
         (Some(table), Some(owner)) if table.value().eq_ignore_ascii_case(&owner.value()) => {
@@ -115,16 +115,20 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
         }
         (None, None) => None,
     };
-    errors.finish()?;
     match (table, entity.primary_key) {
-        (Some(table), Some(primary_key)) => Ok(Some(CounterModel {
-            table,
-            slots: options.slots.unwrap_or(DEFAULT_SLOTS),
-            keys,
-            cascade: options.cascade,
-            primary_key,
-        })),
-        _ => unreachable!("a missing table name or primary key always records an error"),
+        (Some(table), Some(primary_key)) => {
+            errors.finish()?;
+            Ok(Some(CounterModel {
+                table,
+                slots: options.slots.unwrap_or(DEFAULT_SLOTS),
+                keys,
+                cascade: options.cascade,
+                primary_key,
+            }))
+        }
+        // Whatever is missing has been recorded with its reason.
+        _ => Err(errors
+            .into_error(|| syn::Error::new(input.ident.span(), "no table name or primary key"))),
     }
 }
 
