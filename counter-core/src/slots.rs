@@ -39,13 +39,6 @@ impl Slots {
     pub fn get(self) -> u16 {
         self.0
     }
-
-    /// A slot chosen uniformly at random: where the next write goes.
-    pub(crate) fn pick(self) -> i16 {
-        use rand::Rng;
-        // `Slots::MAX` fits in an i16, so the cast cannot truncate.
-        rand::rng().random_range(0..self.0) as i16
-    }
 }
 
 impl Default for Slots {
@@ -57,16 +50,6 @@ impl Default for Slots {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn picks_every_slot_and_nothing_else() {
-        let slots = Slots::new(8).unwrap();
-        let mut seen = [false; 8];
-        for _ in 0..2_000 {
-            seen[slots.pick() as usize] = true;
-        }
-        assert!(seen.iter().all(|s| *s));
-    }
 
     #[test]
     fn range_is_checked_for_any_integer() {

@@ -7,6 +7,7 @@ use crate::{
     key::validate_key,
     owner::OwnerId,
     slots::Slots,
+    strategy::SlotStrategy,
 };
 
 /// The longest table name accepted (PostgreSQL truncates identifiers past 63 bytes).
@@ -38,6 +39,7 @@ struct TableConfig {
     name: Cow<'static, str>,
     slots: Slots,
     key_slots: HashMap<String, Slots>,
+    strategy: SlotStrategy,
     cascade: Option<OwnerTable>,
 }
 
@@ -71,6 +73,7 @@ impl CounterTable {
                 name,
                 slots: Slots::DEFAULT,
                 key_slots: HashMap::new(),
+                strategy: SlotStrategy::default(),
                 cascade: None,
             }),
         })
@@ -90,6 +93,17 @@ impl CounterTable {
             .key_slots
             .insert(key.to_owned(), slots);
         Ok(self)
+    }
+
+    /// Sets how writes pick a slot (default [`SlotStrategy::Rotating`]).
+    pub fn with_slot_strategy(mut self, strategy: SlotStrategy) -> Self {
+        Arc::make_mut(&mut self.inner).strategy = strategy;
+        self
+    }
+
+    /// How writes pick a slot.
+    pub fn slot_strategy(&self) -> SlotStrategy {
+        self.inner.strategy
     }
 
     /// Makes the created table reference its owner table, so deleting an
@@ -130,6 +144,13 @@ impl CounterTable {
             .get(key)
             .copied()
             .unwrap_or(self.inner.slots)
+    }
+
+    /// The slot the next write of `(owner, key)` goes to.
+    pub(crate) fn pick_slot(&self, owner: &impl std::hash::Hash, key: &str) -> i16 {
+        self.inner
+            .strategy
+            .pick(self.slots_for(key), (self.name(), owner, key))
     }
 }
 

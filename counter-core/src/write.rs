@@ -25,8 +25,9 @@ pub struct BatchOutcome {
 impl<I: OwnerId> Counters<I> {
     /// Adds `delta` (which may be negative) to a counter.
     ///
-    /// One upsert of one slot row, picked at random among the key's slots, so
-    /// concurrent writers of a hot counter rarely wait on the same row lock.
+    /// One upsert of one slot row, picked among the key's slots by the
+    /// table's [`SlotStrategy`](crate::SlotStrategy), so concurrent writers
+    /// of a hot counter rarely wait on the same row lock.
     /// A zero delta is validated and then skipped. On a pool, conflicts are
     /// retried; in a transaction, the counter commits or rolls back with it,
     /// and a failed write leaves the transaction as the database does (on
@@ -45,9 +46,9 @@ impl<I: OwnerId> Counters<I> {
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
         let row = UpsertRow {
+            slot: self.table().pick_slot(&owner, key),
             owner: owner.into(),
             key: key.to_owned(),
-            slot: self.table().slots_for(key).pick(),
             delta,
         };
         let stmt = sql::add_one(dialect, table, row);
@@ -79,7 +80,7 @@ impl<I: OwnerId> Counters<I> {
     ///
     /// Deltas of the same (owner, key) are folded first (an overflowing sum
     /// is an error, never wrapped) and net zeros dropped; each remaining
-    /// counter gets one random slot; rows are sorted by primary key, so
+    /// counter gets one slot; rows are sorted by primary key, so
     /// concurrent batches lock in the same order and cannot deadlock on each
     /// other; then one multi-row upsert is sent per chunk of
     /// [`UPSERT_ROWS_PER_STATEMENT`](crate::UPSERT_ROWS_PER_STATEMENT) rows.
@@ -162,7 +163,7 @@ impl<I: OwnerId> Counters<I> {
             .into_iter()
             .filter(|(_, delta)| *delta != 0)
             .map(|((owner, key), delta)| UpsertRow {
-                slot: self.table().slots_for(&key).pick(),
+                slot: self.table().pick_slot(&owner, &key),
                 owner: owner.into(),
                 key,
                 delta,
