@@ -4,7 +4,8 @@
 //! `UPDATE posts SET likes = likes + 1` makes every writer of a hot post wait
 //! on one row lock. Here a counter lives in a companion table
 //! `(owner_id, count_key, slot, value)`: each increment upserts one of N slot
-//! rows chosen at random, so writers spread over N locks, and a read is
+//! rows (successive writers take successive slots, see [`SlotStrategy`]),
+//! so writers spread over N locks, and a read is
 //! `SUM(value)`. A batch read of many owners and keys is one grouped query.
 //! Counters are rows, not columns: a new counter needs no DDL.
 //!
@@ -31,6 +32,7 @@ mod schema;
 mod serde_support;
 mod slots;
 mod sql;
+mod strategy;
 mod table;
 mod typed;
 mod write;
@@ -44,6 +46,7 @@ pub use read::CountMap;
 pub use schema::migration::CounterTableMigration;
 pub use slots::Slots;
 pub use sql::UPSERT_ROWS_PER_STATEMENT;
+pub use strategy::SlotStrategy;
 pub use table::{CounterTable, Counters, MAX_TABLE_NAME_LEN, OwnerTable, validate_table_name};
 pub use typed::{CountSet, KeySet};
 pub use write::BatchOutcome;
@@ -125,7 +128,8 @@ pub mod __private {
     pub use serde;
 
     use crate::{
-        CounterError, CounterTable, Counters, OwnerId, OwnerTable, Result, error::preview,
+        CounterError, CounterTable, Counters, OwnerId, OwnerTable, Result, SlotStrategy,
+        error::preview,
     };
 
     /// The error of parsing a string that is none of `expected`.
@@ -139,11 +143,14 @@ pub mod __private {
     /// The counters of a derived entity. The derive has already checked
     /// every name and slot count at compile time, so this cannot fail.
     /// With `cascade_column`, the table references the owner entity `E`.
+    /// `strategy` is the `slot_strategy` option; without it the table keeps
+    /// [`SlotStrategy::default()`].
     pub fn derived_counters<I: OwnerId, E: sea_orm::EntityName>(
         table: &'static str,
         slots: u16,
         key_slots: &[(&str, u16)],
         cascade_column: Option<&'static str>,
+        strategy: Option<SlotStrategy>,
     ) -> Counters<I> {
         let build = || -> Result<CounterTable> {
             let mut config = CounterTable::new(table)?.with_slots(slots)?;
@@ -157,6 +164,9 @@ pub mod __private {
                     table: owner.table_name().into(),
                     column: column.into(),
                 });
+            }
+            if let Some(strategy) = strategy {
+                config = config.with_slot_strategy(strategy);
             }
             Ok(config)
         };

@@ -10,7 +10,9 @@ use syn::{
 use crate::diagnostics::{Errors, unknown};
 
 /// The options of `#[counter(...)]`.
-const OPTIONS: &[&str] = &["keys", "slots", "table", "cascade"];
+const OPTIONS: &[&str] = &["keys", "slots", "table", "slot_strategy", "cascade"];
+/// The values of `slot_strategy = "..."`, counter-core's `SlotStrategy`.
+const SLOT_STRATEGIES: &[&str] = &["rotating", "random"];
 /// The options of one key, `views(slots = 64)`.
 const KEY_OPTIONS: &[&str] = &["slots"];
 /// The most slots a key may have (counter-core's `Slots::MAX`).
@@ -28,7 +30,15 @@ pub(crate) struct CounterAttr {
     pub keys: Option<Vec<KeyAttr>>,
     pub slots: Option<u16>,
     pub table: Option<LitStr>,
+    pub slot_strategy: Option<SlotStrategy>,
     pub cascade: bool,
+}
+
+/// `slot_strategy = "..."`: counter-core's `SlotStrategy` variant of that name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotStrategy {
+    Rotating,
+    Random,
 }
 
 /// One declared key, `likes` or `views(slots = 64)`.
@@ -58,6 +68,7 @@ pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
                 "keys" => parse_keys(&meta, out.keys.insert(Vec::new()), errors)?,
                 "slots" => out.slots = parse_slots(&meta, errors)?,
                 "table" => out.table = parse_table(&meta, errors)?,
+                "slot_strategy" => out.slot_strategy = parse_slot_strategy(&meta, errors)?,
                 "cascade" => {
                     if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
                         errors.at(meta.path.span(), "`cascade` is a flag and takes no value");
@@ -199,6 +210,38 @@ fn parse_table(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Optio
         return Ok(None);
     }
     Ok(Some(name))
+}
+
+/// `slot_strategy = "rotating"` or `"random"`: a string literal, as `table`.
+fn parse_slot_strategy(
+    meta: &ParseNestedMeta,
+    errors: &mut Errors,
+) -> syn::Result<Option<SlotStrategy>> {
+    let Some(expr) = option_value(meta, "`slot_strategy = \"random\"`", errors)? else {
+        return Ok(None);
+    };
+    let Expr::Lit(ExprLit {
+        lit: Lit::Str(value),
+        ..
+    }) = expr
+    else {
+        errors.at(
+            expr.span(),
+            "`slot_strategy` takes a string literal: `slot_strategy = \"random\"`",
+        );
+        return Ok(None);
+    };
+    match value.value().as_str() {
+        "rotating" => Ok(Some(SlotStrategy::Rotating)),
+        "random" => Ok(Some(SlotStrategy::Random)),
+        other => {
+            errors.at(
+                value.span(),
+                unknown("slot strategy", other, SLOT_STRATEGIES),
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// Why a key name cannot be used, if it cannot. Keys become struct fields

@@ -6,6 +6,7 @@ use quote::quote;
 use syn::DeriveInput;
 
 use crate::{
+    attr::SlotStrategy,
     entity::OwnerKind,
     model::{self, CounterModel},
 };
@@ -69,6 +70,19 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
     } else {
         quote!(::core::option::Option::None)
     };
+    let strategy = match model.slot_strategy {
+        Some(SlotStrategy::Rotating) => {
+            quote!(::core::option::Option::Some(
+                ::counter_core::SlotStrategy::Rotating
+            ))
+        }
+        Some(SlotStrategy::Random) => {
+            quote!(::core::option::Option::Some(
+                ::counter_core::SlotStrategy::Random
+            ))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     quote! {
         #[automatically_derived]
         impl ::counter_core::SlottedCounter for Entity {
@@ -84,6 +98,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
                             #slots,
                             &[#(#key_slots),*],
                             #cascade,
+                            #strategy,
                         )
                     });
                 &COUNTERS
@@ -296,11 +311,11 @@ mod tests {
     }
 
     #[test]
-    fn string_owner_with_cascade_and_table() {
+    fn string_owner_with_cascade_table_and_strategy() {
         let input = parse_quote! {
             #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
             #[sea_orm(table_name = "pages")]
-            #[counter(keys(views, r#type), table = "page_stats", cascade)]
+            #[counter(keys(views, r#type), table = "page_stats", slot_strategy = "random", cascade)]
             pub struct Model {
                 #[sea_orm(primary_key, auto_increment = false, enum_name = "Slug")]
                 pub id: String,
@@ -327,7 +342,10 @@ mod tests {
     fn errors_are_reported_together() {
         let input = parse_quote! {
             #[sea_orm(table_name = "posts")]
-            #[counter(keys(likes, likes, Views), slots = 0, slot = 3, table = "no-dash")]
+            #[counter(
+                keys(likes, likes, Views), slots = 0, slot = 3, table = "no-dash",
+                slot_strategy = "rotatin"
+            )]
             pub struct Model {
                 #[sea_orm(primary_key)]
                 pub a: i64,

@@ -23,13 +23,14 @@ use proc_macro::TokenStream;
 ///
 /// # The attribute
 ///
-/// `#[counter(keys(...), slots = N, table = "name", cascade)]`
+/// `#[counter(keys(...), slots = N, table = "name", slot_strategy = "random", cascade)]`
 ///
 /// | option | meaning | default |
 /// |---|---|---|
 /// | `keys(a, b, c(slots = N))` | the counters; each key is a lowercase snake_case identifier (at most 64 bytes) and may set its own slot count | required |
 /// | `slots = N` | slot rows per counter, `1..=1024`: more slots, less contention on a hot counter, more rows to sum on read | `16` |
 /// | `table = "name"` | the companion table | `"<table_name>_counters"` |
+/// | `slot_strategy = "rotating"` or `"random"` | how a write picks one of a counter's slots, a [`SlotStrategy`]: successive writes of a counter take successive slots, or each takes a random one | counter-core's `SlotStrategy::default()` (rotating) |
 /// | `cascade` | the counter table references the owner table (its schema, table and primary-key column, as the entity names them) with `ON DELETE CASCADE` | off |
 ///
 /// Slot counts can change at any time without a migration: reads sum every
@@ -87,6 +88,7 @@ use proc_macro::TokenStream;
 /// schema even when the owner has a `schema_name`.
 ///
 /// [`Counters`]: https://docs.rs/counter-core/latest/counter_core/struct.Counters.html
+/// [`SlotStrategy`]: https://docs.rs/counter-core/latest/counter_core/enum.SlotStrategy.html
 #[proc_macro_derive(SlottedCounter, attributes(counter))]
 pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);

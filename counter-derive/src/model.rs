@@ -7,7 +7,7 @@ use proc_macro2::Span;
 use syn::{DeriveInput, Ident};
 
 use crate::{
-    attr::{self, table_name_problem},
+    attr::{self, SlotStrategy, table_name_problem},
     diagnostics::Errors,
     entity::{self, PrimaryKey, Target},
 };
@@ -22,6 +22,8 @@ pub(crate) struct CounterModel {
     /// The default slot count.
     pub slots: u16,
     pub keys: Vec<Key>,
+    /// How writes pick a slot; `None` leaves it to counter-core's default.
+    pub slot_strategy: Option<SlotStrategy>,
     /// Whether the companion table references the owner table.
     pub cascade: bool,
     pub primary_key: PrimaryKey,
@@ -122,6 +124,7 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
                 table,
                 slots: options.slots.unwrap_or(DEFAULT_SLOTS),
                 keys,
+                slot_strategy: options.slot_strategy,
                 cascade: options.cascade,
                 primary_key,
             }))

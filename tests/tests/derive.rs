@@ -1,10 +1,10 @@
 //! `#[derive(SlottedCounter)]` on entities of every supported owner type, in
-//! both entity formats, with per-key slots and with `cascade`: every
+//! both entity formats, with per-key slots, `slot_strategy` and `cascade`: every
 //! generated item, on every configured backend.
 
 use std::{collections::HashSet, fmt::Debug};
 
-use counter_core::{CountSet, CounterError, CounterKey, KeySet, prelude::*};
+use counter_core::{CountSet, CounterError, CounterKey, KeySet, SlotStrategy, prelude::*};
 use counter_tests::{TestDb, backends, raw};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Schema, Set,
@@ -101,6 +101,25 @@ mod category {
         #[sea_orm(primary_key)]
         pub id: i32,
         pub name: String,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+/// `slot_strategy = "random"`; the other entities keep counter-core's default.
+mod poll {
+    use counter_core::SlottedCounter;
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
+    #[sea_orm(table_name = "polls")]
+    #[counter(keys(votes), slots = 4, slot_strategy = "random")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
     }
 
     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -302,6 +321,41 @@ async fn dense_format_entity() {
             video::Entity::counters().table().slots_for("plays").get(),
             32
         );
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slot_strategy_option() {
+    use poll::counters::Key;
+    for t in backends("derive_slot_strategy").await {
+        let table = poll::Entity::counters().table();
+        assert_eq!(table.slot_strategy(), SlotStrategy::Random);
+        assert_eq!(
+            tag::Entity::counters().table().slot_strategy(),
+            SlotStrategy::Rotating
+        );
+
+        poll::Entity::counters().create_table(&t.db).await.unwrap();
+        for _ in 0..40 {
+            poll::Entity::increment(&t.db, 1, Key::Votes).await.unwrap();
+        }
+        poll::Entity::add_many(&t.db, [(1, Key::Votes, 2), (2, Key::Votes, 3)])
+            .await
+            .unwrap();
+        let rows = raw::slot_rows(&t.db, poll::counters::TABLE, 1, "votes").await;
+        assert!(
+            rows.iter().all(|(slot, _)| (0..4).contains(slot)),
+            "{rows:?}"
+        );
+        assert_eq!(
+            rows.iter().map(|(_, v)| v).sum::<i64>(),
+            42,
+            "[{}]",
+            t.backend
+        );
+        let many = poll::Entity::counts_many(&t.db, &[1, 2]).await.unwrap();
+        assert_eq!((many[&1].votes, many[&2].votes), (42, 3), "[{}]", t.backend);
         t.finish().await;
     }
 }
