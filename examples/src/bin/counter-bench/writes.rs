@@ -1,0 +1,453 @@
+//! Write cells: clients hammering one counter in one design, then the check
+//! that every committed increment is in the stored total.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use counter_core::{CounterTable, Counters, SlotStrategy, Slots};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait, Value,
+    sea_query::{Alias, ColumnDef, Expr, ExprTrait, InsertStatement, Query, Table},
+};
+
+use crate::cli::{Design, Strategy, Workload};
+
+/// The counted owner every client of a contended design writes.
+const HOT_OWNER: i64 = 1;
+/// The counter's key.
+const KEY: &str = "likes";
+const HOT_TABLE: &str = "bench_hot";
+const CHILD_TABLE: &str = "bench_children";
+const COUNTER_TABLE: &str = "bench_counters";
+
+/// One cell of the benchmark grid.
+#[derive(Debug, Clone, Copy)]
+pub struct Cell {
+    pub workload: Workload,
+    pub design: Design,
+    /// `None` for designs without slots.
+    pub slots: Option<u16>,
+    /// `None` for designs without slots.
+    pub strategy: Option<Strategy>,
+    pub clients: usize,
+}
+
+/// What a cell measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CellResult {
+    pub workload: Workload,
+    pub design: Design,
+    pub slots: Option<u16>,
+    pub slot_strategy: Option<Strategy>,
+    pub clients: usize,
+    /// Committed transactions per second (the median round's, with `--repeat`).
+    pub tx_per_s: f64,
+    /// Every round's transactions per second, in the order they ran.
+    pub rounds: Vec<f64>,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Increments that committed, warm-up included.
+    pub expected_total: i64,
+    /// The counter's stored total afterwards.
+    pub observed_total: i64,
+    /// For `business`: child rows stored (must equal `expected_total`).
+    pub observed_children: Option<i64>,
+    /// Transactions that failed (rolled back, so not in the expected total).
+    pub errors: u64,
+    pub last_error: Option<String>,
+    /// `observed_total == expected_total` (and the child rows agree), in
+    /// every round.
+    pub total_ok: bool,
+}
+
+impl CellResult {
+    /// The median round, carrying every round's throughput; its check holds
+    /// only if every round's did.
+    pub fn median(mut rounds: Vec<CellResult>) -> Option<CellResult> {
+        let throughputs: Vec<f64> = rounds.iter().map(|r| r.tx_per_s).collect();
+        let all_ok = rounds.iter().all(|r| r.total_ok);
+        let errors = rounds.iter().map(|r| r.errors).sum();
+        rounds.sort_by(|a, b| a.tx_per_s.total_cmp(&b.tx_per_s));
+        let mut median = rounds.into_iter().nth(throughputs.len() / 2)?;
+        median.rounds = throughputs;
+        median.total_ok = all_ok;
+        median.errors = errors;
+        Some(median)
+    }
+}
+
+/// How long a cell runs, and the application work of a business transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub warmup: Duration,
+    pub measured: Duration,
+    pub app_work: Duration,
+}
+
+/// Prepared statements and handles shared by a cell's clients.
+struct Setup {
+    cell: Cell,
+    app_work: Duration,
+    counters: Counters<i64>,
+    slots: Slots,
+    strategy: SlotStrategy,
+    backend: DbBackend,
+    hot_update: Statement,
+    child_insert: InsertStatement,
+}
+
+/// Runs one cell on fresh tables.
+pub async fn run(
+    db: &DatabaseConnection,
+    cell: Cell,
+    timing: Timing,
+) -> Result<CellResult, BoxError> {
+    let setup = Arc::new(prepare(db, cell, timing.app_work).await?);
+    let warm_end = Instant::now() + timing.warmup;
+    let end = warm_end + timing.measured;
+    let clients: Vec<_> = (0..cell.clients)
+        .map(|client| {
+            let (db, setup) = (db.clone(), setup.clone());
+            tokio::spawn(async move { drive(&db, &setup, client, warm_end, end).await })
+        })
+        .collect();
+    let mut tally = Tally::default();
+    for client in clients {
+        tally.merge(client.await?);
+    }
+
+    let (observed_total, observed_children) = observe(db, &setup).await?;
+    let expected_total = i64::try_from(tally.committed)?;
+    let mut latencies = tally.latencies_ms;
+    latencies.sort_by(f64::total_cmp);
+    let tx_per_s = latencies.len() as f64 / timing.measured.as_secs_f64();
+    Ok(CellResult {
+        workload: cell.workload,
+        design: cell.design,
+        slots: cell.slots,
+        slot_strategy: cell.strategy,
+        clients: cell.clients,
+        tx_per_s,
+        rounds: vec![tx_per_s],
+        p50_ms: percentile(&latencies, 0.50),
+        p99_ms: percentile(&latencies, 0.99),
+        expected_total,
+        observed_total,
+        observed_children,
+        errors: tally.errors,
+        last_error: tally.last_error,
+        total_ok: observed_total == expected_total
+            && observed_children.is_none_or(|children| children == expected_total),
+    })
+}
+
+/// Drops and recreates the cell's tables, so every total starts at zero.
+async fn prepare(
+    db: &DatabaseConnection,
+    cell: Cell,
+    app_work: Duration,
+) -> Result<Setup, BoxError> {
+    let slots = Slots::new(cell.slots.unwrap_or(1))?;
+    let strategy: SlotStrategy = cell.strategy.map_or(SlotStrategy::default(), Into::into);
+    let counters = Counters::<i64>::new(
+        CounterTable::new(COUNTER_TABLE)?
+            .with_slots(slots.get())?
+            .with_slot_strategy(strategy),
+    );
+    counters.drop_table(db).await?;
+    counters.create_table(db).await?;
+
+    for table in [HOT_TABLE, CHILD_TABLE] {
+        db.execute(
+            &Table::drop()
+                .table(Alias::new(table))
+                .if_exists()
+                .to_owned(),
+        )
+        .await?;
+    }
+    db.execute(
+        &Table::create()
+            .table(Alias::new(HOT_TABLE))
+            .col(
+                ColumnDef::new(Alias::new("id"))
+                    .big_integer()
+                    .not_null()
+                    .primary_key(),
+            )
+            .col(ColumnDef::new(Alias::new("n")).big_integer().not_null())
+            .to_owned(),
+    )
+    .await?;
+    db.execute(
+        &Query::insert()
+            .into_table(Alias::new(HOT_TABLE))
+            .columns([Alias::new("id"), Alias::new("n")])
+            .values([HOT_OWNER.into(), 0i64.into()])?
+            .to_owned(),
+    )
+    .await?;
+    db.execute(
+        &Table::create()
+            .table(Alias::new(CHILD_TABLE))
+            .col(
+                ColumnDef::new(Alias::new("id"))
+                    .integer()
+                    .not_null()
+                    .auto_increment()
+                    .primary_key(),
+            )
+            .col(
+                ColumnDef::new(Alias::new("owner_id"))
+                    .big_integer()
+                    .not_null(),
+            )
+            .to_owned(),
+    )
+    .await?;
+
+    let backend = db.get_database_backend();
+    let hot_update = backend.build(
+        Query::update()
+            .table(Alias::new(HOT_TABLE))
+            .value(Alias::new("n"), Expr::col(Alias::new("n")).add(1))
+            .and_where(Expr::col(Alias::new("id")).eq(HOT_OWNER)),
+    );
+    let child_insert = Query::insert()
+        .into_table(Alias::new(CHILD_TABLE))
+        .columns([Alias::new("owner_id")])
+        .values([HOT_OWNER.into()])?
+        .to_owned();
+    Ok(Setup {
+        cell,
+        app_work,
+        counters,
+        slots,
+        strategy,
+        backend,
+        hot_update,
+        child_insert,
+    })
+}
+
+/// Per-client results, merged at the end.
+#[derive(Default)]
+struct Tally {
+    committed: u64,
+    errors: u64,
+    last_error: Option<String>,
+    latencies_ms: Vec<f64>,
+}
+
+impl Tally {
+    fn merge(&mut self, other: Tally) {
+        self.committed += other.committed;
+        self.errors += other.errors;
+        self.last_error = other.last_error.or(self.last_error.take());
+        self.latencies_ms.extend(other.latencies_ms);
+    }
+}
+
+/// One client: transactions back to back until `end`; only those started
+/// after the warm-up are timed, all committed ones are counted.
+async fn drive(
+    db: &DatabaseConnection,
+    setup: &Setup,
+    client: usize,
+    warm_end: Instant,
+    end: Instant,
+) -> Tally {
+    let mut tally = Tally::default();
+    // Uncontended clients each own a counter; the others share the hot one.
+    let owner = match setup.cell.design {
+        Design::Uncontended => HOT_OWNER + client as i64,
+        _ => HOT_OWNER,
+    };
+    loop {
+        let started = Instant::now();
+        if started >= end {
+            return tally;
+        }
+        match transaction(db, setup, owner).await {
+            Ok(()) => {
+                tally.committed += 1;
+                if started >= warm_end {
+                    tally
+                        .latencies_ms
+                        .push(started.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            Err(e) => {
+                tally.errors += 1;
+                tally.last_error = Some(e.to_string());
+            }
+        }
+    }
+}
+
+async fn transaction(db: &DatabaseConnection, setup: &Setup, owner: i64) -> Result<(), BoxError> {
+    match setup.cell.workload {
+        Workload::Autocommit => increment(db, setup, owner).await,
+        Workload::Business => {
+            let txn = db.begin().await?;
+            txn.execute(&setup.child_insert).await?;
+            increment(&txn, setup, owner).await?;
+            tokio::time::sleep(setup.app_work).await;
+            txn.commit().await?;
+            Ok(())
+        }
+    }
+}
+
+/// The increment itself, in the cell's design.
+async fn increment<C: ConnectionTrait>(db: &C, setup: &Setup, owner: i64) -> Result<(), BoxError> {
+    match setup.cell.design {
+        Design::HotRow => {
+            db.execute_raw(setup.hot_update.clone()).await?;
+        }
+        Design::Slotted | Design::Uncontended => {
+            setup.counters.increment(db, owner, KEY).await?;
+        }
+        Design::SlottedRaw => {
+            let slot = setup
+                .strategy
+                .pick(setup.slots, (COUNTER_TABLE, &owner, KEY));
+            db.execute_raw(raw_upsert(setup.backend, owner, slot))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The slotted upsert as an application would write it by hand.
+fn raw_upsert(backend: DbBackend, owner: i64, slot: i16) -> Statement {
+    let (sql, values): (&str, Vec<Value>) = match backend {
+        DbBackend::MySql => (
+            "INSERT INTO bench_counters (owner_id, count_key, slot, value) VALUES (?, ?, ?, 1) \
+             ON DUPLICATE KEY UPDATE value = value + 1",
+            vec![owner.into(), KEY.into(), slot.into()],
+        ),
+        DbBackend::Postgres => (
+            "INSERT INTO bench_counters (owner_id, count_key, slot, value) VALUES ($1, $2, $3, 1) \
+             ON CONFLICT (owner_id, count_key, slot) DO UPDATE SET value = bench_counters.value + 1",
+            vec![owner.into(), KEY.into(), slot.into()],
+        ),
+        _ => (
+            "INSERT INTO bench_counters (owner_id, count_key, slot, value) VALUES (?, ?, ?, 1) \
+             ON CONFLICT (owner_id, count_key, slot) DO UPDATE SET value = bench_counters.value + 1",
+            vec![owner.into(), KEY.into(), slot.into()],
+        ),
+    };
+    Statement::from_sql_and_values(backend, sql, values)
+}
+
+/// The stored total (and child rows, for `business`), read after the clients stopped.
+async fn observe(db: &DatabaseConnection, setup: &Setup) -> Result<(i64, Option<i64>), BoxError> {
+    let total = match setup.cell.design {
+        Design::HotRow => {
+            scalar(
+                db,
+                &format!("SELECT n FROM {HOT_TABLE} WHERE id = {HOT_OWNER}"),
+            )
+            .await?
+        }
+        Design::Slotted | Design::SlottedRaw => setup.counters.get(db, &HOT_OWNER, KEY).await?,
+        Design::Uncontended => {
+            let owners: Vec<i64> = (0..setup.cell.clients as i64)
+                .map(|c| HOT_OWNER + c)
+                .collect();
+            let counts = setup.counters.get_many(db, &owners, &[KEY]).await?;
+            counts.values().flat_map(|keys| keys.values()).sum()
+        }
+    };
+    let children = match setup.cell.workload {
+        Workload::Business => {
+            Some(scalar(db, &format!("SELECT COUNT(*) FROM {CHILD_TABLE}")).await?)
+        }
+        Workload::Autocommit => None,
+    };
+    Ok((total, children))
+}
+
+/// The first column of a one-row query, as an i64.
+async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, BoxError> {
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(sql.to_owned()))?;
+    Ok(row.try_get_by_index::<i64>(0)?)
+}
+
+/// The value below which a fraction `q` of the sorted samples fall.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(tx_per_s: f64, total_ok: bool) -> CellResult {
+        CellResult {
+            workload: Workload::Business,
+            design: Design::Slotted,
+            slots: Some(16),
+            slot_strategy: Some(Strategy::Rotating),
+            clients: 64,
+            tx_per_s,
+            rounds: vec![tx_per_s],
+            p50_ms: tx_per_s / 100.0,
+            p99_ms: 0.0,
+            expected_total: 1,
+            observed_total: 1,
+            observed_children: None,
+            errors: 1,
+            last_error: None,
+            total_ok,
+        }
+    }
+
+    #[test]
+    fn the_median_round_keeps_every_throughput_and_every_check() {
+        let median = CellResult::median(vec![
+            result(300.0, true),
+            result(100.0, false),
+            result(200.0, true),
+        ])
+        .unwrap();
+        assert_eq!(median.tx_per_s, 200.0);
+        assert_eq!(median.p50_ms, 2.0, "figures come from the median round");
+        assert_eq!(median.rounds, [300.0, 100.0, 200.0]);
+        assert!(!median.total_ok, "one failed round fails the cell");
+        assert_eq!(median.errors, 3);
+        assert!(CellResult::median(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let samples: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&samples, 0.50), 50.0);
+        assert_eq!(percentile(&samples, 0.99), 99.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn raw_upserts_use_each_backends_placeholders() {
+        let pg = raw_upsert(DbBackend::Postgres, 1, 3).sql;
+        assert!(pg.contains("$3") && pg.contains("ON CONFLICT"), "{pg}");
+        let my = raw_upsert(DbBackend::MySql, 1, 3).sql;
+        assert!(
+            my.contains("ON DUPLICATE KEY UPDATE") && !my.contains('$'),
+            "{my}"
+        );
+    }
+}
