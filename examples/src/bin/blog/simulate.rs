@@ -1,0 +1,292 @@
+//! The simulated users: concurrent tasks liking, unliking, commenting on,
+//! viewing and following, with the traffic skewed towards a few hot posts
+//! and users, and a tally of every write they were told succeeded.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    sync::Arc,
+    time::Duration,
+};
+
+use counter_core::prelude::*;
+use entity::{post, user};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
+use rand::{
+    Rng, SeedableRng,
+    distr::{Distribution, weighted::WeightedIndex},
+    rngs::StdRng,
+    seq::SliceRandom,
+};
+use sea_orm::DatabaseConnection;
+
+use crate::BoxError;
+
+type PostKey = post::counters::Key;
+type UserKey = user::counters::Key;
+
+/// The skew of the traffic: the post (or user) of rank r gets a share
+/// proportional to 1 / r^ZIPF_EXPONENT, so a handful get most of it, as on
+/// a real site, and their counters are the hot rows slots are for.
+const ZIPF_EXPONENT: f64 = 1.0;
+
+/// Who gets the traffic: ids in a random order, picked with a Zipf-like
+/// skew. Shuffled so that the hot ones are not simply the lowest ids, and
+/// differ from run to run.
+struct Hot {
+    ids: Vec<i64>,
+    weights: WeightedIndex<f64>,
+}
+
+impl Hot {
+    fn new(ids: &[i64], rng: &mut impl Rng) -> Result<Self, BoxError> {
+        let mut ids = ids.to_vec();
+        ids.shuffle(rng);
+        let weights = WeightedIndex::new(
+            (1..=ids.len()).map(|rank| 1.0 / (rank as f64).powf(ZIPF_EXPONENT)),
+        )?;
+        Ok(Self { ids, weights })
+    }
+
+    fn pick(&self, rng: &mut impl Rng) -> i64 {
+        self.ids[self.weights.sample(rng)]
+    }
+}
+
+/// Acknowledged actions by kind, for the summary line and for the number of
+/// counter writes the check expects.
+#[derive(Default)]
+pub struct ActionCounts {
+    pub views: u64,
+    pub likes: u64,
+    pub unlikes: u64,
+    pub comments: u64,
+    pub follows: u64,
+    pub unfollows: u64,
+}
+
+impl ActionCounts {
+    pub fn total(&self) -> u64 {
+        self.views + self.likes + self.unlikes + self.comments + self.follows + self.unfollows
+    }
+}
+
+/// What the simulated users were told succeeded: the deltas the stored
+/// counts must show, since an acknowledged write that went missing (or an
+/// unacknowledged one that landed) is exactly the bug the check is for.
+#[derive(Default)]
+pub struct Tally {
+    pub posts: HashMap<(i64, PostKey), i64>,
+    pub users: HashMap<(i64, UserKey), i64>,
+    pub actions: ActionCounts,
+    /// Writes that still conflicted after the library's retries.
+    pub refused: u64,
+}
+
+impl Tally {
+    /// Each task keeps its own tally, so the tasks share nothing but the
+    /// pool; they are added up once all have finished.
+    fn merge(&mut self, other: Tally) {
+        for (counter, delta) in other.posts {
+            *self.posts.entry(counter).or_default() += delta;
+        }
+        for (counter, delta) in other.users {
+            *self.users.entry(counter).or_default() += delta;
+        }
+        let (a, b) = (&mut self.actions, other.actions);
+        a.views += b.views;
+        a.likes += b.likes;
+        a.unlikes += b.unlikes;
+        a.comments += b.comments;
+        a.follows += b.follows;
+        a.unfollows += b.unfollows;
+        self.refused += other.refused;
+    }
+
+    /// Acknowledged counter writes: (increments, decrements). A follow is two
+    /// (the follower's `following`, the followee's `followers`).
+    pub fn writes(&self) -> (u64, u64) {
+        let a = &self.actions;
+        (
+            a.views + a.likes + a.comments + 2 * a.follows,
+            a.unlikes + 2 * a.unfollows,
+        )
+    }
+}
+
+/// Runs `users` tasks of `actions` actions each, concurrently, so that the
+/// hot posts see concurrent writers: the case slots are for.
+pub async fn simulate(
+    db: &DatabaseConnection,
+    post_ids: &[i64],
+    user_ids: &[i64],
+    users: u64,
+    actions: u64,
+) -> Result<Tally, BoxError> {
+    let mut rng = StdRng::from_rng(&mut rand::rng());
+    let hot_posts = Arc::new(Hot::new(post_ids, &mut rng)?);
+    let hot_users = Arc::new(Hot::new(user_ids, &mut rng)?);
+
+    let bar = progress_bar(users * actions);
+    let tasks: Vec<_> = user_ids
+        .iter()
+        .take(users as usize)
+        .map(|&me| {
+            let user = SimulatedUser {
+                db: db.clone(),
+                me,
+                posts: hot_posts.clone(),
+                users: hot_users.clone(),
+                rng: StdRng::from_rng(&mut rng),
+                bar: bar.clone(),
+            };
+            tokio::spawn(user.run(actions))
+        })
+        .collect();
+    let mut tally = Tally::default();
+    for task in tasks {
+        match task.await {
+            Ok(Ok(part)) => tally.merge(part),
+            Ok(Err(err)) => {
+                bar.abandon();
+                return Err(err.into());
+            }
+            Err(err) => {
+                bar.abandon();
+                return Err(err.into());
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(tally)
+}
+
+/// A bar over all the actions, so a long run on a slow database shows it is
+/// moving and how fast; cleared at the end so it leaves no trace in the
+/// output.
+fn progress_bar(actions: u64) -> ProgressBar {
+    let bar = ProgressBar::new(actions);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} actions, {rate}, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key("rate", |state: &ProgressState, out: &mut dyn fmt::Write| {
+                let _ = write!(out, "{:.0}/s", state.per_sec());
+            })
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+/// One simulated user. This demo keeps no table of who liked or follows
+/// what (an application would insert that row in the same transaction as the
+/// counter write); each task remembers its own likes and follows instead, so
+/// it only unlikes what it liked and counts never go negative.
+struct SimulatedUser {
+    db: DatabaseConnection,
+    me: i64,
+    posts: Arc<Hot>,
+    users: Arc<Hot>,
+    /// Its own generator, seeded from the run's: the thread-local one is not
+    /// `Send`, and a task may move between threads at any `.await`.
+    rng: StdRng,
+    bar: ProgressBar,
+}
+
+impl SimulatedUser {
+    async fn run(mut self, actions: u64) -> Result<Tally, CounterError> {
+        let db = &self.db;
+        let mut tally = Tally::default();
+        let mut liked = HashSet::new();
+        let mut following = HashSet::new();
+        for _ in 0..actions {
+            let post = self.posts.pick(&mut self.rng);
+            let roll = self.rng.random_range(0..100u32);
+            let them = self.users.pick(&mut self.rng);
+            match roll {
+                // Like, or unlike a post liked before: the like button toggles.
+                60..85 => {
+                    let like = !liked.contains(&post);
+                    let written = if like {
+                        post::Entity::increment(db, post, PostKey::Likes).await
+                    } else {
+                        post::Entity::decrement(db, post, PostKey::Likes).await
+                    };
+                    if acknowledged(written, &mut tally.refused)? {
+                        if like {
+                            liked.insert(post);
+                            tally.actions.likes += 1;
+                        } else {
+                            liked.remove(&post);
+                            tally.actions.unlikes += 1;
+                        }
+                        *tally.posts.entry((post, PostKey::Likes)).or_default() +=
+                            if like { 1 } else { -1 };
+                    }
+                }
+                85..95 => {
+                    let written = post::Entity::increment(db, post, PostKey::Comments).await;
+                    if acknowledged(written, &mut tally.refused)? {
+                        tally.actions.comments += 1;
+                        *tally.posts.entry((post, PostKey::Comments)).or_default() += 1;
+                    }
+                }
+                // Follow or unfollow: both users' counters in one atomic
+                // statement (a two-row upsert).
+                95.. if them != self.me => {
+                    let delta = if following.contains(&them) { -1 } else { 1 };
+                    let written = user::Entity::add_many(
+                        db,
+                        [
+                            (self.me, UserKey::Following, delta),
+                            (them, UserKey::Followers, delta),
+                        ],
+                    )
+                    .await
+                    .map(drop);
+                    if acknowledged(written, &mut tally.refused)? {
+                        if delta > 0 {
+                            following.insert(them);
+                            tally.actions.follows += 1;
+                        } else {
+                            following.remove(&them);
+                            tally.actions.unfollows += 1;
+                        }
+                        *tally
+                            .users
+                            .entry((self.me, UserKey::Following))
+                            .or_default() += delta;
+                        *tally.users.entry((them, UserKey::Followers)).or_default() += delta;
+                    }
+                }
+                // A view: the most frequent action.
+                _ => {
+                    let written = post::Entity::increment(db, post, PostKey::Views).await;
+                    if acknowledged(written, &mut tally.refused)? {
+                        tally.actions.views += 1;
+                        *tally.posts.entry((post, PostKey::Views)).or_default() += 1;
+                    }
+                }
+            }
+            self.bar.inc(1);
+        }
+        Ok(tally)
+    }
+}
+
+/// Whether a write was acknowledged. A conflict still there after the
+/// library's retries was rolled back by the database: not acknowledged, not
+/// expected in the totals. Any other error ends the run.
+fn acknowledged(
+    written: Result<(), CounterError>,
+    refused: &mut u64,
+) -> Result<bool, CounterError> {
+    match written {
+        Ok(()) => Ok(true),
+        Err(CounterError::Conflict { .. }) => {
+            *refused += 1;
+            Ok(false)
+        }
+        Err(err) => Err(err),
+    }
+}

@@ -1,0 +1,587 @@
+//! The `blog-server` example over real HTTP, on every configured backend: a
+//! TCP listener on a free port, `axum::serve`, and hyper's client.
+
+use std::time::Duration;
+
+use blog_server::{MAX_PAGE, PAGE_SIZE};
+use counter_core::SlottedCounter;
+use counter_tests::{TestDb, backends};
+use entity::post::{self, counters::Key};
+use http_body_util::{BodyExt, Full};
+use hyper::{
+    HeaderMap, Method, Request, StatusCode,
+    body::Bytes,
+    header::{ALLOW, CONTENT_TYPE, RETRY_AFTER},
+};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use migration::{Migrator, MigratorTrait};
+use sea_orm::{ActiveModelTrait, Set};
+use serde_json::{Value, json};
+use tokio::{net::TcpListener, task::JoinHandle};
+
+/// Longer than any request here should take: a hang fails the test instead
+/// of stalling it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The blog server on a free local port, and a client for it.
+struct Server {
+    base: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+    task: JoinHandle<()>,
+    backend: counter_tests::Backend,
+}
+
+/// A response: status, headers and the JSON body.
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+}
+
+impl Server {
+    /// Serves `blog_server::router` on the test's database.
+    async fn start(t: &TestDb) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let router = blog_server::router(t.db.clone());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        Server {
+            base,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            task,
+            backend: t.backend,
+        }
+    }
+
+    /// Status and JSON body of `method path`.
+    async fn request(&self, method: Method, path: &str) -> (StatusCode, Value) {
+        let reply = self.send(method, path).await;
+        (reply.status, reply.body)
+    }
+
+    /// The whole reply. Every response of the server, errors included, must
+    /// be JSON: a plain-text rejection fails here.
+    async fn send(&self, method: Method, path: &str) -> Reply {
+        let what = format!("[{}] {method} {path}", self.backend);
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(request))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer"))
+            // A handler that panicked would drop the connection: an error here.
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(
+            parts
+                .headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+            Some("application/json"),
+            "{what}: {} {:?}",
+            parts.status,
+            String::from_utf8_lossy(&bytes)
+        );
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {bytes:?}"));
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    /// Checks the error shape, `{"error": {"status", "message"}}` and nothing
+    /// else, with the status repeated in the body; returns the message.
+    async fn expect_error(&self, method: Method, path: &str, status: StatusCode) -> String {
+        let what = format!("[{}] {method} {path}", self.backend);
+        let reply = self.send(method, path).await;
+        assert_eq!(reply.status, status, "{what}: {}", reply.body);
+        let message = reply.body["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: no message in {}", reply.body))
+            .to_owned();
+        assert_eq!(
+            reply.body,
+            json!({"error": {"status": status.as_u16(), "message": message}}),
+            "{what}"
+        );
+        message
+    }
+
+    /// Stops the server, after checking that it is still running: nothing
+    /// the test sent took it down.
+    async fn stop(self) {
+        assert!(
+            !self.task.is_finished(),
+            "[{}] the server stopped",
+            self.backend
+        );
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+/// Migrates the test's database and adds `n` posts titled `post 1`, ...;
+/// returns their ids in order.
+async fn blog_with_posts(t: &TestDb, n: usize) -> Vec<i64> {
+    Migrator::up(&t.db, None).await.unwrap();
+    let mut ids = Vec::with_capacity(n);
+    for i in 1..=n {
+        let post = post::ActiveModel {
+            title: Set(format!("post {i}")),
+            ..Default::default()
+        }
+        .insert(&t.db)
+        .await
+        .unwrap();
+        ids.push(post.id);
+    }
+    ids
+}
+
+fn counts(likes: i64, comments: i64, views: i64) -> Value {
+    json!({"likes": likes, "comments": comments, "views": views})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn likes_and_views_round_trip() {
+    for t in backends("blog_server_round_trip").await {
+        let ids = blog_with_posts(&t, 2).await;
+        let (a, b) = (ids[0], ids[1]);
+        let server = Server::start(&t).await;
+        let likes = format!("/posts/{a}/likes");
+
+        for expected in [1, 2] {
+            assert_eq!(
+                server.request(Method::POST, &likes).await,
+                (
+                    StatusCode::OK,
+                    json!({"id": a, "counts": counts(expected, 0, 0)})
+                ),
+                "[{}]",
+                t.backend
+            );
+        }
+        assert_eq!(
+            server.request(Method::DELETE, &likes).await,
+            (StatusCode::OK, json!({"id": a, "counts": counts(1, 0, 0)})),
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(
+            server
+                .request(Method::POST, &format!("/posts/{a}/views"))
+                .await,
+            (StatusCode::OK, json!({"id": a, "counts": counts(1, 0, 1)})),
+            "[{}]",
+            t.backend
+        );
+
+        assert_eq!(
+            server.request(Method::GET, &format!("/posts/{a}")).await,
+            (
+                StatusCode::OK,
+                json!({"id": a, "title": "post 1", "counts": counts(1, 0, 1)})
+            ),
+            "[{}]",
+            t.backend
+        );
+        // The other post is untouched.
+        assert_eq!(
+            server.request(Method::GET, &format!("/posts/{b}")).await,
+            (
+                StatusCode::OK,
+                json!({"id": b, "title": "post 2", "counts": counts(0, 0, 0)})
+            ),
+            "[{}]",
+            t.backend
+        );
+        // What the server wrote is what the library reads.
+        let stored = post::Entity::counts(&t.db, &a).await.unwrap();
+        assert_eq!(
+            (stored.likes, stored.comments, stored.views),
+            (1, 0, 1),
+            "[{}]",
+            t.backend
+        );
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_likes_are_all_counted() {
+    const REQUESTS: i64 = 32;
+    for t in backends("blog_server_concurrent_likes").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let server = Server::start(&t).await;
+        let path = format!("/posts/{id}/likes");
+
+        // 32 requests in flight at once, each on a connection of its own.
+        let requests: Vec<_> = (0..REQUESTS)
+            .map(|_| {
+                let (client, uri) = (server.client.clone(), format!("{}{path}", server.base));
+                tokio::spawn(async move {
+                    let request = Request::builder()
+                        .method(Method::POST)
+                        .uri(uri)
+                        .body(Full::new(Bytes::new()))
+                        .unwrap();
+                    let response = tokio::time::timeout(REQUEST_TIMEOUT, client.request(request))
+                        .await
+                        .expect("an answer in time")
+                        .expect("an answer");
+                    let status = response.status();
+                    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+                    (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+                })
+            })
+            .collect();
+        for request in requests {
+            let (status, body) = request.await.unwrap();
+            assert_eq!(status, StatusCode::OK, "[{}] {body}", t.backend);
+            // The counts read back include the others' likes: at least ours.
+            let likes = body["counts"]["likes"].as_i64().unwrap();
+            assert!((1..=REQUESTS).contains(&likes), "[{}] {body}", t.backend);
+        }
+
+        assert_eq!(
+            server.request(Method::GET, &format!("/posts/{id}")).await,
+            (
+                StatusCode::OK,
+                json!({"id": id, "title": "post 1", "counts": counts(REQUESTS, 0, 0)})
+            ),
+            "[{}]",
+            t.backend
+        );
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_list_posts_with_their_counts() {
+    for t in backends("blog_server_pages").await {
+        // A full page and a partial one.
+        let n = usize::try_from(PAGE_SIZE).unwrap() + 5;
+        let ids = blog_with_posts(&t, n).await;
+        // Post number i (from 1) has i likes, 2i views and i % 3 comments.
+        let deltas = ids.iter().zip(1i64..).flat_map(|(&id, i)| {
+            [
+                (id, Key::Likes, i),
+                (id, Key::Views, 2 * i),
+                (id, Key::Comments, i % 3),
+            ]
+        });
+        post::Entity::add_many(&t.db, deltas.collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let expected = |range: std::ops::Range<usize>| -> Vec<Value> {
+            range
+                .map(|index| {
+                    let i = i64::try_from(index).unwrap() + 1;
+                    json!({
+                        "id": ids[index],
+                        "title": format!("post {i}"),
+                        "counts": counts(i, i % 3, 2 * i),
+                    })
+                })
+                .collect()
+        };
+        let server = Server::start(&t).await;
+        let page_size = usize::try_from(PAGE_SIZE).unwrap();
+
+        let first = json!({"page": 1, "posts": expected(0..page_size)});
+        assert_eq!(
+            server.request(Method::GET, "/posts?page=1").await,
+            (StatusCode::OK, first.clone()),
+            "[{}]",
+            t.backend
+        );
+        // No page is page 1; other parameters are ignored.
+        for path in ["/posts", "/posts?sort=whatever"] {
+            assert_eq!(
+                server.request(Method::GET, path).await,
+                (StatusCode::OK, first.clone()),
+                "[{}] {path}",
+                t.backend
+            );
+        }
+        assert_eq!(
+            server.request(Method::GET, "/posts?page=2").await,
+            (
+                StatusCode::OK,
+                json!({"page": 2, "posts": expected(page_size..n)})
+            ),
+            "[{}]",
+            t.backend
+        );
+
+        // A like over HTTP shows on the page.
+        let liked = ids[3];
+        let (status, _) = server
+            .request(Method::POST, &format!("/posts/{liked}/likes"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "[{}]", t.backend);
+        let (_, page) = server.request(Method::GET, "/posts?page=1").await;
+        assert_eq!(page["posts"][3]["id"], json!(liked), "[{}]", t.backend);
+        assert_eq!(
+            page["posts"][3]["counts"],
+            counts(5, 1, 8),
+            "[{}]",
+            t.backend
+        );
+
+        // Past the end: an empty page, up to the largest page accepted,
+        // whose offset is close to i64::MAX on every backend.
+        for page in [3, 999, MAX_PAGE] {
+            assert_eq!(
+                server
+                    .request(Method::GET, &format!("/posts?page={page}"))
+                    .await,
+                (StatusCode::OK, json!({"page": page, "posts": []})),
+                "[{}]",
+                t.backend
+            );
+        }
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_posts_and_routes_are_404() {
+    for t in backends("blog_server_not_found").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let missing = id + 1000;
+        let server = Server::start(&t).await;
+
+        for (method, path) in [
+            (Method::GET, format!("/posts/{missing}")),
+            (Method::POST, format!("/posts/{missing}/likes")),
+            (Method::DELETE, format!("/posts/{missing}/likes")),
+            (Method::POST, format!("/posts/{missing}/views")),
+        ] {
+            let message = server
+                .expect_error(method, &path, StatusCode::NOT_FOUND)
+                .await;
+            assert_eq!(
+                message,
+                format!("post {missing} does not exist"),
+                "[{}]",
+                t.backend
+            );
+        }
+        // A well-formed id that no post can have.
+        let message = server
+            .expect_error(Method::POST, "/posts/-1/likes", StatusCode::NOT_FOUND)
+            .await;
+        assert_eq!(message, "post -1 does not exist", "[{}]", t.backend);
+        // Nothing was counted for the posts that do not exist.
+        for owner in [missing, -1] {
+            let stored = post::Entity::counts(&t.db, &owner).await.unwrap();
+            assert_eq!((stored.likes, stored.views), (0, 0), "[{}]", t.backend);
+        }
+
+        // Unknown routes and methods get the same JSON shape.
+        let message = server
+            .expect_error(Method::GET, "/nowhere", StatusCode::NOT_FOUND)
+            .await;
+        assert_eq!(message, "no route for /nowhere", "[{}]", t.backend);
+        server
+            .expect_error(
+                Method::GET,
+                &format!("/posts/{id}/shares"),
+                StatusCode::NOT_FOUND,
+            )
+            .await;
+        let reply = server
+            .send(Method::PUT, &format!("/posts/{id}/likes"))
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(
+            reply.headers.get(ALLOW).and_then(|v| v.to_str().ok()),
+            Some("POST,DELETE"),
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(reply.body["error"]["status"], json!(405), "[{}]", t.backend);
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_ids_and_pages_are_400() {
+    for t in backends("blog_server_bad_request").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let server = Server::start(&t).await;
+
+        for (method, path, mentions) in [
+            (Method::GET, "/posts/abc", "\"abc\""),
+            (Method::POST, "/posts/abc/likes", "\"abc\""),
+            (Method::DELETE, "/posts/1.5/likes", "\"1.5\""),
+            (Method::POST, "/posts/%20/views", "\" \""),
+            // Too large for an i64.
+            (
+                Method::GET,
+                "/posts/99999999999999999999",
+                "\"99999999999999999999\"",
+            ),
+        ] {
+            let message = server
+                .expect_error(method.clone(), path, StatusCode::BAD_REQUEST)
+                .await;
+            assert!(
+                message.starts_with("invalid post id ") && message.contains(mentions),
+                "[{}] {method} {path}: {message}",
+                t.backend
+            );
+        }
+
+        // Not UTF-8 once decoded: axum's own rejection, in the JSON shape.
+        server
+            .expect_error(Method::GET, "/posts/%FF", StatusCode::BAD_REQUEST)
+            .await;
+
+        let too_far = MAX_PAGE + 1;
+        for query in [
+            "page=abc".to_owned(),
+            "page=0".to_owned(),
+            "page=-1".to_owned(),
+            "page=".to_owned(),
+            "page=1.0".to_owned(),
+            format!("page={too_far}"),
+            "page=18446744073709551616".to_owned(),
+        ] {
+            let message = server
+                .expect_error(
+                    Method::GET,
+                    &format!("/posts?{query}"),
+                    StatusCode::BAD_REQUEST,
+                )
+                .await;
+            assert!(
+                message.starts_with("invalid page ")
+                    && message.contains(&format!("from 1 to {MAX_PAGE}")),
+                "[{}] {query}: {message}",
+                t.backend
+            );
+        }
+        let message = server
+            .expect_error(Method::GET, "/posts?page=1&page=2", StatusCode::BAD_REQUEST)
+            .await;
+        assert!(message.contains("more than once"), "[{}]", t.backend);
+
+        // Nothing was written, and the server still answers.
+        assert_eq!(
+            server.request(Method::GET, &format!("/posts/{id}")).await,
+            (
+                StatusCode::OK,
+                json!({"id": id, "title": "post 1", "counts": counts(0, 0, 0)})
+            ),
+            "[{}]",
+            t.backend
+        );
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+/// Two ways the database fails under a running server, both on every
+/// backend:
+///
+/// 1. The counter table is dropped: the posts query works, the counter call
+///    fails with counter-core's `MissingTable`. Creating the table again
+///    heals the server without a restart.
+/// 2. The pool is closed: SeaORM's own queries fail (`DbErr` on acquiring a
+///    connection), as when the database is down. The router shares the
+///    test's pool (a clone of one `DatabaseConnection`), so closing `t.db`
+///    closes it for the server too. A second connection would not do: on
+///    SQLite in memory it would be another, empty database. `finish` closes
+///    the pool again, which is harmless, and drops the scratch schema
+///    through its own admin connection.
+///
+/// Each failure must be a 503 with the JSON shape and `Retry-After`, without
+/// the database's message, and the server must keep answering.
+#[tokio::test(flavor = "multi_thread")]
+async fn database_trouble_is_503_and_the_server_keeps_answering() {
+    for t in backends("blog_server_unavailable").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let server = Server::start(&t).await;
+        let likes = format!("/posts/{id}/likes");
+        let unavailable = "the database is unavailable; try again later";
+        let endpoints = [
+            (Method::POST, likes.clone()),
+            (Method::DELETE, likes.clone()),
+            (Method::POST, format!("/posts/{id}/views")),
+            (Method::GET, format!("/posts/{id}")),
+            (Method::GET, "/posts?page=1".to_owned()),
+        ];
+
+        // 1. No counter table.
+        post::Entity::counters().drop_table(&t.db).await.unwrap();
+        for (method, path) in &endpoints {
+            let message = server
+                .expect_error(method.clone(), path, StatusCode::SERVICE_UNAVAILABLE)
+                .await;
+            assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
+        }
+        let reply = server.send(Method::POST, &likes).await;
+        assert_eq!(
+            reply.headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok()),
+            Some("1"),
+            "[{}]",
+            t.backend
+        );
+        // Bad input is still 400 and unknown posts 404: checked before the
+        // counters are touched.
+        server
+            .expect_error(Method::POST, "/posts/abc/likes", StatusCode::BAD_REQUEST)
+            .await;
+        server
+            .expect_error(Method::POST, "/posts/0/likes", StatusCode::NOT_FOUND)
+            .await;
+
+        post::Entity::counters().create_table(&t.db).await.unwrap();
+        assert_eq!(
+            server.request(Method::POST, &likes).await,
+            (StatusCode::OK, json!({"id": id, "counts": counts(1, 0, 0)})),
+            "[{}] after the table is back",
+            t.backend
+        );
+
+        // 2. The pool is closed under the server.
+        t.db.close_by_ref().await.unwrap();
+        for (method, path) in endpoints.iter().chain(&endpoints) {
+            let message = server
+                .expect_error(method.clone(), path, StatusCode::SERVICE_UNAVAILABLE)
+                .await;
+            assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
+        }
+        // Input errors do not need the database.
+        server
+            .expect_error(Method::GET, "/posts?page=0", StatusCode::BAD_REQUEST)
+            .await;
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
