@@ -36,9 +36,9 @@ pub enum SlotStrategy {
     /// With `n` slots, the `n` writes in flight at a time from one process
     /// all hold different rows, so a writer usually finds its row free: the
     /// one that last used it started `n` writes earlier and has most likely
-    /// committed. Uniform random picks cannot promise that: with 64 writers
-    /// on 64 slots, about a third of them share a row with another (the
-    /// birthday problem). Several processes each rotate from their own
+    /// committed. Uniform random picks cannot promise that: 64 writers on
+    /// 64 slots use only about 41 rows, so over a third of them queue behind
+    /// another (the birthday problem). Several processes each rotate from their own
     /// random start, so between processes the spread is as good as random,
     /// never worse. Counters are mapped onto a fixed set of rotors by hash,
     /// so memory stays constant whatever the number of counters.
@@ -52,8 +52,9 @@ impl SlotStrategy {
     /// The slot for the next write of `counter` (anything identifying the
     /// counter, such as `(table, owner, key)`), among `slots`.
     ///
-    /// Public so hand-written SQL (the benchmark's `slotted_raw` design, or
-    /// an application's own batch job) can spread its writes the same way.
+    /// [`CounterTable::next_slot`](crate::CounterTable::next_slot) calls
+    /// this with the table's strategy and `(table, owner, key)`; prefer it
+    /// when writing a table's slots by hand.
     ///
     /// ```
     /// use counter_core::{SlotStrategy, Slots};
@@ -87,8 +88,10 @@ struct Rotors {
 }
 
 impl Rotors {
-    /// Enough buckets that two hot counters rarely share one; sharing only
-    /// interleaves their turns, it never breaks anything.
+    /// Enough buckets that two hot counters rarely share one. Sharing never
+    /// breaks a count, but it interleaves turns: two equally busy counters
+    /// alternating in one bucket each get every other turn, so with an even
+    /// slot count each uses only half of its slots.
     const BUCKETS: usize = 1024;
 
     /// Rotors starting at random positions, so two processes writing the

@@ -146,8 +146,23 @@ impl CounterTable {
             .unwrap_or(self.inner.slots)
     }
 
-    /// The slot the next write of `(owner, key)` goes to.
-    pub(crate) fn pick_slot(&self, owner: &impl std::hash::Hash, key: &str) -> i16 {
+    /// The slot the next write of `(owner, key)` goes to, by the table's
+    /// strategy and the key's slot count.
+    ///
+    /// Every write of the crate asks this; it is public so that SQL written
+    /// by hand (a bulk import, the benchmark's `slotted_raw` design) spreads
+    /// its writes exactly as the crate does.
+    ///
+    /// ```
+    /// use counter_core::CounterTable;
+    ///
+    /// let table = CounterTable::new("post_counters")?.with_slots(4)?;
+    /// let mut slots: Vec<i16> = (0..4).map(|_| table.next_slot(&7_i64, "likes")).collect();
+    /// slots.sort();
+    /// assert_eq!(slots, [0, 1, 2, 3]); // four writes in a row: four rows
+    /// # Ok::<(), counter_core::CounterError>(())
+    /// ```
+    pub fn next_slot(&self, owner: &impl std::hash::Hash, key: &str) -> i16 {
         self.inner
             .strategy
             .pick(self.slots_for(key), (self.name(), owner, key))

@@ -46,7 +46,7 @@ impl<I: OwnerId> Counters<I> {
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
         let row = UpsertRow {
-            slot: self.table().pick_slot(&owner, key),
+            slot: self.table().next_slot(&owner, key),
             owner: owner.into(),
             key: key.to_owned(),
             delta,
@@ -163,7 +163,7 @@ impl<I: OwnerId> Counters<I> {
             .into_iter()
             .filter(|(_, delta)| *delta != 0)
             .map(|((owner, key), delta)| UpsertRow {
-                slot: self.table().pick_slot(&owner, &key),
+                slot: self.table().next_slot(&owner, &key),
                 owner: owner.into(),
                 key,
                 delta,

@@ -12,7 +12,10 @@ use crate::diagnostics::{Errors, unknown};
 /// The options of `#[counter(...)]`.
 const OPTIONS: &[&str] = &["keys", "slots", "table", "slot_strategy", "cascade"];
 /// The values of `slot_strategy = "..."`, counter-core's `SlotStrategy`.
-const SLOT_STRATEGIES: &[&str] = &["rotating", "random"];
+const SLOT_STRATEGIES: &[(&str, SlotStrategy)] = &[
+    ("rotating", SlotStrategy::Rotating),
+    ("random", SlotStrategy::Random),
+];
 /// The options of one key, `views(slots = 64)`.
 const KEY_OPTIONS: &[&str] = &["slots"];
 /// The most slots a key may have (counter-core's `Slots::MAX`).
@@ -188,18 +191,7 @@ fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Optio
 
 /// `table = "name"`: a string literal holding a valid table name.
 fn parse_table(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<LitStr>> {
-    let Some(expr) = option_value(meta, "`table = \"post_counters\"`", errors)? else {
-        return Ok(None);
-    };
-    let Expr::Lit(ExprLit {
-        lit: Lit::Str(name),
-        ..
-    }) = expr
-    else {
-        errors.at(
-            expr.span(),
-            "`table` takes a string literal: `table = \"post_counters\"`",
-        );
+    let Some(name) = string_value(meta, "`table = \"post_counters\"`", errors)? else {
         return Ok(None);
     };
     if let Some(problem) = table_name_problem(&name.value()) {
@@ -217,31 +209,19 @@ fn parse_slot_strategy(
     meta: &ParseNestedMeta,
     errors: &mut Errors,
 ) -> syn::Result<Option<SlotStrategy>> {
-    let Some(expr) = option_value(meta, "`slot_strategy = \"random\"`", errors)? else {
+    let Some(value) = string_value(meta, "`slot_strategy = \"random\"`", errors)? else {
         return Ok(None);
     };
-    let Expr::Lit(ExprLit {
-        lit: Lit::Str(value),
-        ..
-    }) = expr
-    else {
-        errors.at(
-            expr.span(),
-            "`slot_strategy` takes a string literal: `slot_strategy = \"random\"`",
-        );
-        return Ok(None);
-    };
-    match value.value().as_str() {
-        "rotating" => Ok(Some(SlotStrategy::Rotating)),
-        "random" => Ok(Some(SlotStrategy::Random)),
-        other => {
-            errors.at(
-                value.span(),
-                unknown("slot strategy", other, SLOT_STRATEGIES),
-            );
-            Ok(None)
-        }
+    let written = value.value();
+    let strategy = SLOT_STRATEGIES
+        .iter()
+        .find(|(name, _)| *name == written)
+        .map(|&(_, strategy)| strategy);
+    if strategy.is_none() {
+        let names: Vec<&str> = SLOT_STRATEGIES.iter().map(|&(name, _)| name).collect();
+        errors.at(value.span(), unknown("slot strategy", &written, &names));
     }
+    Ok(strategy)
 }
 
 /// Why a key name cannot be used, if it cannot. Keys become struct fields
@@ -312,6 +292,30 @@ fn option_value(
     );
     skip_value(meta)?;
     Ok(None)
+}
+
+/// The string literal of `name = "..."`; an option written without a value,
+/// or with one that is not a string literal, is reported (with `example`).
+fn string_value(
+    meta: &ParseNestedMeta,
+    example: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<LitStr>> {
+    let Some(expr) = option_value(meta, example, errors)? else {
+        return Ok(None);
+    };
+    let Expr::Lit(ExprLit {
+        lit: Lit::Str(value),
+        ..
+    }) = expr
+    else {
+        errors.at(
+            expr.span(),
+            format!("`{}` takes a string literal: {example}", path_name(meta)),
+        );
+        return Ok(None);
+    };
+    Ok(Some(value))
 }
 
 /// Consumes whatever follows an option we reject (`= value` or `(...)`), so

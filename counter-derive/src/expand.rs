@@ -2,7 +2,7 @@
 //! counter-core, reached through absolute `::counter_core::...` paths.
 
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{ToTokens, quote};
 use syn::DeriveInput;
 
 use crate::{
@@ -71,16 +71,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
         quote!(::core::option::Option::None)
     };
     let strategy = match model.slot_strategy {
-        Some(SlotStrategy::Rotating) => {
-            quote!(::core::option::Option::Some(
-                ::counter_core::SlotStrategy::Rotating
-            ))
-        }
-        Some(SlotStrategy::Random) => {
-            quote!(::core::option::Option::Some(
-                ::counter_core::SlotStrategy::Random
-            ))
-        }
+        Some(strategy) => quote!(::core::option::Option::Some(#strategy)),
         None => quote!(::core::option::Option::None),
     };
     quote! {
@@ -108,6 +99,18 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
                 ::core::clone::Clone::clone(&model.#field)
             }
         }
+    }
+}
+
+/// `::counter_core::SlotStrategy::Rotating` and so on: the counter-core
+/// variant of the same name.
+impl ToTokens for SlotStrategy {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        let variant = match self {
+            SlotStrategy::Rotating => quote!(Rotating),
+            SlotStrategy::Random => quote!(Random),
+        };
+        tokens.extend(quote!(::counter_core::SlotStrategy::#variant));
     }
 }
 

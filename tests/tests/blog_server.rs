@@ -26,10 +26,13 @@ use tokio::{net::TcpListener, task::JoinHandle};
 /// of stalling it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The HTTP client of the tests: plain HTTP, empty request bodies.
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
 /// The blog server on a free local port, and a client for it.
 struct Server {
     base: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: HttpClient,
     task: JoinHandle<()>,
     backend: counter_tests::Backend,
 }
@@ -68,34 +71,17 @@ impl Server {
     /// be JSON: a plain-text rejection fails here.
     async fn send(&self, method: Method, path: &str) -> Reply {
         let what = format!("[{}] {method} {path}", self.backend);
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(request))
-            .await
-            .unwrap_or_else(|_| panic!("{what}: no answer"))
-            // A handler that panicked would drop the connection: an error here.
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let (parts, body) = response.into_parts();
-        let bytes = body.collect().await.unwrap().to_bytes();
+        let (status, headers, bytes) = call(&self.client, &self.base, method, path, &what).await;
         assert_eq!(
-            parts
-                .headers
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok()),
+            headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
             Some("application/json"),
-            "{what}: {} {:?}",
-            parts.status,
+            "{what}: {status} {:?}",
             String::from_utf8_lossy(&bytes)
         );
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {bytes:?}"));
         Reply {
-            status: parts.status,
-            headers: parts.headers,
-            body,
+            status,
+            headers,
+            body: json_body(&bytes, &what),
         }
     }
 
@@ -128,6 +114,35 @@ impl Server {
         self.task.abort();
         let _ = self.task.await;
     }
+}
+
+/// Sends `method path` to the server at `base` and collects the whole
+/// answer. A hang or a dropped connection fails the test, naming `what`.
+async fn call(
+    client: &HttpClient,
+    base: &str,
+    method: Method,
+    path: &str,
+    what: &str,
+) -> (StatusCode, HeaderMap, Bytes) {
+    let request = Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = tokio::time::timeout(REQUEST_TIMEOUT, client.request(request))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer"))
+        // A handler that panicked would drop the connection: an error here.
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, bytes)
+}
+
+/// A body parsed as JSON; anything else fails the test, naming `what`.
+fn json_body(bytes: &Bytes, what: &str) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {bytes:?}"))
 }
 
 /// Migrates the test's database and adds `n` posts titled `post 1`, ...;
@@ -230,20 +245,12 @@ async fn concurrent_likes_are_all_counted() {
         // 32 requests in flight at once, each on a connection of its own.
         let requests: Vec<_> = (0..REQUESTS)
             .map(|_| {
-                let (client, uri) = (server.client.clone(), format!("{}{path}", server.base));
+                let (client, base, path) =
+                    (server.client.clone(), server.base.clone(), path.clone());
+                let what = format!("[{}] POST {path}", t.backend);
                 tokio::spawn(async move {
-                    let request = Request::builder()
-                        .method(Method::POST)
-                        .uri(uri)
-                        .body(Full::new(Bytes::new()))
-                        .unwrap();
-                    let response = tokio::time::timeout(REQUEST_TIMEOUT, client.request(request))
-                        .await
-                        .expect("an answer in time")
-                        .expect("an answer");
-                    let status = response.status();
-                    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-                    (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+                    let (status, _, bytes) = call(&client, &base, Method::POST, &path, &what).await;
+                    (status, json_body(&bytes, &what))
                 })
             })
             .collect();

@@ -49,14 +49,27 @@ impl ApiError {
         }
     }
 
-    /// The message sent to the client: the detail for the client's own
-    /// mistakes, a fixed text for ours (the detail goes to the log).
-    fn public_message(&self) -> &str {
+    /// The detail given at construction, causes included.
+    fn detail(&self) -> &str {
         match self {
             ApiError::NotFound(m)
             | ApiError::BadRequest(m)
             | ApiError::MethodNotAllowed(m)
-            | ApiError::Conflict(m) => m,
+            | ApiError::Conflict(m)
+            | ApiError::Unavailable(m)
+            | ApiError::Internal(m) => m,
+        }
+    }
+
+    /// The message sent to the client: the detail for the client's own
+    /// mistakes, a fixed text for ours (the detail goes to the log).
+    fn public_message(&self) -> &str {
+        match self {
+            // Listed, not `_`: a new variant must choose what clients see.
+            ApiError::NotFound(_)
+            | ApiError::BadRequest(_)
+            | ApiError::MethodNotAllowed(_)
+            | ApiError::Conflict(_) => self.detail(),
             ApiError::Unavailable(_) => "the database is unavailable; try again later",
             ApiError::Internal(_) => "internal server error",
         }
@@ -66,14 +79,7 @@ impl ApiError {
 impl fmt::Display for ApiError {
     /// The full detail, causes included: for logs, not for clients.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiError::NotFound(m)
-            | ApiError::BadRequest(m)
-            | ApiError::MethodNotAllowed(m)
-            | ApiError::Conflict(m)
-            | ApiError::Unavailable(m)
-            | ApiError::Internal(m) => write!(f, "{}: {m}", self.status()),
-        }
+        write!(f, "{}: {}", self.status(), self.detail())
     }
 }
 

@@ -167,7 +167,13 @@ pub(crate) async fn view(
 }
 
 /// Every write endpoint: 404 unless the post exists, then one counter
-/// write, then the post's counts.
+/// write, then the post's counts, read back.
+///
+/// The existence check and the write are separate statements, not a
+/// transaction. A post deleted in between leaves a counter row for a post
+/// that no longer exists, which nothing reads (see the crate docs). The
+/// counts read back include other clients' concurrent writes: they are the
+/// totals just after ours, not our write's own effect.
 async fn count(
     db: &DatabaseConnection,
     id: i64,
@@ -176,20 +182,6 @@ async fn count(
 ) -> Result<Json<CountsBody>, ApiError> {
     existing_post(db, id).await?;
     post::Entity::add(db, id, key, delta).await?;
-    counts_after_write(db, id).await
-}
-
-/// The answer to a write: the post's counts, read back.
-///
-/// The writes check that the post exists, then count: separate statements,
-/// not a transaction. A post deleted in between leaves a counter row for a
-/// post that no longer exists, which nothing reads (see the crate docs).
-/// The counts read back include other clients' concurrent writes: they are
-/// the totals just after ours, not our write's own effect.
-async fn counts_after_write(
-    db: &DatabaseConnection,
-    id: i64,
-) -> Result<Json<CountsBody>, ApiError> {
     let counts = post::Entity::counts(db, &id).await?;
     Ok(Json(CountsBody { id, counts }))
 }

@@ -1,7 +1,7 @@
 //! The demo's proof: every write the simulated users were told succeeded is
 //! in the stored totals, no more, no less.
 
-use std::{collections::HashMap, error::Error, fmt};
+use std::collections::HashMap;
 
 use counter_core::prelude::*;
 
@@ -10,23 +10,6 @@ use crate::simulate::Tally;
 /// How many mismatches are printed before the run fails: enough to see a
 /// pattern, not a screenful.
 const SHOWN: usize = 10;
-
-/// A failed check. `main` prints an error's `Debug`: make it the message.
-pub struct Failure(String);
-
-impl fmt::Debug for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Error for Failure {}
 
 /// Every counter of `owners` whose total is not `before + acknowledged`,
 /// one line each. Totals from before the simulation, not zero, so that the
@@ -60,20 +43,20 @@ pub fn mismatches<C: CountSet>(
     mismatches
 }
 
-/// Prints the outcome; an error when any counter is off, so the run exits
-/// non-zero and a CI job running the demo fails.
-pub fn verdict(mismatches: &[String], tally: &Tally) -> Result<(), Failure> {
+/// Prints the outcome; an error message when any counter is off, so the run
+/// exits non-zero and a CI job running the demo fails.
+pub fn verdict(mismatches: &[String], tally: &Tally) -> Result<(), String> {
     let (increments, decrements) = tally.writes();
     let writes = increments + decrements;
     if !mismatches.is_empty() {
         for line in mismatches.iter().take(SHOWN) {
             eprintln!("mismatch: {line}");
         }
-        return Err(Failure(format!(
+        return Err(format!(
             "{} counters are not their value before plus the {writes} acknowledged writes \
              (was another run writing to this database at the same time?)",
             mismatches.len()
-        )));
+        ));
     }
     println!(
         "{writes} counter writes acknowledged ({increments} increments, {decrements} decrements), \

@@ -5,6 +5,7 @@
 use std::{
     collections::{HashMap, HashSet},
     fmt,
+    ops::AddAssign,
     sync::Arc,
     time::Duration,
 };
@@ -71,6 +72,26 @@ impl ActionCounts {
     }
 }
 
+impl AddAssign for ActionCounts {
+    fn add_assign(&mut self, other: Self) {
+        // Destructured, so that a field added later cannot be left out.
+        let ActionCounts {
+            views,
+            likes,
+            unlikes,
+            comments,
+            follows,
+            unfollows,
+        } = other;
+        self.views += views;
+        self.likes += likes;
+        self.unlikes += unlikes;
+        self.comments += comments;
+        self.follows += follows;
+        self.unfollows += unfollows;
+    }
+}
+
 /// What the simulated users were told succeeded: the deltas the stored
 /// counts must show, since an acknowledged write that went missing (or an
 /// unacknowledged one that landed) is exactly the bug the check is for.
@@ -93,13 +114,7 @@ impl Tally {
         for (counter, delta) in other.users {
             *self.users.entry(counter).or_default() += delta;
         }
-        let (a, b) = (&mut self.actions, other.actions);
-        a.views += b.views;
-        a.likes += b.likes;
-        a.unlikes += b.unlikes;
-        a.comments += b.comments;
-        a.follows += b.follows;
-        a.unfollows += b.unfollows;
+        self.actions += other.actions;
         self.refused += other.refused;
     }
 
@@ -145,15 +160,14 @@ pub async fn simulate(
         .collect();
     let mut tally = Tally::default();
     for task in tasks {
-        match task.await {
-            Ok(Ok(part)) => tally.merge(part),
-            Ok(Err(err)) => {
-                bar.abandon();
-                return Err(err.into());
-            }
+        // A task that panicked or was cancelled, or a write error: either
+        // ends the run, with the bar left where it stopped.
+        let joined = task.await.map_err(BoxError::from);
+        match joined.and_then(|part| part.map_err(BoxError::from)) {
+            Ok(part) => tally.merge(part),
             Err(err) => {
                 bar.abandon();
-                return Err(err.into());
+                return Err(err);
             }
         }
     }

@@ -74,7 +74,7 @@ pub struct Args {
 }
 
 /// What one transaction of a client does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Workload {
     /// One increment per statement, no explicit transaction.
@@ -85,7 +85,7 @@ pub enum Workload {
 }
 
 /// One way of keeping the counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Design {
@@ -108,7 +108,7 @@ impl Design {
 }
 
 /// `--slot-strategy` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// [`SlotStrategy::Rotating`], the crate's default.

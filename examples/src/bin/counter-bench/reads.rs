@@ -9,7 +9,7 @@ use sea_orm::{
     sea_query::{Alias, Query},
 };
 
-use crate::writes::BoxError;
+use crate::writes::{BoxError, placeholder};
 
 const TABLE: &str = "bench_reads";
 const KEYS: [&str; 4] = ["likes", "comments", "views", "shares"];
@@ -112,11 +112,11 @@ async fn populate(db: &DatabaseConnection, ids: &[i64]) -> Result<Totals, BoxErr
 /// The grouped query an application would write itself, decoded into a map.
 async fn hand_written(db: &DatabaseConnection, ids: &[i64]) -> Result<Totals, BoxError> {
     let backend = db.get_database_backend();
-    let (cast, placeholder): (&str, fn(usize) -> String) = match backend {
-        DbBackend::Postgres => ("BIGINT", |i| format!("${i}")),
-        DbBackend::MySql => ("SIGNED", |_| "?".to_owned()),
-        _ => ("BIGINT", |_| "?".to_owned()),
+    let cast = match backend {
+        DbBackend::MySql => "SIGNED",
+        _ => "BIGINT",
     };
+    let placeholder = |n| placeholder(backend, n);
     let owner_marks: Vec<String> = (1..=ids.len()).map(placeholder).collect();
     let key_marks: Vec<String> = (ids.len() + 1..=ids.len() + KEYS.len())
         .map(placeholder)

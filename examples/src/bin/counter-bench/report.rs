@@ -68,10 +68,11 @@ impl Report {
             return self.read_ratios();
         };
         let mut workloads: Vec<Workload> = self.cells.iter().map(|c| c.workload).collect();
+        workloads.sort();
         workloads.dedup();
         let mut strategies: Vec<Strategy> =
             self.cells.iter().filter_map(|c| c.slot_strategy).collect();
-        strategies.sort_by_key(|s| *s as u8);
+        strategies.sort();
         strategies.dedup();
         for workload in workloads {
             let tps = |design: Design, slots: Option<u16>, strategy: Option<Strategy>| {

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use counter_core::{CounterTable, Counters, SlotStrategy, Slots};
+use counter_core::{CounterTable, Counters, SlotStrategy};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait, Value,
     sea_query::{Alias, ColumnDef, Expr, ExprTrait, InsertStatement, Query, Table},
@@ -91,10 +91,10 @@ struct Setup {
     cell: Cell,
     app_work: Duration,
     counters: Counters<i64>,
-    slots: Slots,
-    strategy: SlotStrategy,
     backend: DbBackend,
     hot_update: Statement,
+    /// [`raw_upsert_sql`], built once.
+    raw_upsert: String,
     child_insert: InsertStatement,
 }
 
@@ -149,11 +149,10 @@ async fn prepare(
     cell: Cell,
     app_work: Duration,
 ) -> Result<Setup, BoxError> {
-    let slots = Slots::new(cell.slots.unwrap_or(1))?;
     let strategy: SlotStrategy = cell.strategy.map_or(SlotStrategy::default(), Into::into);
     let counters = Counters::<i64>::new(
         CounterTable::new(COUNTER_TABLE)?
-            .with_slots(slots.get())?
+            .with_slots(cell.slots.unwrap_or(1))?
             .with_slot_strategy(strategy),
     );
     counters.drop_table(db).await?;
@@ -224,10 +223,9 @@ async fn prepare(
         cell,
         app_work,
         counters,
-        slots,
-        strategy,
         backend,
         hot_update,
+        raw_upsert: raw_upsert_sql(backend),
         child_insert,
     })
 }
@@ -311,36 +309,38 @@ async fn increment<C: ConnectionTrait>(db: &C, setup: &Setup, owner: i64) -> Res
             setup.counters.increment(db, owner, KEY).await?;
         }
         Design::SlottedRaw => {
-            let slot = setup
-                .strategy
-                .pick(setup.slots, (COUNTER_TABLE, &owner, KEY));
-            db.execute_raw(raw_upsert(setup.backend, owner, slot))
+            let slot = setup.counters.table().next_slot(&owner, KEY);
+            let values: [Value; 3] = [owner.into(), KEY.into(), slot.into()];
+            let sql = setup.raw_upsert.clone();
+            db.execute_raw(Statement::from_sql_and_values(setup.backend, sql, values))
                 .await?;
         }
     }
     Ok(())
 }
 
-/// The slotted upsert as an application would write it by hand.
-fn raw_upsert(backend: DbBackend, owner: i64, slot: i16) -> Statement {
-    let (sql, values): (&str, Vec<Value>) = match backend {
-        DbBackend::MySql => (
-            "INSERT INTO bench_counters (owner_id, count_key, slot, value) VALUES (?, ?, ?, 1) \
-             ON DUPLICATE KEY UPDATE value = value + 1",
-            vec![owner.into(), KEY.into(), slot.into()],
+/// The slotted upsert as an application would write it by hand, once per
+/// cell: `(owner, key, slot)` are bound, the delta is the literal 1.
+fn raw_upsert_sql(backend: DbBackend) -> String {
+    let [o, k, s] = [1, 2, 3].map(|n| placeholder(backend, n));
+    let insert = format!(
+        "INSERT INTO {COUNTER_TABLE} (owner_id, count_key, slot, value) VALUES ({o}, {k}, {s}, 1)"
+    );
+    match backend {
+        DbBackend::MySql => format!("{insert} ON DUPLICATE KEY UPDATE value = value + 1"),
+        _ => format!(
+            "{insert} ON CONFLICT (owner_id, count_key, slot) \
+             DO UPDATE SET value = {COUNTER_TABLE}.value + 1"
         ),
-        DbBackend::Postgres => (
-            "INSERT INTO bench_counters (owner_id, count_key, slot, value) VALUES ($1, $2, $3, 1) \
-             ON CONFLICT (owner_id, count_key, slot) DO UPDATE SET value = bench_counters.value + 1",
-            vec![owner.into(), KEY.into(), slot.into()],
-        ),
-        _ => (
-            "INSERT INTO bench_counters (owner_id, count_key, slot, value) VALUES (?, ?, ?, 1) \
-             ON CONFLICT (owner_id, count_key, slot) DO UPDATE SET value = bench_counters.value + 1",
-            vec![owner.into(), KEY.into(), slot.into()],
-        ),
-    };
-    Statement::from_sql_and_values(backend, sql, values)
+    }
+}
+
+/// The `n`th (1-based) bind marker of hand-written SQL.
+pub fn placeholder(backend: DbBackend, n: usize) -> String {
+    match backend {
+        DbBackend::Postgres => format!("${n}"),
+        _ => "?".to_owned(),
+    }
 }
 
 /// The stored total (and child rows, for `business`), read after the clients stopped.
@@ -442,9 +442,9 @@ mod tests {
 
     #[test]
     fn raw_upserts_use_each_backends_placeholders() {
-        let pg = raw_upsert(DbBackend::Postgres, 1, 3).sql;
+        let pg = raw_upsert_sql(DbBackend::Postgres);
         assert!(pg.contains("$3") && pg.contains("ON CONFLICT"), "{pg}");
-        let my = raw_upsert(DbBackend::MySql, 1, 3).sql;
+        let my = raw_upsert_sql(DbBackend::MySql);
         assert!(
             my.contains("ON DUPLICATE KEY UPDATE") && !my.contains('$'),
             "{my}"
