@@ -2,9 +2,12 @@
 
 use std::{collections::HashMap, future::Future};
 
-use sea_orm::{ConnectionTrait, EntityTrait, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, TransactionTrait};
 
-use crate::{BatchOutcome, CountMap, CountSet, Counters, KeySet, OwnerId, Result, key::CounterKey};
+use crate::{
+    BatchOutcome, CountMap, CountSet, Counters, KeySet, OwnerId, Reconcile, ReconcileReport,
+    Result, Truth, key::CounterKey,
+};
 
 /// An entity whose rows own counters in a companion table.
 ///
@@ -183,6 +186,22 @@ pub trait SlottedCounter: EntityTrait {
                 })
                 .collect())
         }
+    }
+
+    /// Recounts `key` from `truth` and repairs each owner's drift. See
+    /// [`Counters::reconcile`].
+    ///
+    /// For a counter kept by a counter cache, the truth is derived from the
+    /// declaration: `post::Entity::reconcile(&db, Key::Comments,
+    /// Truth::counter_cache::<comment::Entity>(), &Reconcile::new())`.
+    fn reconcile<'a>(
+        db: &'a DatabaseConnection,
+        key: Self::Key,
+        truth: impl Into<Truth>,
+        options: &'a Reconcile<Self::OwnerId>,
+    ) -> impl Future<Output = Result<ReconcileReport<Self::OwnerId>>> + Send + 'a {
+        let truth = truth.into();
+        Self::counters().reconcile(db, key, truth, options)
     }
 
     /// The migration creating this entity's companion table, for a

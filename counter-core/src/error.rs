@@ -9,7 +9,7 @@ use sea_orm::DbErr;
 /// parsing database messages. Database failures that we can recognise across
 /// backends (a missing companion table, a deadlock) get variants of their own;
 /// everything else is passed through untouched in [`CounterError::Database`].
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum CounterError {
     /// A counter key broke the rules in [`crate::key`].
@@ -109,9 +109,94 @@ pub enum CounterError {
     )]
     UnsupportedBackend(String),
 
+    /// A recount batch size outside `1..=MAX_RECONCILE_BATCH`.
+    #[error("reconcile batch size {size} is out of range: it must be between 1 and {max}")]
+    InvalidBatchSize {
+        /// The requested size.
+        size: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+
+    /// [`Truth::counter_cache`](crate::Truth::counter_cache) named a child
+    /// entity that declares no counter cache for the counter being recounted.
+    #[error("{child} declares no counter cache for key `{key}` of table `{table}`")]
+    NoCounterCache {
+        /// The child entity's type.
+        child: &'static str,
+        /// The counter table being recounted.
+        table: String,
+        /// The key being recounted.
+        key: String,
+    },
+
+    /// A counter-cache hook ran on a connection pool, outside any
+    /// transaction: the row and its counters would be two commits, and two
+    /// deletes of one row could both see it. Raised before anything is
+    /// written.
+    #[error(
+        "`{table}` has counter caches, which are kept exact only inside a transaction: \
+         write it with `insert_counted` / `update_counted` / `delete_counted` (CounterCache), \
+         or pass a transaction (`db.begin()`) instead of the pool"
+    )]
+    TransactionRequired {
+        /// The child table.
+        table: String,
+    },
+
     /// Any other database error, unchanged.
     #[error("database error: {0}")]
     Database(#[from] DbErr),
+}
+
+impl CounterError {
+    /// Splits an error for [`retry::run`](crate::retry): a database error
+    /// goes back as the `DbErr` it was (`Err`), so a deadlock is still seen
+    /// as one and retried; the crate's own errors stay typed (`Ok`).
+    pub(crate) fn split(self) -> std::result::Result<Self, DbErr> {
+        match self {
+            Self::Database(e) | Self::Conflict { source: e, .. } => Err(e),
+            other => Ok(other),
+        }
+    }
+}
+
+/// The `from` and `into` of the `DbErr::TryIntoErr` that carries a
+/// [`CounterError`] out of a sea-orm hook, which may only return `DbErr`.
+const CARRIED: (&str, &str) = ("child row", "parent counters");
+
+impl CounterError {
+    /// This error as a `DbErr`, for an `ActiveModelBehavior` hook. Database
+    /// errors go back as they came, so a deadlock is still recognised (and
+    /// retried) by whoever runs the transaction; the crate's own errors ride
+    /// inside `DbErr::TryIntoErr`, whose message is theirs, and
+    /// [`CounterError::carried`] gets them back, typed.
+    pub(crate) fn into_db_err(self) -> DbErr {
+        match self.split() {
+            Err(db) => db,
+            Ok(own) => own.carry(),
+        }
+    }
+
+    /// This error inside a `DbErr`, whatever it is: [`retry::run`](crate::retry)
+    /// returns it as it is, without a retry.
+    pub(crate) fn carry(self) -> DbErr {
+        DbErr::TryIntoErr {
+            from: CARRIED.0,
+            into: CARRIED.1,
+            source: std::sync::Arc::new(self),
+        }
+    }
+
+    /// The crate's own error inside a `DbErr` made by [`Self::into_db_err`].
+    pub(crate) fn carried(err: &DbErr) -> Option<Self> {
+        match err {
+            DbErr::TryIntoErr { from, into, source } if (*from, *into) == CARRIED => {
+                source.downcast_ref::<Self>().cloned()
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Shortens user input for error messages so a 10 KB key cannot flood a log.
@@ -125,3 +210,27 @@ pub(crate) fn preview(input: &str) -> String {
 
 /// The crate's `Result`.
 pub type Result<T, E = CounterError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_errors_cross_a_hook_typed_and_database_errors_unchanged() {
+        let own = CounterError::Overflow {
+            context: "x".into(),
+        };
+        let through = own.into_db_err();
+        assert!(
+            through.to_string().contains("counter overflow: x"),
+            "{through}"
+        );
+        assert!(matches!(
+            CounterError::carried(&through),
+            Some(CounterError::Overflow { .. })
+        ));
+        let db = CounterError::Database(DbErr::Custom("deadlock".into())).into_db_err();
+        assert!(matches!(db, DbErr::Custom(_)));
+        assert!(CounterError::carried(&db).is_none());
+    }
+}

@@ -21,11 +21,14 @@
 
 #![warn(missing_docs)]
 
+mod batch;
+pub mod cache;
 mod entity;
 mod error;
 pub mod key;
 mod owner;
 mod read;
+pub mod reconcile;
 mod retry;
 mod schema;
 #[cfg(feature = "serde")]
@@ -37,11 +40,14 @@ mod table;
 mod typed;
 mod write;
 
+pub use batch::DeltaBatch;
+pub use cache::{CacheRule, CounterCache};
 pub use entity::SlottedCounter;
 pub use error::{CounterError, Result};
 pub use key::{CounterKey, MAX_KEY_LEN, validate_key};
 pub use owner::{MAX_STRING_OWNER_LEN, OwnerColumn, OwnerId};
 pub use read::CountMap;
+pub use reconcile::{Drift, MAX_RECONCILE_BATCH, Reconcile, ReconcileReport, Truth};
 #[cfg(feature = "migration")]
 pub use schema::migration::CounterTableMigration;
 pub use slots::Slots;
@@ -102,6 +108,13 @@ pub use write::BatchOutcome;
 #[cfg(feature = "derive")]
 pub use counter_derive::SlottedCounter;
 
+/// `#[derive(CounterCache)]`: a child entity keeping its parents' counters
+/// in step with its rows. See the [`CounterCache`](trait@CounterCache) trait for
+/// what is kept exact and how, and the derive's own documentation for the
+/// attribute.
+#[cfg(feature = "derive")]
+pub use counter_derive::CounterCache;
+
 /// Without the `serde` feature, the derive's serde hook expands to nothing.
 #[cfg(not(feature = "serde"))]
 #[doc(hidden)]
@@ -113,12 +126,15 @@ macro_rules! __derive_serde {
 /// The traits needed to call counter methods on an entity, and the derive:
 /// `use counter_core::prelude::*;`.
 pub mod prelude {
-    pub use crate::{CountSet, CounterError, CounterKey, Counters, KeySet, SlottedCounter};
+    pub use crate::{
+        CountSet, CounterCache, CounterError, CounterKey, Counters, KeySet, SlottedCounter,
+    };
 }
 
 /// Paths used by code that `#[derive(SlottedCounter)]` generates. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::cache::{cache_amount, cache_delta, cache_parent, cache_when};
     #[cfg(feature = "serde")]
     pub use crate::serde_support::{
         deserialize_counts, deserialize_key, serialize_counts, serialize_key,

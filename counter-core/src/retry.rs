@@ -37,6 +37,10 @@ where
             Ok(value) => return Ok(value),
             Err(err) => err,
         };
+        // A counter-cache hook's own error, through sea-orm: typed again.
+        if let Some(own) = CounterError::carried(&err) {
+            return Err(own);
+        }
         match classify(&err) {
             Classified::Conflict if retry && attempt < MAX_ATTEMPTS => {
                 let pause = backoff(attempt);

@@ -7,12 +7,17 @@
 
 mod ddl;
 mod errors;
+mod reconcile;
 mod sum;
 mod upsert;
 
 pub(crate) use ddl::{create_table, drop_table};
 pub(crate) use errors::{Classified, classify};
-pub(crate) use sum::{SumRow, sums};
+pub(crate) use reconcile::{
+    MYSQL_LOCK_WAIT_SECS, OwnerIndex, OwnerRange, SNAPSHOT_TOTALS, TruthSql, cache_truth, lock,
+    nth_owners, snapshot, unlock,
+};
+pub(crate) use sum::{SumRow, parse_total, sums};
 pub(crate) use upsert::{UpsertRow, add_one, add_rows};
 
 use sea_orm::{ConnectionTrait, DbBackend};
@@ -85,6 +90,15 @@ pub(crate) fn read_chunks(dialect: Dialect, keys: usize) -> (usize, usize) {
     let binds = dialect.max_binds();
     let keys_per_query = keys.clamp(1, binds / 2);
     (keys_per_query, binds - keys_per_query)
+}
+
+/// The type a total is cast to for reading: text keeps every digit (see
+/// [`sums`]).
+fn text_type(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::MySql => "CHAR",
+        Dialect::Sqlite | Dialect::Postgres => "TEXT",
+    }
 }
 
 /// Quotes a name that is already known to be a plain identifier (validated

@@ -23,10 +23,7 @@ pub(crate) fn sums(
     owners: Vec<Value>,
     keys: Option<Vec<String>>,
 ) -> Statement {
-    let text = match dialect {
-        Dialect::MySql => "CHAR",
-        Dialect::Sqlite | Dialect::Postgres => "TEXT",
-    };
+    let text = super::text_type(dialect);
     let mut select = Query::select();
     select
         .columns([col::OWNER_ID, col::COUNT_KEY].map(Alias::new))

@@ -1,0 +1,298 @@
+//! Counter caches: a parent's counter kept in step with its child rows.
+//!
+//! `#[derive(CounterCache)]` on a child entity declares which parent
+//! counters its rows feed; the hooks in [`hooks`] (installed with one line,
+//! [`counter_cache_behavior!`](crate::counter_cache_behavior)) keep them
+//! exact on every `insert`, `update`, `save` and `delete` of an
+//! `ActiveModel`, and the `*_many_counted` methods do the same for bulk
+//! writes, which sea-orm runs without hooks.
+
+pub mod hooks;
+mod rows;
+mod values;
+mod writes;
+
+pub use values::{CacheAmount, CacheFlag, CacheParent};
+#[doc(hidden)]
+pub use values::{cache_amount, cache_delta, cache_parent, cache_when};
+
+use std::future::Future;
+
+use sea_orm::{
+    Condition, ConnectionTrait, DeleteResult, EntityTrait, IntoActiveModel, TransactionTrait,
+    TryIntoModel,
+};
+
+use crate::{DeltaBatch, Result};
+
+/// A child entity whose rows feed counters of parent entities: comments
+/// counted on their post, orders summed on their customer.
+///
+/// Implemented by `#[derive(CounterCache)]` (see it for the attribute). What
+/// the counters are kept in step with, and how:
+///
+/// | write | counter change |
+/// |---|---|
+/// | insert | `+1` to the parent's key (or `+amount` with `sum`), if the row meets `when` |
+/// | delete | `-1` (or `-amount`), only if this delete removed the row: the row is locked and read first, so two concurrent deletes of one row decrement once |
+/// | update of the parent id, amount or condition | `-old` and `+new` in one sorted statement; updates of other columns cost nothing |
+///
+/// # Transactions
+///
+/// The counter writes happen in the connection sea-orm gives the hooks: the
+/// caller's transaction, so the counter commits or rolls back with the row.
+/// On a bare pool a child write and its counter write would be two commits
+/// and an exact delete impossible, so the hooks refuse a pool with a clear
+/// error before writing anything. Either pass a transaction, or use the
+/// `*_counted` methods below, which open one (a savepoint inside a caller's
+/// transaction; `BEGIN IMMEDIATE` on SQLite, so writers queue instead of
+/// failing) and retry deadlocks when they own it.
+///
+/// # Bulk writes bypass hooks
+///
+/// `Entity::insert_many`, `update_many`, `delete_many` and `delete_by_id` run
+/// no `ActiveModelBehavior` hook (by sea-orm's design): **they change rows
+/// without changing counters.** Use [`insert_many_counted`](Self::insert_many_counted),
+/// [`update_many_counted`](Self::update_many_counted) and
+/// [`delete_many_counted`](Self::delete_many_counted) instead, and repair any
+/// drift from writes made elsewhere (raw SQL, another service) with
+/// [`Counters::reconcile`](crate::Counters::reconcile).
+///
+/// ```
+/// mod post {
+///     use sea_orm::entity::prelude::*;
+///
+///     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, counter_core::SlottedCounter)]
+///     #[sea_orm(table_name = "posts")]
+///     #[counter(keys(comments, published_comments))]
+///     pub struct Model {
+///         #[sea_orm(primary_key)]
+///         pub id: i64,
+///     }
+///
+///     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+///     pub enum Relation {}
+///
+///     impl ActiveModelBehavior for ActiveModel {}
+/// }
+///
+/// mod comment {
+///     use sea_orm::entity::prelude::*;
+///
+///     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, counter_core::CounterCache)]
+///     #[sea_orm(table_name = "comments")]
+///     #[counter_cache(parent = super::post::Entity, key = comments, via = post_id)]
+///     #[counter_cache(parent = super::post::Entity, key = published_comments, via = post_id, when = published)]
+///     pub struct Model {
+///         #[sea_orm(primary_key)]
+///         pub id: i64,
+///         pub post_id: i64,
+///         pub published: bool,
+///     }
+///
+///     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+///     pub enum Relation {}
+///
+///     // In place of `impl ActiveModelBehavior for ActiveModel {}`.
+///     counter_core::counter_cache_behavior!();
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use counter_core::{Reconcile, Truth, prelude::*};
+/// use post::counters::Key;
+/// use sea_orm::{ActiveModelTrait, ConnectionTrait, IntoActiveModel, Schema, Set, TransactionTrait};
+///
+/// let db = sea_orm::Database::connect("sqlite::memory:").await?;
+/// # let schema = Schema::new(db.get_database_backend());
+/// # db.execute(&schema.create_table_from_entity(comment::Entity)).await?;
+/// # post::Entity::counters().create_table(&db).await?;
+/// let draft = comment::ActiveModel { post_id: Set(1), published: Set(false), ..Default::default() };
+/// let draft = comment::Entity::insert_counted(&db, draft).await?; // own transaction
+///
+/// // Or the ActiveModel methods, in your transaction:
+/// let txn = db.begin().await?;
+/// let mut publish = draft.into_active_model();
+/// publish.published = Set(true);
+/// let published = publish.update(&txn).await?; // published_comments: +1
+/// txn.commit().await?;
+///
+/// let counts = post::Entity::counts(&db, &1).await?;
+/// assert_eq!((counts.comments, counts.published_comments), (1, 1));
+///
+/// let gone = comment::Entity::delete_counted(&db, published.clone().into_active_model()).await?;
+/// let again = comment::Entity::delete_counted(&db, published.into_active_model()).await?;
+/// assert_eq!((gone.rows_affected, again.rows_affected), (1, 0)); // decremented once
+/// assert_eq!(post::Entity::get(&db, &1, Key::Comments).await?, 0);
+///
+/// // The truth, derived from the declaration: nothing to repair.
+/// let truth = Truth::counter_cache::<comment::Entity>();
+/// let report = post::Entity::reconcile(&db, Key::Comments, truth, &Reconcile::new()).await?;
+/// assert_eq!(report.owners_drifted, 0);
+/// # Ok(())
+/// # }
+/// ```
+pub trait CounterCache:
+    EntityTrait<
+        Model: IntoActiveModel<Self::ActiveModel> + Sync,
+        ActiveModel: TryIntoModel<Self::Model> + Send + Sync,
+    >
+{
+    /// Adds `sign` (`1` or `-1`) times this row's contribution to each
+    /// counter it feeds.
+    fn count_row(model: &Self::Model, sign: i64, deltas: &mut DeltaBatch) -> Result<()>;
+
+    /// The columns a contribution depends on (parent ids, amounts,
+    /// conditions): an update that sets none of them changes no counter.
+    fn counted_columns() -> Vec<Self::Column>;
+
+    /// The declared caches, from which [`Truth::counter_cache`](crate::Truth::counter_cache)
+    /// derives the true counts.
+    fn cache_rules() -> Vec<CacheRule<Self>>;
+
+    /// Inserts a row and counts it, in one transaction.
+    fn insert_counted<C>(
+        db: &C,
+        am: Self::ActiveModel,
+    ) -> impl Future<Output = Result<Self::Model>> + Send
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        writes::save::<Self, C>(db, am, true)
+    }
+
+    /// Updates a row and moves its contribution if needed, in one transaction.
+    fn update_counted<C>(
+        db: &C,
+        am: Self::ActiveModel,
+    ) -> impl Future<Output = Result<Self::Model>> + Send
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        writes::save::<Self, C>(db, am, false)
+    }
+
+    /// Deletes a row and uncounts it if this delete removed it, in one
+    /// transaction. `rows_affected` is 0 when the row was already gone.
+    fn delete_counted<C>(
+        db: &C,
+        am: Self::ActiveModel,
+    ) -> impl Future<Output = Result<DeleteResult>> + Send
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        writes::delete::<Self, C>(db, am)
+    }
+
+    /// Inserts many rows and counts them, in one transaction; returns them
+    /// as stored. One multi-row `INSERT ... RETURNING` per 1,000 rows where
+    /// the backend returns rows (PostgreSQL, SQLite), one insert per row on
+    /// MySQL/MariaDB; then one sorted upsert per 1,000 touched counters.
+    fn insert_many_counted<C, It>(
+        db: &C,
+        rows: It,
+    ) -> impl Future<Output = Result<Vec<Self::Model>>> + Send
+    where
+        C: ConnectionTrait + TransactionTrait,
+        It: IntoIterator<Item = Self::ActiveModel> + Send,
+        It::IntoIter: Send,
+    {
+        writes::insert_many::<Self, C, It>(db, rows)
+    }
+
+    /// Sets the `Set` columns of `changes` on every row matching `filter`,
+    /// moving contributions, in one transaction. The matching rows are
+    /// locked in primary-key order, updated by key, and read again; returns
+    /// how many rows were updated.
+    fn update_many_counted<C>(
+        db: &C,
+        filter: Condition,
+        changes: Self::ActiveModel,
+    ) -> impl Future<Output = Result<u64>> + Send
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        writes::update_many::<Self, C>(db, filter, changes)
+    }
+
+    /// Deletes every row matching `filter` and uncounts exactly the rows
+    /// this call removed, in one transaction; returns how many.
+    fn delete_many_counted<C>(db: &C, filter: Condition) -> impl Future<Output = Result<u64>> + Send
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        writes::delete_many::<Self, C>(db, filter)
+    }
+}
+
+/// One declared counter cache: which parent counter a child's rows feed,
+/// and how a row's contribution is decided. The true counts of a cache are
+/// `SELECT via, COUNT(*) | SUM(sum) FROM child WHERE via IS NOT NULL [AND when = b] GROUP BY via`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheRule<E: EntityTrait> {
+    /// The parent's companion counter table.
+    pub parent_table: &'static str,
+    /// The parent's counter key.
+    pub key: &'static str,
+    /// The child column holding the parent id.
+    pub via: E::Column,
+    /// The column whose value is added instead of 1, if any.
+    pub sum: Option<E::Column>,
+    /// A boolean column and the value a row must hold to count, if any.
+    pub when: Option<(E::Column, bool)>,
+}
+
+/// Implements `ActiveModelBehavior` with the counter-cache hooks, in one
+/// line: write `counter_core::counter_cache_behavior!();` in the entity's
+/// module in place of `impl ActiveModelBehavior for ActiveModel {}`.
+///
+/// An entity with hooks of its own calls the functions in
+/// [`cache::hooks`](crate::cache::hooks) from them instead (after its own
+/// changes, so the counted values are the ones written).
+///
+/// The two-argument form names other types: `counter_cache_behavior!(ActiveModel, Entity)`.
+#[macro_export]
+macro_rules! counter_cache_behavior {
+    () => {
+        $crate::counter_cache_behavior!(ActiveModel, Entity);
+    };
+    ($active_model:ty, $entity:ty) => {
+        #[$crate::__private::sea_orm::prelude::async_trait::async_trait]
+        impl $crate::__private::sea_orm::ActiveModelBehavior for $active_model {
+            async fn before_save<C>(
+                self,
+                db: &C,
+                insert: bool,
+            ) -> ::core::result::Result<Self, $crate::__private::sea_orm::DbErr>
+            where
+                C: $crate::__private::sea_orm::ConnectionTrait,
+            {
+                $crate::cache::hooks::before_save::<$entity, C>(self, db, insert).await
+            }
+
+            async fn after_save<C>(
+                model: <$entity as $crate::__private::sea_orm::EntityTrait>::Model,
+                db: &C,
+                insert: bool,
+            ) -> ::core::result::Result<
+                <$entity as $crate::__private::sea_orm::EntityTrait>::Model,
+                $crate::__private::sea_orm::DbErr,
+            >
+            where
+                C: $crate::__private::sea_orm::ConnectionTrait,
+            {
+                $crate::cache::hooks::after_save::<$entity, C>(model, db, insert).await
+            }
+
+            async fn before_delete<C>(
+                self,
+                db: &C,
+            ) -> ::core::result::Result<Self, $crate::__private::sea_orm::DbErr>
+            where
+                C: $crate::__private::sea_orm::ConnectionTrait,
+            {
+                $crate::cache::hooks::before_delete::<$entity, C>(self, db).await
+            }
+        }
+    };
+}

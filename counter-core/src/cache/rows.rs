@@ -1,0 +1,62 @@
+//! Finding and locking the child rows a counter cache reads.
+
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, Iterable,
+    ModelTrait, PrimaryKeyToColumn, QueryFilter, QueryOrder, QuerySelect, Value,
+};
+
+/// Primary keys per `IN (...)` list: few binds, short statements.
+pub(crate) const KEYS_PER_STATEMENT: usize = 1_000;
+
+fn key_columns<E: EntityTrait>() -> Vec<E::Column> {
+    E::PrimaryKey::iter().map(|k| k.into_column()).collect()
+}
+
+/// `pk = <the active model's key>`, or `None` when the key is not set (the
+/// write then fails in sea-orm, with its own error, before counting matters).
+pub(crate) fn key_of_active<A: ActiveModelTrait>(am: &A) -> Option<Condition> {
+    let mut cond = Condition::all();
+    for col in key_columns::<A::Entity>() {
+        cond = cond.add(col.eq(am.get(col).into_value()?));
+    }
+    Some(cond)
+}
+
+/// The primary key of a model, column by column.
+pub(crate) fn key_of<E: EntityTrait>(model: &E::Model) -> Vec<Value> {
+    key_columns::<E>()
+        .into_iter()
+        .map(|col| model.get(col))
+        .collect()
+}
+
+/// `pk IN (...)` for the given keys (an `OR` of `AND`s for a composite key).
+pub(crate) fn keys_in<E: EntityTrait>(keys: &[Vec<Value>]) -> Condition {
+    let cols = key_columns::<E>();
+    if let [col] = cols.as_slice() {
+        return Condition::all().add(col.is_in(keys.iter().map(|k| k[0].clone())));
+    }
+    keys.iter().fold(Condition::any(), |any, key| {
+        let row = cols
+            .iter()
+            .zip(key)
+            .fold(Condition::all(), |all, (col, v)| all.add(col.eq(v.clone())));
+        any.add(row)
+    })
+}
+
+/// The rows matching `cond`, locked until the transaction ends
+/// (`FOR UPDATE` on PostgreSQL and MySQL; SQLite locks the whole database
+/// for a writing transaction and has no row locks to take).
+pub(crate) async fn lock<E, C>(db: &C, cond: Condition) -> Result<Vec<E::Model>, DbErr>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+{
+    let mut find = E::find().filter(cond);
+    // One order for every locker: two bulk writes cannot deadlock on each other.
+    for col in key_columns::<E>() {
+        find = find.order_by_asc(col);
+    }
+    find.lock_exclusive().all(db).await
+}

@@ -1,0 +1,538 @@
+//! Recounts: repairing a counter's drift from the truth without losing a
+//! write made while the recount runs.
+//!
+//! A counter kept by a counter cache changes in the same transaction as the
+//! child row it counts, so every committed write moves the truth and the
+//! stored total by the same amount: `drift = truth - total` is unchanged by
+//! it. A recount therefore reads both sides in **one statement** (one
+//! snapshot: a write is in both sides or in neither), and adds the drift it
+//! found as an ordinary increment, never an absolute value: writes that
+//! commit between the read and the increment are kept, because they did not
+//! change the drift being corrected. Two recounts of one counter would both
+//! correct the same drift, so each batch holds a lock that keeps them apart.
+//!
+//! | backend | one batch |
+//! |---|---|
+//! | PostgreSQL | `READ COMMITTED` transaction; `pg_advisory_xact_lock(hash(table, key))`; the snapshot statement; the drift as a sorted upsert; `COMMIT` (releases the lock) |
+//! | MySQL/MariaDB | `READ COMMITTED` transaction; `GET_LOCK(name, 60)`; the snapshot statement (a consistent read); the upsert; `COMMIT`, then `RELEASE_LOCK` on the same connection |
+//! | SQLite | `BEGIN IMMEDIATE` (the database's write lock, so writers wait and no other recount runs); the statement; the upsert; `COMMIT` |
+//!
+//! The snapshot statement is a `WITH` of the truth query and a `UNION ALL`
+//! of it with the counter's slot rows, grouped by owner: see
+//! [`Counters::reconcile`].
+
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, QueryTrait, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait, Value,
+    sea_query::{IntoColumnRef, IntoTableRef, SelectStatement},
+};
+
+use crate::{
+    CounterCache, Counters, DeltaBatch,
+    error::{CounterError, Result},
+    key::{CounterKey, validate_key},
+    owner::OwnerId,
+    retry,
+    sql::{self, Dialect, OwnerIndex, OwnerRange, TruthSql},
+};
+
+/// The largest [`Reconcile::batch_size`]: owners are bound twice per
+/// statement, far under every backend's bind limit.
+pub const MAX_RECONCILE_BATCH: usize = 10_000;
+
+/// Where the true counts come from: a query yielding `(owner_id, count)`
+/// rows, at most one per owner, or the declaration of a counter cache.
+///
+/// ```
+/// use counter_core::Truth;
+/// use sea_orm::sea_query::{Alias, Asterisk, Expr, ExprTrait, Query};
+///
+/// // The comments of each post: any SeaORM or sea-query select whose first
+/// // two columns are the owner id and its count.
+/// let truth = Truth::statement(
+///     Query::select()
+///         .column(Alias::new("post_id"))
+///         .expr(Expr::col(Asterisk).count())
+///         .from(Alias::new("comments"))
+///         .group_by_col(Alias::new("post_id"))
+///         .to_owned(),
+/// );
+/// # let _ = truth;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Truth {
+    source: Source,
+    owners: Option<OwnerIndex>,
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    Query(Box<SelectStatement>),
+    Cache {
+        child: &'static str,
+        resolve: fn(&str, &str) -> Option<TruthSql>,
+    },
+}
+
+impl Truth {
+    /// The counts a sea-orm query yields (`Entity::find().select_only()...`):
+    /// its first column is the owner id, its second the count (any integer
+    /// or decimal; rows with a `NULL` owner are ignored), at most one row
+    /// per owner.
+    pub fn query<Q: QueryTrait<QueryStatement = SelectStatement>>(query: Q) -> Self {
+        Self::statement(query.into_query())
+    }
+
+    /// [`Truth::query`] for a sea-query `SelectStatement`.
+    pub fn statement(query: SelectStatement) -> Self {
+        Self {
+            source: Source::Query(Box::new(query)),
+            owners: None,
+        }
+    }
+
+    /// Where the truth's owner ids can be listed in order cheaply: a column
+    /// with an index, usually the foreign key the query groups by.
+    ///
+    /// A keyset recount bounds each batch by the `batch_size`-th owner on
+    /// each side. Without this, the truth side's is read through the truth
+    /// query itself, which PostgreSQL narrows to the batch but MySQL,
+    /// MariaDB and SQLite compute whole for every batch: fine for thousands
+    /// of owners, quadratic for millions. [`Truth::counter_cache`] sets it to
+    /// the cache's `via` column.
+    pub fn owners_in(mut self, table: impl IntoTableRef, column: impl IntoColumnRef) -> Self {
+        self.owners = Some(OwnerIndex {
+            table: table.into_table_ref(),
+            column: column.into_column_ref(),
+        });
+        self
+    }
+
+    /// The counts a counter cache declared on the child entity `E` keeps:
+    /// its rows grouped by parent, counted (`COUNT(*)`) or summed, with its
+    /// condition. Which of `E`'s caches is picked by the table and key being
+    /// reconciled; none is [`CounterError::NoCounterCache`].
+    pub fn counter_cache<E: CounterCache>() -> Self {
+        Self {
+            source: Source::Cache {
+                child: std::any::type_name::<E>(),
+                resolve: cache_truth::<E>,
+            },
+            owners: None,
+        }
+    }
+
+    fn resolve(self, table: &str, key: &str) -> Result<TruthSql> {
+        let mut truth = match self.source {
+            Source::Query(query) => TruthSql {
+                query: *query,
+                owners: None,
+            },
+            Source::Cache { child, resolve } => {
+                resolve(table, key).ok_or_else(|| CounterError::NoCounterCache {
+                    child,
+                    table: table.to_owned(),
+                    key: key.to_owned(),
+                })?
+            }
+        };
+        if let Some(owners) = self.owners {
+            truth.owners = Some(owners);
+        }
+        Ok(truth)
+    }
+}
+
+impl From<SelectStatement> for Truth {
+    fn from(query: SelectStatement) -> Self {
+        Self::statement(query)
+    }
+}
+
+fn cache_truth<E: CounterCache>(table: &str, key: &str) -> Option<TruthSql> {
+    let rule = E::cache_rules()
+        .into_iter()
+        .find(|rule| rule.parent_table == table && rule.key == key)?;
+    Some(sql::cache_truth(
+        E::default(),
+        rule.via,
+        rule.sum,
+        rule.when,
+    ))
+}
+
+/// How a recount runs: batch size, which owners, and whether to write.
+///
+/// ```
+/// use counter_core::Reconcile;
+///
+/// let check_only = Reconcile::<i64>::new().owners([1, 2, 3]).dry_run(true);
+/// let nightly = Reconcile::<i64>::new().batch_size(5_000);
+/// # let _ = (check_only, nightly);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Reconcile<I> {
+    batch_size: usize,
+    owners: Option<Vec<I>>,
+    dry_run: bool,
+}
+
+impl<I> Default for Reconcile<I> {
+    fn default() -> Self {
+        Self {
+            batch_size: 1_000,
+            owners: None,
+            dry_run: false,
+        }
+    }
+}
+
+impl<I: OwnerId> Reconcile<I> {
+    /// Every owner, in batches of 1,000, writing the repairs.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Owners per batch, `1..=MAX_RECONCILE_BATCH`. Each batch is one
+    /// snapshot and one short transaction: smaller batches hold the lock and
+    /// the repaired slot rows for less time.
+    pub fn batch_size(mut self, owners: usize) -> Self {
+        self.batch_size = owners;
+        self
+    }
+
+    /// Only these owners (any order, duplicates allowed); others are not read.
+    pub fn owners(mut self, owners: impl IntoIterator<Item = I>) -> Self {
+        self.owners = Some(owners.into_iter().collect());
+        self
+    }
+
+    /// Report the drift without repairing it: no lock, no write.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+}
+
+/// What a recount found, and repaired unless it was a dry run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconcileReport<I> {
+    /// Owners that have a true count or a stored total (or were asked for).
+    pub owners_checked: u64,
+    /// Owners whose stored total differed from the truth.
+    pub owners_drifted: u64,
+    /// The sum of `|drift|` over all owners.
+    pub total_abs_drift: u128,
+    /// Each drifted owner, in owner order.
+    pub drifted: Vec<Drift<I>>,
+    /// Snapshots taken (one per batch).
+    pub batches: u64,
+    /// Whether the drift was left as found.
+    pub dry_run: bool,
+}
+
+impl<I> Default for ReconcileReport<I> {
+    fn default() -> Self {
+        Self {
+            owners_checked: 0,
+            owners_drifted: 0,
+            total_abs_drift: 0,
+            drifted: Vec::new(),
+            batches: 0,
+            dry_run: false,
+        }
+    }
+}
+
+/// One owner's drift, as seen in its batch's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift<I> {
+    /// The owner.
+    pub owner: I,
+    /// The true count.
+    pub truth: i64,
+    /// The stored total at the snapshot.
+    pub current: i64,
+    /// `truth - current`: the increment applied (unless a dry run).
+    pub drift: i64,
+}
+
+impl<I: OwnerId> Counters<I> {
+    /// Recounts `key` from `truth` and adds each owner's drift to its
+    /// counter. See the [module](crate::reconcile) for the guarantee.
+    ///
+    /// Owners are taken in primary-key order, `batch_size` at a time (by
+    /// keyset, `owner_id > last`), or from the `owners` list; each batch is
+    /// one snapshot statement:
+    ///
+    /// ```sql
+    /// WITH counter_truth (owner_id, total) AS (<truth>)
+    /// SELECT owner_id, SUM(truth_total), SUM(current_total) FROM (
+    ///   SELECT owner_id, total, 0 FROM counter_truth WHERE <batch>
+    ///   UNION ALL
+    ///   SELECT owner_id, 0, value FROM <table> WHERE count_key = ? AND <batch>
+    /// ) u GROUP BY owner_id ORDER BY owner_id LIMIT <batch_size>
+    /// ```
+    ///
+    /// It takes the pool, not a transaction: each batch commits on its own,
+    /// so a long recount never holds locks for long, and a failed batch
+    /// leaves the earlier ones repaired and itself untouched. Deadlocks are
+    /// retried. Counters written other than through their counter cache
+    /// (a plain `increment` of a cached key) count as drift and are undone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use counter_core::{CounterTable, Counters, Reconcile, Truth};
+    /// use sea_orm::{ConnectionTrait, sea_query::{Alias, Asterisk, Expr, ExprTrait, Query}};
+    ///
+    /// let db = sea_orm::Database::connect("sqlite::memory:").await?;
+    /// db.execute_unprepared("CREATE TABLE comments (id INTEGER PRIMARY KEY, post_id BIGINT)").await?;
+    /// db.execute_unprepared("INSERT INTO comments (post_id) VALUES (1), (1), (2)").await?;
+    /// let posts = Counters::<i64>::new(CounterTable::new("post_counters")?);
+    /// posts.create_table(&db).await?;
+    /// posts.add(&db, 1, "comments", 5).await?; // drifted: the truth is 2
+    ///
+    /// let truth = Truth::statement(
+    ///     Query::select()
+    ///         .column(Alias::new("post_id"))
+    ///         .expr(Expr::col(Asterisk).count())
+    ///         .from(Alias::new("comments"))
+    ///         .group_by_col(Alias::new("post_id"))
+    ///         .to_owned(),
+    /// );
+    /// let report = posts.reconcile(&db, "comments", truth.clone(), &Reconcile::new()).await?;
+    /// assert_eq!((report.owners_checked, report.owners_drifted, report.total_abs_drift), (2, 2, 4));
+    /// assert_eq!(posts.get(&db, &1, "comments").await?, 2);
+    /// assert_eq!(posts.get(&db, &2, "comments").await?, 1);
+    ///
+    /// let again = posts.reconcile(&db, "comments", truth, &Reconcile::new()).await?;
+    /// assert_eq!(again.owners_drifted, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reconcile<K: CounterKey>(
+        &self,
+        db: &DatabaseConnection,
+        key: K,
+        truth: impl Into<Truth>,
+        options: &Reconcile<I>,
+    ) -> Result<ReconcileReport<I>> {
+        let key = key.as_key_str();
+        validate_key(key)?;
+        if !(1..=MAX_RECONCILE_BATCH).contains(&options.batch_size) {
+            return Err(CounterError::InvalidBatchSize {
+                size: options.batch_size,
+                max: MAX_RECONCILE_BATCH,
+            });
+        }
+        let truth = truth.into().resolve(self.table().name(), key)?;
+        let mut report = ReconcileReport {
+            dry_run: options.dry_run,
+            ..ReconcileReport::default()
+        };
+        let batch = |range| self.reconcile_batch(db, key, &truth, range, options.dry_run);
+        match &options.owners {
+            Some(owners) => {
+                let mut owners = owners.clone();
+                for owner in &owners {
+                    owner.check()?;
+                }
+                owners.sort();
+                owners.dedup();
+                for chunk in owners.chunks(options.batch_size) {
+                    let range = OwnerRange::In(chunk.iter().cloned().map(Into::into).collect());
+                    let seen = batch(range).await?;
+                    // Asked-for owners with neither children nor counters are checked too.
+                    report.owners_checked += (chunk.len() - seen.len()) as u64;
+                    report.add(seen)?;
+                }
+            }
+            None => {
+                let limit = options.batch_size as u64;
+                let mut after: Option<Value> = None;
+                loop {
+                    let upto = self
+                        .batch_bound(db, key, &truth, after.clone(), limit)
+                        .await?;
+                    let range = OwnerRange::Keyset {
+                        after: after.clone(),
+                        upto: upto.clone(),
+                        limit,
+                    };
+                    let seen = batch(range).await?;
+                    let full = seen.len() as u64 == limit;
+                    let last = seen.last().map(|d| d.owner.clone().into());
+                    report.add(seen)?;
+                    after = match (full, upto) {
+                        (true, _) => last,
+                        (false, Some(upto)) => Some(upto),
+                        (false, None) => break,
+                    };
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// The upper bound of the next keyset batch: the smaller of the two
+    /// sides' `limit`-th owner after `after`, or `None` when neither side
+    /// has that many left (the last batch).
+    async fn batch_bound(
+        &self,
+        db: &DatabaseConnection,
+        key: &str,
+        truth: &TruthSql,
+        after: Option<Value>,
+        limit: u64,
+    ) -> Result<Option<Value>> {
+        let dialect = Dialect::of(db)?;
+        let table = self.table().name();
+        let mut bound: Option<I> = None;
+        for stmt in sql::nth_owners(dialect, table, key, truth, after, limit) {
+            let row = retry::run(db, table, || db.query_one_raw(stmt.clone())).await?;
+            if let Some(row) = row {
+                let owner = row.try_get::<I>("", "owner_id")?;
+                bound = Some(bound.map_or(owner.clone(), |b| b.min(owner)));
+            }
+        }
+        Ok(bound.map(Into::into))
+    }
+
+    /// One batch: its snapshot and, unless a dry run, its repair, in one
+    /// transaction holding the recount lock. Returns every owner the
+    /// snapshot saw, drifted or not.
+    async fn reconcile_batch(
+        &self,
+        db: &DatabaseConnection,
+        key: &str,
+        truth: &TruthSql,
+        range: OwnerRange,
+        dry_run: bool,
+    ) -> Result<Vec<Drift<I>>> {
+        let dialect = Dialect::of(db)?;
+        let table = self.table().name();
+        let snapshot = sql::snapshot(dialect, table, key, truth, &range);
+        if dry_run {
+            let rows = retry::run(db, table, || db.query_all_raw(snapshot.clone())).await?;
+            return decode(&rows, table);
+        }
+        let options = TransactionOptions {
+            isolation_level: (dialect != Dialect::Sqlite).then_some(IsolationLevel::ReadCommitted),
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        };
+        retry::run(db, table, || async {
+            let txn = db.begin_with_options(options).await?;
+            let outcome = self.repair(&txn, dialect, key, &snapshot).await;
+            let unlock = sql::unlock(dialect, table, key);
+            match (outcome, unlock) {
+                (Ok(drifts), None) => {
+                    txn.commit().await?;
+                    Ok(drifts)
+                }
+                (Ok(drifts), Some(unlock)) => {
+                    // MySQL's lock belongs to the session, not the
+                    // transaction: commit first, then release it on the same
+                    // connection, so the next recount's snapshot sees this
+                    // batch's repair. The final `commit` is then a no-op.
+                    txn.execute_unprepared("COMMIT").await?;
+                    txn.execute_raw(unlock).await?;
+                    txn.commit().await?;
+                    Ok(drifts)
+                }
+                (failed, unlock) => {
+                    if let Some(unlock) = unlock {
+                        // Best effort: if the connection is gone, so is the lock.
+                        let _ = txn.execute_raw(unlock).await;
+                    }
+                    failed // dropping `txn` rolls back
+                }
+            }
+        })
+        .await
+    }
+
+    /// Inside the batch transaction: lock, snapshot, apply the drift. The
+    /// crate's own errors ride in the `DbErr` (see
+    /// `CounterError::into_db_err`) and come out of `retry::run` typed.
+    async fn repair<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        dialect: Dialect,
+        key: &str,
+        snapshot: &sea_orm::Statement,
+    ) -> Result<Vec<Drift<I>>, DbErr> {
+        let table = self.table().name();
+        if let Some(lock) = sql::lock(dialect, table, key) {
+            let row = txn.query_one_raw(lock).await?;
+            if dialect == Dialect::MySql {
+                let acquired =
+                    row.and_then(|r| r.try_get_by_index::<Option<i64>>(0).ok().flatten());
+                if acquired != Some(1) {
+                    let waited = DbErr::Custom(format!(
+                        "another recount of `{key}` in `{table}` held its lock for {} s",
+                        sql::MYSQL_LOCK_WAIT_SECS
+                    ));
+                    return Err(CounterError::Conflict {
+                        table: table.to_owned(),
+                        attempts: 1,
+                        in_transaction: false,
+                        source: waited,
+                    }
+                    .carry());
+                }
+            }
+        }
+        let rows = txn.query_all_raw(snapshot.clone()).await?;
+        let drifts = decode::<I>(&rows, table).map_err(CounterError::into_db_err)?;
+        let mut deltas = DeltaBatch::new();
+        for d in drifts.iter().filter(|d| d.drift != 0) {
+            deltas
+                .add(self, d.owner.clone(), key, d.drift)
+                .map_err(CounterError::into_db_err)?;
+        }
+        deltas.apply(txn).await.map_err(CounterError::into_db_err)?;
+        Ok(drifts)
+    }
+}
+
+/// The rows of a snapshot, with each owner's drift (checked: a difference
+/// past `i64` is an overflow, not a wrapped repair).
+fn decode<I: OwnerId>(rows: &[sea_orm::QueryResult], table: &str) -> Result<Vec<Drift<I>>> {
+    let [truth_col, current_col] = sql::SNAPSHOT_TOTALS;
+    rows.iter()
+        .map(|row| {
+            let owner = row.try_get::<I>("", "owner_id")?;
+            let total = |col: &str| -> Result<i64> {
+                let text = row.try_get::<String>("", col)?;
+                sql::parse_total(&text, || format!("the {col} of an owner in `{table}`"))
+            };
+            let (truth, current) = (total(truth_col)?, total(current_col)?);
+            let drift = truth
+                .checked_sub(current)
+                .ok_or_else(|| CounterError::Overflow {
+                    context: format!("the drift {truth} - {current} in `{table}`"),
+                })?;
+            Ok(Drift {
+                owner,
+                truth,
+                current,
+                drift,
+            })
+        })
+        .collect()
+}
+
+impl<I> ReconcileReport<I> {
+    fn add(&mut self, seen: Vec<Drift<I>>) -> Result<()> {
+        self.batches += 1;
+        self.owners_checked += seen.len() as u64;
+        for drift in seen.into_iter().filter(|d| d.drift != 0) {
+            self.owners_drifted += 1;
+            self.total_abs_drift += u128::from(drift.drift.unsigned_abs());
+            self.drifted.push(drift);
+        }
+        Ok(())
+    }
+}

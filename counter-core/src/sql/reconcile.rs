@@ -1,0 +1,368 @@
+//! The statements of a recount: the snapshot of truth against stored
+//! totals, and the lock that keeps two recounts of one counter apart.
+
+use sea_orm::{
+    Statement, Value,
+    sea_query::{
+        Alias, Asterisk, ColumnRef, CommonTableExpression, Expr, ExprTrait, Func, IntoColumnRef,
+        IntoTableRef, Order, Query, SelectStatement, TableRef, UnionType, WithClause,
+    },
+};
+
+use super::{Dialect, col, text_type};
+
+/// The owners one snapshot covers.
+pub(crate) enum OwnerRange {
+    /// Owners in key order after `after` (`None`: from the first), up to
+    /// and including `upto` (`None`: no bound), at most `limit` of them.
+    Keyset {
+        after: Option<Value>,
+        upto: Option<Value>,
+        limit: u64,
+    },
+    /// Exactly these owners.
+    In(Vec<Value>),
+}
+
+/// A recount's truth: the query, and where its owners can be listed in
+/// order cheaply, if known.
+#[derive(Debug, Clone)]
+pub(crate) struct TruthSql {
+    pub query: SelectStatement,
+    pub owners: Option<OwnerIndex>,
+}
+
+/// A column holding a truth's owner ids, best with an index (the foreign
+/// key a counter cache groups by).
+#[derive(Debug, Clone)]
+pub(crate) struct OwnerIndex {
+    pub table: TableRef,
+    pub column: ColumnRef,
+}
+
+const TRUTH: &str = "counter_truth";
+const TRUTH_TOTAL: &str = "truth_total";
+const CURRENT_TOTAL: &str = "current_total";
+
+/// One statement, so one snapshot on every backend, comparing the truth
+/// with the stored total of `key` for a range of owners:
+///
+/// ```sql
+/// WITH counter_truth (owner_id, total) AS (<truth>)
+/// SELECT owner_id, CAST(COALESCE(SUM(truth_total), 0) AS TEXT) AS truth_total,
+///        CAST(COALESCE(SUM(current_total), 0) AS TEXT) AS current_total
+/// FROM (SELECT owner_id, total AS truth_total, 0 AS current_total
+///         FROM counter_truth WHERE owner_id IS NOT NULL AND <range>
+///       UNION ALL
+///       SELECT owner_id, 0, value FROM <table> WHERE count_key = ? AND <range>) AS u
+/// GROUP BY owner_id ORDER BY owner_id [LIMIT n]
+/// ```
+///
+/// The `UNION ALL` stands in for a full outer join, which MySQL lacks: an
+/// owner with slot rows but no children is found (truth 0), as is one with
+/// children but no slot rows (current 0).
+pub(crate) fn snapshot(
+    dialect: Dialect,
+    table: &str,
+    key: &str,
+    truth: &TruthSql,
+    range: &OwnerRange,
+) -> Statement {
+    let restrict = |select: &mut SelectStatement, owner: Expr| match range {
+        OwnerRange::Keyset { after, upto, .. } => {
+            if let Some(after) = after {
+                select.and_where(owner.clone().gt(after.clone()));
+            }
+            if let Some(upto) = upto {
+                select.and_where(owner.lte(upto.clone()));
+            }
+        }
+        OwnerRange::In(owners) => {
+            select.and_where(owner.is_in(owners.iter().cloned()));
+        }
+    };
+    let owner = || Expr::col(Alias::new(col::OWNER_ID));
+    // Where the owner column of the truth is known, the batch's range goes
+    // into the truth query itself: MariaDB does not push it into a grouped
+    // derived table when the bounds are bind parameters, and would group
+    // every child row for every batch.
+    let mut truth_query = truth.query.clone();
+    if let Some(index) = &truth.owners {
+        restrict(&mut truth_query, Expr::col(index.column.clone()));
+    }
+
+    let mut union = Query::select();
+    union
+        .column(Alias::new(col::OWNER_ID))
+        .expr_as(Expr::col(Alias::new("total")), Alias::new(TRUTH_TOTAL))
+        .expr_as(Expr::val(0i64), Alias::new(CURRENT_TOTAL))
+        .from(Alias::new(TRUTH))
+        .and_where(owner().is_not_null());
+    restrict(&mut union, owner());
+    let mut stored = Query::select();
+    stored
+        .column(Alias::new(col::OWNER_ID))
+        .expr(Expr::val(0i64))
+        .column(Alias::new(col::VALUE))
+        .from(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::COUNT_KEY)).eq(key));
+    restrict(&mut stored, owner());
+    union.union(UnionType::All, stored);
+
+    let summed = |column: &str| {
+        Expr::expr(Func::coalesce([
+            Expr::col(Alias::new(column)).sum(),
+            Expr::val(0i64),
+        ]))
+        .cast_as(Alias::new(text_type(dialect)))
+    };
+    let mut outer = Query::select();
+    outer
+        .column(Alias::new(col::OWNER_ID))
+        .expr_as(summed(TRUTH_TOTAL), Alias::new(TRUTH_TOTAL))
+        .expr_as(summed(CURRENT_TOTAL), Alias::new(CURRENT_TOTAL))
+        .from_subquery(union, Alias::new("u"))
+        .group_by_col(Alias::new(col::OWNER_ID))
+        .order_by(Alias::new(col::OWNER_ID), Order::Asc);
+    if let OwnerRange::Keyset { limit, .. } = range {
+        outer.limit(*limit);
+    }
+    dialect.backend().build(&outer.with(truth_cte(truth_query)))
+}
+
+/// `WITH counter_truth (owner_id, total) AS (<truth>)`: the truth's first
+/// two columns, whatever their names.
+fn truth_cte(truth: SelectStatement) -> WithClause {
+    let cte = CommonTableExpression::new()
+        .query(truth)
+        .columns([Alias::new(col::OWNER_ID), Alias::new("total")])
+        .table_name(Alias::new(TRUTH))
+        .to_owned();
+    WithClause::new().cte(cte).to_owned()
+}
+
+/// The `n`-th owner after `after` on each side of a recount, the truth's
+/// and the stored counters', each `NULL` when that side has fewer:
+///
+/// ```sql
+/// WITH counter_truth (owner_id, total) AS (<truth>)
+/// SELECT owner_id FROM counter_truth WHERE owner_id > ? ORDER BY owner_id LIMIT 1 OFFSET n-1;
+/// SELECT DISTINCT owner_id FROM <table> WHERE count_key = ? AND owner_id > ? ORDER BY owner_id LIMIT 1 OFFSET n-1
+/// ```
+///
+/// The smaller one bounds the next snapshot (`owner_id <= bound`), so each
+/// batch reads its own stretch of both tables instead of everything after
+/// `after`: a recount is linear in the owners, not quadratic. (It need not
+/// be read in the snapshot: any bound splits the owners into batches that
+/// together cover every one of them.)
+pub(crate) fn nth_owners(
+    dialect: Dialect,
+    table: &str,
+    key: &str,
+    truth: &TruthSql,
+    after: Option<Value>,
+    n: u64,
+) -> [Statement; 2] {
+    let nth = |select: &mut SelectStatement, owner: Expr| {
+        select.and_where(owner.clone().is_not_null());
+        if let Some(after) = after.clone() {
+            select.and_where(owner.gt(after));
+        }
+        select
+            .order_by(Alias::new(col::OWNER_ID), Order::Asc)
+            .limit(1)
+            .offset(n.saturating_sub(1));
+    };
+    let from_truth = match &truth.owners {
+        // `SELECT DISTINCT fk AS owner_id FROM child WHERE fk > ? ORDER BY ..`:
+        // an index walk on every backend.
+        Some(index) => {
+            let mut select = Query::select();
+            select
+                .distinct()
+                .expr_as(Expr::col(index.column.clone()), Alias::new(col::OWNER_ID))
+                .from(index.table.clone());
+            nth(&mut select, Expr::col(index.column.clone()));
+            dialect.backend().build(&select)
+        }
+        // Through the truth query: PostgreSQL pushes the bound into it;
+        // MySQL and SQLite compute the whole grouped query per batch.
+        None => {
+            let mut select = Query::select();
+            select
+                .column(Alias::new(col::OWNER_ID))
+                .from(Alias::new(TRUTH));
+            nth(&mut select, Expr::col(Alias::new(col::OWNER_ID)));
+            dialect
+                .backend()
+                .build(&select.with(truth_cte(truth.query.clone())))
+        }
+    };
+    let mut stored = Query::select();
+    stored
+        .distinct()
+        .column(Alias::new(col::OWNER_ID))
+        .from(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::COUNT_KEY)).eq(key));
+    nth(&mut stored, Expr::col(Alias::new(col::OWNER_ID)));
+    [from_truth, dialect.backend().build(&stored)]
+}
+
+/// The column names [`snapshot`] returns the two totals under.
+pub(crate) const SNAPSHOT_TOTALS: [&str; 2] = [TRUTH_TOTAL, CURRENT_TOTAL];
+
+/// The true counts of a declared counter cache:
+/// `SELECT via, COUNT(*) | SUM(sum) FROM child WHERE via IS NOT NULL [AND when = b] GROUP BY via`.
+pub(crate) fn cache_truth<T, C>(
+    child: T,
+    via: C,
+    sum: Option<C>,
+    when: Option<(C, bool)>,
+) -> TruthSql
+where
+    T: IntoTableRef,
+    C: IntoColumnRef + Clone,
+{
+    let child = child.into_table_ref();
+    let mut select = Query::select();
+    select.expr(Expr::col(via.clone()));
+    match sum {
+        Some(amount) => select.expr(Expr::col(amount).sum()),
+        None => select.expr(Expr::col(Asterisk).count()),
+    };
+    select
+        .from(child.clone())
+        .and_where(Expr::col(via.clone()).is_not_null());
+    if let Some((flag, expected)) = when {
+        select.and_where(Expr::col(flag).eq(expected));
+    }
+    select.group_by_col(via.clone());
+    TruthSql {
+        query: select,
+        owners: Some(OwnerIndex {
+            table: child,
+            column: via.into_column_ref(),
+        }),
+    }
+}
+
+/// Serialises recounts of one counter across processes, inside the recount's
+/// transaction. `None` on SQLite, whose `BEGIN IMMEDIATE` already holds the
+/// database's write lock.
+pub(crate) fn lock(dialect: Dialect, table: &str, key: &str) -> Option<Statement> {
+    let id = lock_id(table, key);
+    match dialect {
+        // Released by COMMIT or ROLLBACK, whatever happens to the client.
+        Dialect::Postgres => Some(Statement::from_sql_and_values(
+            dialect.backend(),
+            "SELECT pg_advisory_xact_lock($1)",
+            [Value::from(id)],
+        )),
+        // A session lock (MySQL has no transaction-scoped one): see `unlock`.
+        Dialect::MySql => Some(Statement::from_sql_and_values(
+            dialect.backend(),
+            "SELECT GET_LOCK(?, ?) AS acquired",
+            [
+                Value::from(mysql_lock_name(id)),
+                Value::from(MYSQL_LOCK_WAIT_SECS),
+            ],
+        )),
+        Dialect::Sqlite => None,
+    }
+}
+
+/// How long a MySQL recount waits for another recount of the same counter.
+pub(crate) const MYSQL_LOCK_WAIT_SECS: i64 = 60;
+
+/// Releases the MySQL session lock of [`lock`]; `None` elsewhere.
+pub(crate) fn unlock(dialect: Dialect, table: &str, key: &str) -> Option<Statement> {
+    (dialect == Dialect::MySql).then(|| {
+        Statement::from_sql_and_values(
+            dialect.backend(),
+            "DO RELEASE_LOCK(?)",
+            [Value::from(mysql_lock_name(lock_id(table, key)))],
+        )
+    })
+}
+
+/// MySQL lock names are at most 64 characters: a hash, not the names.
+fn mysql_lock_name(id: i64) -> String {
+    format!("counter_core:reconcile:{id:016x}")
+}
+
+/// FNV-1a of the table and key: the same in every process and build (the
+/// standard library's hasher is not), so every recounter agrees on the lock.
+fn lock_id(table: &str, key: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in table.bytes().chain([0]).chain(key.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_is_one_statement_per_backend() {
+        let truth = cache_truth(
+            Alias::new("comments"),
+            Alias::new("post_id"),
+            None,
+            Some((Alias::new("published"), true)),
+        );
+        let [by_index, stored] =
+            nth_owners(Dialect::MySql, "c", "k", &truth, Some(7i64.into()), 100);
+        assert_eq!(
+            by_index.sql,
+            "SELECT DISTINCT `post_id` AS `owner_id` FROM `comments` WHERE `post_id` IS NOT NULL AND `post_id` > ? ORDER BY `owner_id` ASC LIMIT ? OFFSET ?"
+        );
+        assert!(
+            stored
+                .sql
+                .starts_with("SELECT DISTINCT `owner_id` FROM `c`"),
+            "{}",
+            stored.sql
+        );
+        let pg = snapshot(
+            Dialect::Postgres,
+            "post_counters",
+            "comments",
+            &truth,
+            &OwnerRange::Keyset {
+                after: Some(5i64.into()),
+                upto: None,
+                limit: 100,
+            },
+        );
+        assert_eq!(
+            pg.sql,
+            r#"WITH "counter_truth" ("owner_id", "total") AS (SELECT "post_id", COUNT(*) FROM "comments" WHERE "post_id" IS NOT NULL AND "published" = $1 AND "post_id" > $2 GROUP BY "post_id") SELECT "owner_id", CAST(COALESCE(SUM("truth_total"), $3) AS TEXT) AS "truth_total", CAST(COALESCE(SUM("current_total"), $4) AS TEXT) AS "current_total" FROM (SELECT "owner_id", "total" AS "truth_total", $5 AS "current_total" FROM "counter_truth" WHERE "owner_id" IS NOT NULL AND "owner_id" > $6 UNION ALL (SELECT "owner_id", $7, "value" FROM "post_counters" WHERE "count_key" = $8 AND "owner_id" > $9)) AS "u" GROUP BY "owner_id" ORDER BY "owner_id" ASC LIMIT $10"#
+        );
+        let my = snapshot(
+            Dialect::MySql,
+            "c",
+            "k",
+            &truth,
+            &OwnerRange::In(vec![1i64.into()]),
+        );
+        assert!(
+            my.sql
+                .starts_with("WITH `counter_truth` (`owner_id`, `total`) AS"),
+            "{}",
+            my.sql
+        );
+        assert!(my.sql.contains("AS CHAR"), "{}", my.sql);
+        assert!(!my.sql.contains("LIMIT"), "{}", my.sql);
+    }
+
+    #[test]
+    fn lock_ids_are_stable_and_distinct() {
+        assert_eq!(lock_id("t", "k"), lock_id("t", "k"));
+        assert_ne!(lock_id("t", "k"), lock_id("tk", ""));
+        assert!(mysql_lock_name(i64::MIN).len() <= 64);
+        assert!(lock(Dialect::Sqlite, "t", "k").is_none());
+    }
+}
