@@ -227,7 +227,7 @@ fn parse_slot_strategy(
 /// Why a key name cannot be used, if it cannot. Keys become struct fields
 /// and stored strings, so they are lowercase snake_case ASCII, which is also
 /// inside counter-core's runtime key rules.
-fn key_name_problem(name: &str) -> Option<&'static str> {
+pub(crate) fn key_name_problem(name: &str) -> Option<&'static str> {
     if matches!(name, "self" | "super" | "crate") {
         Some("`self`, `super` and `crate` cannot name a struct field")
     } else if name.len() > MAX_KEY_LEN {
@@ -261,7 +261,7 @@ pub(crate) fn table_name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
-fn path_name(meta: &ParseNestedMeta) -> String {
+pub(crate) fn path_name(meta: &ParseNestedMeta) -> String {
     meta.path
         .get_ident()
         .map(|i| i.unraw().to_string())
@@ -278,7 +278,7 @@ fn path_name(meta: &ParseNestedMeta) -> String {
 
 /// The value of `name = value`; an option written without one is reported
 /// (with `example`) and skipped.
-fn option_value(
+pub(crate) fn option_value(
     meta: &ParseNestedMeta,
     example: &str,
     errors: &mut Errors,
@@ -320,7 +320,7 @@ fn string_value(
 
 /// Consumes whatever follows an option we reject (`= value` or `(...)`), so
 /// parsing goes on to the next option and its errors are reported too.
-fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
+pub(crate) fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
     if meta.input.peek(Token![=]) {
         meta.value()?.parse::<Expr>()?;
     } else if meta.input.peek(syn::token::Paren) {

@@ -1,5 +1,7 @@
-//! What the derive needs to know about the SeaORM entity it is on: the
-//! owner table's name and its single primary key.
+//! What the derives need to know about the SeaORM entity they are on: for
+//! `SlottedCounter`, the owner table's name and its single primary key; for
+//! both, whether the input is an entity's `Model` (or the `ModelEx` copy to
+//! skip) and which `Column` variant sea-orm gives a field.
 
 use proc_macro2::Span;
 use syn::{
@@ -49,18 +51,10 @@ const NOT_AN_ENTITY: &str = "#[derive(SlottedCounter)] goes on the `Model` struc
      entity: `#[derive(DeriveEntityModel, SlottedCounter)]` with `#[sea_orm(table_name = \"...\")]`";
 
 pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
-    // The copy `#[sea_orm::model]` makes keeps the entity's `table_name`.
-    if input.ident == "ModelEx" && table_name(input).is_some() {
+    if is_model_ex(input) {
         return Some(Target::ModelEx);
     }
-    let fields = match &input.data {
-        Data::Struct(data) => match &data.fields {
-            Fields::Named(named) => Some(&named.named),
-            _ => None,
-        },
-        _ => None,
-    };
-    let Some(fields) = fields.filter(|_| input.ident == "Model") else {
+    let Some(fields) = model_fields(input) else {
         errors.at(input.ident.span(), NOT_AN_ENTITY);
         return None;
     };
@@ -75,6 +69,33 @@ pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
         table_name,
         primary_key: primary_key(input.ident.span(), fields.iter(), errors),
     })))
+}
+
+/// Whether this is the `ModelEx` that `#[sea_orm::model]` copies the
+/// entity's derives onto (the copy keeps the entity's `table_name`); derives
+/// of this crate expand to nothing there, having done their work on `Model`.
+pub(crate) fn is_model_ex(input: &DeriveInput) -> bool {
+    input.ident == "ModelEx" && table_name(input).is_some()
+}
+
+/// The fields of an entity's `Model`: `None` if the input is not a struct
+/// named `Model` with named fields.
+pub(crate) fn model_fields(input: &DeriveInput) -> Option<&Punctuated<Field, Token![,]>> {
+    match &input.data {
+        Data::Struct(data) if input.ident == "Model" => match &data.fields {
+            Fields::Named(named) => Some(&named.named),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The `Column` variant DeriveEntityModel generates for a field: its
+/// `enum_name`, or the field's name (without `r#`) in UpperCamelCase.
+pub(crate) fn column_ident(field: &Ident, attrs: &[syn::Attribute]) -> Ident {
+    sea_orm_str(attrs, "enum_name")
+        .and_then(|name| name.parse::<Ident>().ok())
+        .unwrap_or_else(|| variant_ident(&field.unraw().to_string(), field.span()))
 }
 
 fn table_name(input: &DeriveInput) -> Option<LitStr> {
@@ -135,9 +156,7 @@ fn primary_key<'a>(
         );
         return None;
     };
-    let column = sea_orm_str(&field.attrs, "enum_name")
-        .and_then(|name| name.parse::<Ident>().ok())
-        .unwrap_or_else(|| variant_ident(&ident.unraw().to_string(), ident.span()));
+    let column = column_ident(&ident, &field.attrs);
     Some(PrimaryKey {
         field: ident,
         ty: field.ty.clone(),

@@ -1,12 +1,15 @@
-//! `#[derive(SlottedCounter)]`: typed slotted counters on a SeaORM entity.
-//! Use it through `counter-core`, which re-exports it; the documentation is
-//! on the derive.
+//! `#[derive(SlottedCounter)]`: typed slotted counters on a SeaORM entity;
+//! `#[derive(CounterCache)]`: a child entity's rows counted in its parents'
+//! counters. Use them through `counter-core`, which re-exports them; the
+//! documentation is on the derives.
 //!
 //! The crate only parses, checks and expands (`attr` and `entity` read the
-//! input, `model` validates it, `expand` generates); everything that runs is
-//! in counter-core.
+//! input, `model` validates it, `expand` generates; `cache` is the same
+//! pipeline for `CounterCache`, on the same helpers); everything that runs
+//! is in counter-core.
 
 mod attr;
+mod cache;
 mod diagnostics;
 mod entity;
 mod expand;
@@ -93,4 +96,105 @@ use proc_macro::TokenStream;
 pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
     expand::derive(&input).into()
+}
+
+/// A child entity's rows kept counted in counters of their parents: comments
+/// counted on their post, tips summed on it, hidden comments counted on their
+/// author.
+///
+/// Put it on the `Model` of the child entity, beside `DeriveEntityModel`,
+/// with one `#[counter_cache(...)]` attribute per cache. Each parent is an
+/// entity with `#[derive(SlottedCounter)]` that declares the cache's key.
+/// (The runnable example is on counter-core's `CounterCache` trait.)
+///
+/// ```text
+/// #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, CounterCache)]
+/// #[sea_orm(table_name = "comments")]
+/// #[counter_cache(parent = super::post::Entity, key = comments, via = post_id)]
+/// #[counter_cache(parent = super::post::Entity, key = published_comments, via = post_id, when = published)]
+/// #[counter_cache(parent = super::user::Entity, key = hidden_comments, via = author_id, when = !published)]
+/// #[counter_cache(parent = super::post::Entity, key = tips, via = post_id, sum = amount)]
+/// pub struct Model {
+///     #[sea_orm(primary_key)]
+///     pub id: i64,
+///     pub post_id: i64,
+///     pub author_id: Option<i64>,
+///     pub published: bool,
+///     pub amount: i32,
+///     pub body: String,
+/// }
+///
+/// #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+/// pub enum Relation {}
+///
+/// // In place of `impl ActiveModelBehavior for ActiveModel {}`:
+/// counter_core::counter_cache_behavior!();
+/// ```
+///
+/// # The attribute
+///
+/// `#[counter_cache(parent = path::Entity, key = name, via = field, sum = field, when = field)]`
+///
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `parent = super::post::Entity` | the parent entity: a path ending in `Entity`, whose module holds the `counters::Key` its `#[derive(SlottedCounter)]` generated (`parent = Entity` for a parent in the same module, as in a tree) | required |
+/// | `key = comments` | the parent's counter, one of its `#[counter(keys(...))]` (`published_comments` is `Key::PublishedComments`) | required |
+/// | `via = post_id` | the child field holding the parent's id: the parent's primary-key type `P`, or `Option<P>` (a row without a parent counts nowhere) | required |
+/// | `sum = amount` | add this integer field's value (any of `i8` to `i64`, `u8` to `u64`, or an `Option` of one, `NULL` adding 0) instead of 1 | count rows |
+/// | `when = published`, `when = !published` | count the row only when this `bool` or `Option<bool>` field is `true` (with `!`, `false`); `NULL` never counts, as in SQL's `published = TRUE` | every row |
+///
+/// Mistakes are compile errors pointing at the attribute, all reported at
+/// once: an unknown, duplicate or missing option, a `parent` not ending in
+/// `Entity`, a field `Model` does not have, the same `parent` and `key`
+/// declared twice, or no `#[counter_cache]` at all. A key the parent lacks,
+/// or a field of a type the cache cannot read, is an error of rustc's
+/// pointing at that key or field in the attribute.
+///
+/// # What it generates
+///
+/// `impl counter_core::CounterCache for Entity`, beside `Model`:
+///
+/// * `count_row`: a row's contribution to each counter it feeds, added to a
+///   `DeltaBatch` with a sign (`+1` counts the row in, `-1` out);
+/// * `counted_columns`: the `via`, `sum` and `when` columns, the only ones
+///   whose change moves a counter (an update of other columns costs nothing);
+/// * `cache_rules`: each cache as a `CacheRule` (parent table, key and
+///   columns), from which the true counts are computed to repair drift;
+/// * the provided methods of the trait, `insert_counted`, `update_counted`,
+///   `delete_counted` and the bulk `*_many_counted`, which open their own
+///   transaction.
+///
+/// The dense entity format (`#[sea_orm::model]`) works too: the copy of the
+/// derive that sea-orm puts on `ModelEx` expands to nothing.
+///
+/// # Keeping the counters in step
+///
+/// One line in the child's module installs the hooks that count every
+/// `insert`, `update`, `save` and `delete` of an `ActiveModel`:
+///
+/// ```text
+/// counter_core::counter_cache_behavior!();
+/// ```
+///
+/// It is the entity's `impl ActiveModelBehavior for ActiveModel`; an entity
+/// with hooks of its own calls `counter_core::cache::hooks` from them instead.
+///
+/// **The hooks need a transaction.** They write the counters on the
+/// connection the write was given, so that the counter commits or rolls back
+/// with the row, and lock the row they read, so that two concurrent deletes
+/// of one row decrement once. On a bare pool that cannot be exact, so the
+/// hooks refuse it with an error before anything is written: pass a
+/// transaction (`db.begin()`), or use `Entity::insert_counted` and its
+/// siblings, which open one.
+///
+/// **Bulk writes bypass the hooks.** `Entity::insert_many`, `update_many`,
+/// `delete_many` and `delete_by_id` run no `ActiveModelBehavior` hook (by
+/// sea-orm's design), so they change rows without changing counters; use
+/// `insert_many_counted`, `update_many_counted` and `delete_many_counted`
+/// instead. Writes made outside sea-orm (raw SQL, another service) are not
+/// seen either; repair their drift with `Counters::reconcile`.
+#[proc_macro_derive(CounterCache, attributes(counter_cache))]
+pub fn derive_counter_cache(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    cache::derive(&input).into()
 }

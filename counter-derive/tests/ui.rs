@@ -1,10 +1,13 @@
-//! Compile errors of `#[derive(SlottedCounter)]`: each file under `ui/` is a
-//! mistake a user can make, and its `.stderr` is what they see, spans and
-//! all. `TRYBUILD=overwrite cargo test -p counter-derive --test ui` updates
-//! the expected output after a deliberate change; review the diff.
+//! Compile errors of `#[derive(SlottedCounter)]` and `#[derive(CounterCache)]`
+//! (`cache_*`): each file under `ui/` is a mistake a user can make, and its
+//! `.stderr` is what they see, spans and all.
+//! `TRYBUILD=overwrite cargo test -p counter-derive --test ui` updates the
+//! expected output after a deliberate change; review the diff. The files
+//! under `pass/` are expansions that must compile against counter-core.
 
 #[test]
 fn derive_errors() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/*.rs");
+    t.pass("tests/pass/*.rs");
 }

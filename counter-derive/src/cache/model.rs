@@ -1,0 +1,197 @@
+//! The validated model of one `#[derive(CounterCache)]`: each cache with its
+//! fields resolved against `Model` and its names derived as the other
+//! derives derive them. Expansion starts from here and cannot fail.
+//!
+//! What only the compiler can check (that the parent has the key, that a
+//! field has a type the cache can read) is left to it: the expansion gives
+//! those tokens the user's spans, so its errors point at the attribute.
+
+use proc_macro2::Span;
+use syn::{DeriveInput, Field, Ident, Path, ext::IdentExt};
+
+use super::attr::{self, CacheAttr, path_string};
+use crate::{
+    diagnostics::{Errors, unknown},
+    entity::{self, column_ident},
+    model::variant_ident,
+};
+
+pub(crate) struct CacheModel {
+    /// In declaration order.
+    pub caches: Vec<Cache>,
+    /// Every field a cache reads, once, in the order caches name them.
+    pub columns: Vec<FieldRef>,
+}
+
+/// One `#[counter_cache(...)]`.
+pub(crate) struct Cache {
+    /// The parent entity, as written (its last segment is `Entity`).
+    pub parent: Path,
+    /// The parent's stored key name.
+    pub key: String,
+    /// The parent's `counters::Key` variant, spanned at the user's key.
+    pub variant: Ident,
+    pub via: FieldRef,
+    pub sum: Option<FieldRef>,
+    /// The flag field and the value that counts.
+    pub when: Option<(FieldRef, bool)>,
+}
+
+/// A field of `Model` that an option names.
+#[derive(Clone)]
+pub(crate) struct FieldRef {
+    /// The field as declared (raw if it is a keyword), spanned at the
+    /// user's mention of it.
+    pub field: Ident,
+    /// Its `Column` variant, spanned the same way.
+    pub column: Ident,
+}
+
+impl FieldRef {
+    pub(crate) fn span(&self) -> Span {
+        self.field.span()
+    }
+}
+
+const NOT_A_MODEL: &str = "#[derive(CounterCache)] goes on the `Model` struct of a SeaORM \
+     entity, beside `DeriveEntityModel`: `#[derive(DeriveEntityModel, CounterCache)]`";
+
+const NO_CACHE: &str = "#[derive(CounterCache)] needs a cache: add \
+     `#[counter_cache(parent = super::post::Entity, key = comments, via = post_id)]`, \
+     one attribute per cache";
+
+/// Reads and checks everything; `Ok(None)` means there is nothing to
+/// generate (the `ModelEx` copy of a dense-format entity). Every problem
+/// found is in the error, not only the first.
+pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CacheModel>> {
+    if entity::is_model_ex(input) {
+        return Ok(None);
+    }
+    let mut errors = Errors::default();
+    let fields = entity::model_fields(input);
+    if fields.is_none() {
+        errors.at(input.ident.span(), NOT_A_MODEL);
+    }
+    if !input.attrs.iter().any(attr::is_cache) {
+        errors.at(input.ident.span(), NO_CACHE);
+    }
+    let resolver = Resolver {
+        fields: fields.map(|f| f.iter().collect()),
+    };
+
+    let mut caches: Vec<Cache> = Vec::new();
+    // Every (parent, key) declared, valid or not, for the duplicate check.
+    let mut declared: Vec<(String, String)> = Vec::new();
+    for attr in input.attrs.iter().filter(|a| attr::is_cache(a)) {
+        let cache = attr::parse(attr, &mut errors);
+        // Fields are resolved, and missing options reported, even when the
+        // attribute has other errors: one build shows them all.
+        let via = resolver.resolve(cache.via.as_ref(), &mut errors);
+        let sum = resolver.resolve(cache.sum.as_ref(), &mut errors);
+        let when = cache.when.as_ref().and_then(|w| {
+            let field = resolver.resolve(Some(&w.field), &mut errors)?;
+            Some((field, w.expected))
+        });
+        report_missing(&cache, &mut errors);
+        let (Some(parent), Some(key)) = (cache.parent, cache.key) else {
+            continue;
+        };
+        let name = key.unraw().to_string();
+        let parent_name = path_string(&parent);
+        if declared.contains(&(parent_name.clone(), name.clone())) {
+            errors.at(
+                key.span(),
+                format!(
+                    "duplicate cache: `{name}` of `{parent_name}` is already counted by an \
+                     earlier #[counter_cache]; a counter has one definition"
+                ),
+            );
+            continue;
+        }
+        declared.push((parent_name, name.clone()));
+        let Some(via) = via else { continue };
+        if cache.sum.is_some() && sum.is_none() || cache.when.is_some() && when.is_none() {
+            continue;
+        }
+        caches.push(Cache {
+            parent,
+            variant: variant_ident(&name, key.span()),
+            key: name,
+            via,
+            sum,
+            when,
+        });
+    }
+    errors.finish()?;
+
+    let mut columns: Vec<FieldRef> = Vec::new();
+    for cache in &caches {
+        let used = std::iter::once(&cache.via)
+            .chain(&cache.sum)
+            .chain(cache.when.as_ref().map(|(f, _)| f));
+        for field in used {
+            if !columns.iter().any(|c| c.column == field.column) {
+                columns.push(field.clone());
+            }
+        }
+    }
+    Ok(Some(CacheModel { caches, columns }))
+}
+
+/// Required options the attribute did not write (one it wrote wrongly has
+/// been reported already, and one behind a syntax error may be there).
+fn report_missing(cache: &CacheAttr, errors: &mut Errors) {
+    if cache.malformed {
+        return;
+    }
+    let required = [
+        (
+            "parent",
+            "the parent entity, as in `parent = super::post::Entity`",
+        ),
+        ("key", "the parent's counter, as in `key = comments`"),
+        (
+            "via",
+            "the field holding the parent's id, as in `via = post_id`",
+        ),
+    ];
+    for (option, what) in required {
+        if !cache.wrote(option) {
+            errors.at(cache.span, format!("missing `{option}`: name {what}"));
+        }
+    }
+}
+
+/// Looks fields of `Model` up by name.
+struct Resolver<'a> {
+    /// `None` when the input is not a `Model` (reported already): then no
+    /// field is known, and none is reported unknown.
+    fields: Option<Vec<&'a Field>>,
+}
+
+impl Resolver<'_> {
+    /// The field `written` names, spanned at `written`; an unknown one is
+    /// reported, with the closest field's name.
+    fn resolve(&self, written: Option<&Ident>, errors: &mut Errors) -> Option<FieldRef> {
+        let (written, fields) = (written?, self.fields.as_ref()?);
+        let name = written.unraw().to_string();
+        let found = fields.iter().find_map(|f| {
+            let ident = f.ident.as_ref()?;
+            (ident.unraw() == name).then_some((ident, &f.attrs))
+        });
+        let Some((ident, attrs)) = found else {
+            let known: Vec<String> = fields
+                .iter()
+                .filter_map(|f| f.ident.as_ref().map(|i| i.unraw().to_string()))
+                .collect();
+            let known: Vec<&str> = known.iter().map(String::as_str).collect();
+            errors.at(written.span(), unknown("field", &name, &known));
+            return None;
+        };
+        let mut field = ident.clone();
+        field.set_span(written.span());
+        let mut column = column_ident(ident, attrs);
+        column.set_span(written.span());
+        Some(FieldRef { field, column })
+    }
+}
