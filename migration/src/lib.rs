@@ -9,9 +9,12 @@ use counter_core::SlottedCounter;
 use entity::{post, user};
 
 mod m20261122_000001_create_blog;
+mod m20261122_000002_create_comments;
 
 /// The migrations, in order: owner tables first, then their counter tables,
-/// each added with one line from its entity's `#[derive(SlottedCounter)]`.
+/// each added with one line from its entity's `#[derive(SlottedCounter)]`;
+/// later migrations are appended, never inserted (their names are stored in
+/// every database that ran them).
 pub struct Migrator;
 
 #[async_trait::async_trait]
@@ -21,6 +24,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_create_blog::Migration),
             Box::new(post::Entity::counter_migration()),
             Box::new(user::Entity::counter_migration()),
+            // The child table of the `comments` counter cache (entity::comment).
+            Box::new(m20261122_000002_create_comments::Migration),
         ]
     }
 }

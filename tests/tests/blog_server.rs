@@ -3,10 +3,13 @@
 
 use std::time::Duration;
 
-use blog_server::{MAX_PAGE, PAGE_SIZE};
-use counter_core::SlottedCounter;
+use blog_server::{MAX_COMMENT_CHARS, MAX_PAGE, PAGE_SIZE};
+use counter_core::{Reconcile, SlottedCounter, Truth};
 use counter_tests::{TestDb, backends};
-use entity::post::{self, counters::Key};
+use entity::{
+    comment,
+    post::{self, counters::Key},
+};
 use http_body_util::{BodyExt, Full};
 use hyper::{
     HeaderMap, Method, Request, StatusCode,
@@ -18,7 +21,7 @@ use hyper_util::{
     rt::TokioExecutor,
 };
 use migration::{Migrator, MigratorTrait};
-use sea_orm::{ActiveModelTrait, Set};
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, Set};
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, task::JoinHandle};
 
@@ -26,8 +29,11 @@ use tokio::{net::TcpListener, task::JoinHandle};
 /// of stalling it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The HTTP client of the tests: plain HTTP, empty request bodies.
+/// The HTTP client of the tests: plain HTTP.
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A request body: its content type (if any) and text.
+type Body<'a> = Option<(Option<&'a str>, &'a str)>;
 
 /// The blog server on a free local port, and a client for it.
 struct Server {
@@ -70,8 +76,22 @@ impl Server {
     /// The whole reply. Every response of the server, errors included, must
     /// be JSON: a plain-text rejection fails here.
     async fn send(&self, method: Method, path: &str) -> Reply {
+        self.send_body(method, path, None).await
+    }
+
+    /// Status and JSON body of `method path` with a JSON request body.
+    async fn request_json(&self, method: Method, path: &str, body: &str) -> (StatusCode, Value) {
+        let reply = self
+            .send_body(method, path, Some((Some("application/json"), body)))
+            .await;
+        (reply.status, reply.body)
+    }
+
+    /// [`Server::send`] with a request body.
+    async fn send_body(&self, method: Method, path: &str, body: Body<'_>) -> Reply {
         let what = format!("[{}] {method} {path}", self.backend);
-        let (status, headers, bytes) = call(&self.client, &self.base, method, path, &what).await;
+        let (status, headers, bytes) =
+            call(&self.client, &self.base, method, path, body, &what).await;
         assert_eq!(
             headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
             Some("application/json"),
@@ -88,8 +108,19 @@ impl Server {
     /// Checks the error shape, `{"error": {"status", "message"}}` and nothing
     /// else, with the status repeated in the body; returns the message.
     async fn expect_error(&self, method: Method, path: &str, status: StatusCode) -> String {
+        self.expect_error_body(method, path, None, status).await
+    }
+
+    /// [`Server::expect_error`] with a request body.
+    async fn expect_error_body(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_>,
+        status: StatusCode,
+    ) -> String {
         let what = format!("[{}] {method} {path}", self.backend);
-        let reply = self.send(method, path).await;
+        let reply = self.send_body(method, path, body).await;
         assert_eq!(reply.status, status, "{what}: {}", reply.body);
         let message = reply.body["error"]["message"]
             .as_str()
@@ -116,20 +147,25 @@ impl Server {
     }
 }
 
-/// Sends `method path` to the server at `base` and collects the whole
-/// answer. A hang or a dropped connection fails the test, naming `what`.
+/// Sends `method path` (with `body`, if any) to the server at `base` and
+/// collects the whole answer. A hang or a dropped connection fails the test,
+/// naming `what`.
 async fn call(
     client: &HttpClient,
     base: &str,
     method: Method,
     path: &str,
+    body: Body<'_>,
     what: &str,
 ) -> (StatusCode, HeaderMap, Bytes) {
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(method)
-        .uri(format!("{base}{path}"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
+        .uri(format!("{base}{path}"));
+    if let Some((Some(content_type), _)) = body {
+        request = request.header(CONTENT_TYPE, content_type);
+    }
+    let bytes = body.map_or_else(Bytes::new, |(_, text)| Bytes::from(text.to_owned()));
+    let request = request.body(Full::new(bytes)).unwrap();
     let response = tokio::time::timeout(REQUEST_TIMEOUT, client.request(request))
         .await
         .unwrap_or_else(|_| panic!("{what}: no answer"))
@@ -249,7 +285,8 @@ async fn concurrent_likes_are_all_counted() {
                     (server.client.clone(), server.base.clone(), path.clone());
                 let what = format!("[{}] POST {path}", t.backend);
                 tokio::spawn(async move {
-                    let (status, _, bytes) = call(&client, &base, Method::POST, &path, &what).await;
+                    let (status, _, bytes) =
+                        call(&client, &base, Method::POST, &path, None, &what).await;
                     (status, json_body(&bytes, &what))
                 })
             })
@@ -527,12 +564,25 @@ async fn malformed_ids_and_pages_are_400() {
 ///    through its own admin connection.
 ///
 /// Each failure must be a 503 with the JSON shape and `Retry-After`, without
-/// the database's message, and the server must keep answering.
+/// the database's message, and the server must keep answering. A comment
+/// whose counter cannot be written is not stored either: the row and its
+/// count are one transaction.
 #[tokio::test(flavor = "multi_thread")]
 async fn database_trouble_is_503_and_the_server_keeps_answering() {
     for t in backends("blog_server_unavailable").await {
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
+        let (comment, _) = server.comment(id, 1, "before the trouble").await;
+        let comments = format!("/posts/{id}/comments");
+        let new_comment = comment_json(1, "during the trouble");
+        let comment_endpoints = [
+            (
+                Method::POST,
+                comments.clone(),
+                Some((Some("application/json"), new_comment.as_str())),
+            ),
+            (Method::DELETE, format!("/comments/{comment}"), None),
+        ];
         let likes = format!("/posts/{id}/likes");
         let unavailable = "the database is unavailable; try again later";
         let endpoints = [
@@ -551,6 +601,22 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
                 .await;
             assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
         }
+        for (method, path, body) in &comment_endpoints {
+            let message = server
+                .expect_error_body(method.clone(), path, *body, StatusCode::SERVICE_UNAVAILABLE)
+                .await;
+            assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
+        }
+        // Neither comment write happened: the new one was rolled back with
+        // its failed count, the old one is still there.
+        let rows: Vec<i64> = comment::Entity::find()
+            .all(&t.db)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(rows, [comment], "[{}]", t.backend);
         let reply = server.send(Method::POST, &likes).await;
         assert_eq!(
             reply.headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok()),
@@ -574,6 +640,32 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
             "[{}] after the table is back",
             t.backend
         );
+        // The dropped table took the comment's count with it: a recount
+        // from the rows gives it back.
+        let report = post::Entity::reconcile(
+            &t.db,
+            Key::Comments,
+            Truth::counter_cache::<comment::Entity>(),
+            &Reconcile::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (report.owners_drifted, report.total_abs_drift),
+            (1, 1),
+            "[{}]",
+            t.backend
+        );
+        assert_counters_agree(&t).await;
+        assert_eq!(
+            server.request(Method::GET, &format!("/posts/{id}")).await,
+            (
+                StatusCode::OK,
+                json!({"id": id, "title": "post 1", "counts": counts(1, 1, 0)})
+            ),
+            "[{}]",
+            t.backend
+        );
 
         // 2. The pool is closed under the server.
         t.db.close_by_ref().await.unwrap();
@@ -583,10 +675,424 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
                 .await;
             assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
         }
+        for (method, path, body) in &comment_endpoints {
+            let message = server
+                .expect_error_body(method.clone(), path, *body, StatusCode::SERVICE_UNAVAILABLE)
+                .await;
+            assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
+        }
         // Input errors do not need the database.
         server
             .expect_error(Method::GET, "/posts?page=0", StatusCode::BAD_REQUEST)
             .await;
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+/// `{"author_id": author, "body": body}`, as a request body.
+fn comment_json(author: i64, body: &str) -> String {
+    json!({"author_id": author, "body": body}).to_string()
+}
+
+impl Server {
+    /// `POST /posts/{post}/comments`, which must be a 201 with the comment as
+    /// sent; returns the comment's id and the post's comments count in the
+    /// reply.
+    async fn comment(&self, post: i64, author: i64, body: &str) -> (i64, i64) {
+        let path = format!("/posts/{post}/comments");
+        let (status, reply) = self
+            .request_json(Method::POST, &path, &comment_json(author, body))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "[{}] {reply}", self.backend);
+        let id = reply["comment"]["id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("[{}] no comment id in {reply}", self.backend));
+        assert_eq!(
+            reply["comment"],
+            json!({"id": id, "post_id": post, "author_id": author, "body": body}),
+            "[{}]",
+            self.backend
+        );
+        (id, reply["counts"]["comments"].as_i64().unwrap())
+    }
+
+    /// `DELETE /comments/{id}`: its status, after checking the body (none
+    /// for a 204, the error shape otherwise).
+    async fn delete_comment(&self, id: i64) -> StatusCode {
+        delete_comment(&self.client, &self.base, id, self.backend).await
+    }
+}
+
+/// `DELETE /comments/{id}` on the server at `base`: a 204 has an empty body;
+/// anything else must be the JSON error shape, a 404 naming the comment.
+async fn delete_comment(
+    client: &HttpClient,
+    base: &str,
+    id: i64,
+    backend: counter_tests::Backend,
+) -> StatusCode {
+    let path = format!("/comments/{id}");
+    let what = format!("[{backend}] DELETE {path}");
+    let (status, _, bytes) = call(client, base, Method::DELETE, &path, None, &what).await;
+    if status == StatusCode::NO_CONTENT {
+        assert!(bytes.is_empty(), "{what}: 204 with a body {bytes:?}");
+    } else {
+        let body = json_body(&bytes, &what);
+        assert_eq!(
+            body,
+            json!({"error": {"status": status.as_u16(), "message": format!("comment {id} does not exist")}}),
+            "{what}"
+        );
+    }
+    status
+}
+
+/// The comment rows of `post`, counted in the table itself.
+async fn comment_rows(t: &TestDb, post: i64) -> u64 {
+    comment::Entity::find()
+        .filter(comment::Column::PostId.eq(post))
+        .count(&t.db)
+        .await
+        .unwrap()
+}
+
+/// Every post's `comments` counter equals its comment rows: a dry-run
+/// recount finds no drift.
+async fn assert_counters_agree(t: &TestDb) {
+    let report = post::Entity::reconcile(
+        &t.db,
+        Key::Comments,
+        Truth::counter_cache::<comment::Entity>(),
+        &Reconcile::new().dry_run(true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (report.owners_drifted, report.total_abs_drift),
+        (0, 0),
+        "[{}] {:?}",
+        t.backend,
+        report.drifted
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn comments_are_rows_counted_on_their_post() {
+    for t in backends("blog_server_comments").await {
+        let ids = blog_with_posts(&t, 2).await;
+        let (a, b) = (ids[0], ids[1]);
+        let server = Server::start(&t).await;
+
+        let mut comments = Vec::new();
+        for (n, body) in (1..).zip(["first", "second", "third"]) {
+            let (id, count) = server.comment(a, 7, body).await;
+            assert_eq!(count, n, "[{}] the count in the reply", t.backend);
+            comments.push(id);
+        }
+        assert_eq!(
+            server.delete_comment(comments[1]).await,
+            StatusCode::NO_CONTENT,
+            "[{}]",
+            t.backend
+        );
+
+        assert_eq!(
+            server.request(Method::GET, &format!("/posts/{a}")).await,
+            (
+                StatusCode::OK,
+                json!({"id": a, "title": "post 1", "counts": counts(0, 2, 0)})
+            ),
+            "[{}]",
+            t.backend
+        );
+        let (_, page) = server.request(Method::GET, "/posts").await;
+        assert_eq!(
+            (&page["posts"][0]["counts"], &page["posts"][1]["counts"]),
+            (&counts(0, 2, 0), &counts(0, 0, 0)),
+            "[{}] {page}",
+            t.backend
+        );
+        // The rows are there, and only the deleted one is gone.
+        assert_eq!(
+            (comment_rows(&t, a).await, comment_rows(&t, b).await),
+            (2, 0),
+            "[{}]",
+            t.backend
+        );
+        let left: Vec<i64> = comment::Entity::find()
+            .all(&t.db)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(left, [comments[0], comments[2]], "[{}]", t.backend);
+        assert_counters_agree(&t).await;
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_comment_twice_decrements_once() {
+    for t in backends("blog_server_delete_twice").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let server = Server::start(&t).await;
+        let (keep, _) = server.comment(id, 1, "stays").await;
+        let (gone, count) = server.comment(id, 2, "goes").await;
+        assert_eq!(count, 2, "[{}]", t.backend);
+
+        assert_eq!(
+            server.delete_comment(gone).await,
+            StatusCode::NO_CONTENT,
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(
+            server.delete_comment(gone).await,
+            StatusCode::NOT_FOUND,
+            "[{}] the second delete",
+            t.backend
+        );
+        // A comment that never existed.
+        assert_eq!(
+            server.delete_comment(gone + 1000).await,
+            StatusCode::NOT_FOUND,
+            "[{}]",
+            t.backend
+        );
+        let stored = post::Entity::counts(&t.db, &id).await.unwrap();
+        assert_eq!(stored.comments, 1, "[{}] decremented once", t.backend);
+        let (_, post) = server.request(Method::GET, &format!("/posts/{id}")).await;
+        assert_eq!(post["counts"], counts(0, 1, 0), "[{}]", t.backend);
+        assert_eq!(comment_rows(&t, id).await, 1, "[{}]", t.backend);
+        assert!(
+            comment::Entity::find_by_id(keep)
+                .one(&t.db)
+                .await
+                .unwrap()
+                .is_some(),
+            "[{}]",
+            t.backend
+        );
+        assert_counters_agree(&t).await;
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_comments_are_all_counted() {
+    const REQUESTS: i64 = 16;
+    for t in backends("blog_server_concurrent_comments").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let server = Server::start(&t).await;
+        let path = format!("/posts/{id}/comments");
+
+        // 16 comments in flight at once, each on a connection of its own.
+        let requests: Vec<_> = (0..REQUESTS)
+            .map(|n| {
+                let (client, base, path) =
+                    (server.client.clone(), server.base.clone(), path.clone());
+                let what = format!("[{}] POST {path}", t.backend);
+                let body = comment_json(n, &format!("comment {n}"));
+                tokio::spawn(async move {
+                    let sent = Some((Some("application/json"), body.as_str()));
+                    let (status, _, bytes) =
+                        call(&client, &base, Method::POST, &path, sent, &what).await;
+                    (status, json_body(&bytes, &what))
+                })
+            })
+            .collect();
+        let mut comments = Vec::new();
+        for request in requests {
+            let (status, body) = request.await.unwrap();
+            assert_eq!(status, StatusCode::CREATED, "[{}] {body}", t.backend);
+            // The count read back includes the others' comments: at least ours.
+            let count = body["counts"]["comments"].as_i64().unwrap();
+            assert!((1..=REQUESTS).contains(&count), "[{}] {body}", t.backend);
+            comments.push(body["comment"]["id"].as_i64().unwrap());
+        }
+        assert_eq!(
+            server.request(Method::GET, &format!("/posts/{id}")).await,
+            (
+                StatusCode::OK,
+                json!({"id": id, "title": "post 1", "counts": counts(0, REQUESTS, 0)})
+            ),
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(comment_rows(&t, id).await, 16, "[{}]", t.backend);
+
+        // Every comment deleted by two requests at once (a double click):
+        // exactly one of each pair removes it and decrements.
+        let deletes: Vec<_> = comments
+            .iter()
+            .flat_map(|&comment| [comment, comment])
+            .map(|comment| {
+                let (client, base, backend) =
+                    (server.client.clone(), server.base.clone(), t.backend);
+                tokio::spawn(async move { delete_comment(&client, &base, comment, backend).await })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for delete in deletes {
+            statuses.push(delete.await.unwrap());
+        }
+        for pair in statuses.chunks(2) {
+            let mut pair = pair.to_vec();
+            pair.sort();
+            assert_eq!(
+                pair,
+                [StatusCode::NO_CONTENT, StatusCode::NOT_FOUND],
+                "[{}]",
+                t.backend
+            );
+        }
+        let stored = post::Entity::counts(&t.db, &id).await.unwrap();
+        assert_eq!(stored.comments, 0, "[{}]", t.backend);
+        assert_eq!(comment_rows(&t, id).await, 0, "[{}]", t.backend);
+        assert_counters_agree(&t).await;
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_comments_are_400() {
+    for t in backends("blog_server_bad_comments").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let server = Server::start(&t).await;
+        let path = format!("/posts/{id}/comments");
+        let json = Some("application/json");
+        let too_long = "x".repeat(MAX_COMMENT_CHARS + 1);
+        let too_long = comment_json(1, &too_long);
+        let empty = comment_json(1, "");
+
+        for (content_type, body, mentions) in [
+            (json, empty.as_str(), "not 0"),
+            (json, too_long.as_str(), "not 2001"),
+            (json, r#"{"author_id": 1}"#, "body"),
+            (json, r#"{"body": "hi"}"#, "author_id"),
+            (json, r#"{"author_id": "1", "body": "hi"}"#, "author_id"),
+            (json, r#"{"author_id": 1, "body": 5}"#, "body"),
+            (json, r#"{"author_id": 1, "body": "hi""#, "JSON"),
+            (json, "", "JSON"),
+            (json, "[1, 2]", "JSON"),
+            // Not declared as JSON at all.
+            (None, r#"{"author_id": 1, "body": "hi"}"#, "Content-Type"),
+            (
+                Some("text/plain"),
+                r#"{"author_id": 1, "body": "hi"}"#,
+                "Content-Type",
+            ),
+        ] {
+            let message = server
+                .expect_error_body(
+                    Method::POST,
+                    &path,
+                    Some((content_type, body)),
+                    StatusCode::BAD_REQUEST,
+                )
+                .await;
+            assert!(
+                message.contains(mentions),
+                "[{}] {content_type:?} {body:.40}: {message}",
+                t.backend
+            );
+        }
+        // Malformed ids, in the path of either endpoint.
+        let message = server
+            .expect_error_body(
+                Method::POST,
+                "/posts/abc/comments",
+                Some((json, &comment_json(1, "hi"))),
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        assert!(
+            message.starts_with("invalid post id \"abc\""),
+            "[{}] {message}",
+            t.backend
+        );
+        let message = server
+            .expect_error(Method::DELETE, "/comments/1.5", StatusCode::BAD_REQUEST)
+            .await;
+        assert!(
+            message.starts_with("invalid comment id \"1.5\""),
+            "[{}] {message}",
+            t.backend
+        );
+        assert_eq!(
+            comment_rows(&t, id).await,
+            0,
+            "[{}] nothing stored",
+            t.backend
+        );
+
+        // The limits are characters, inclusive: 2,000 two-byte characters fit.
+        let longest = "é".repeat(MAX_COMMENT_CHARS);
+        let (_, count) = server.comment(id, 1, &longest).await;
+        let (_, count_after) = server.comment(id, 1, "x").await;
+        assert_eq!((count, count_after), (1, 2), "[{}]", t.backend);
+        assert_counters_agree(&t).await;
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn comments_on_unknown_posts_are_404() {
+    for t in backends("blog_server_comment_not_found").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let missing = id + 1000;
+        let server = Server::start(&t).await;
+
+        let message = server
+            .expect_error_body(
+                Method::POST,
+                &format!("/posts/{missing}/comments"),
+                Some((Some("application/json"), &comment_json(1, "hello?"))),
+                StatusCode::NOT_FOUND,
+            )
+            .await;
+        assert_eq!(
+            message,
+            format!("post {missing} does not exist"),
+            "[{}]",
+            t.backend
+        );
+        // Nothing was stored or counted for it.
+        assert_eq!(comment_rows(&t, missing).await, 0, "[{}]", t.backend);
+        let stored = post::Entity::counts(&t.db, &missing).await.unwrap();
+        assert_eq!(stored.comments, 0, "[{}]", t.backend);
+
+        assert_eq!(
+            server.delete_comment(1).await,
+            StatusCode::NOT_FOUND,
+            "[{}] no comment yet",
+            t.backend
+        );
+        // The comment route takes only DELETE.
+        let reply = server.send(Method::GET, "/comments/1").await;
+        assert_eq!(
+            reply.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(
+            reply.headers.get(ALLOW).and_then(|v| v.to_str().ok()),
+            Some("DELETE"),
+            "[{}]",
+            t.backend
+        );
 
         server.stop().await;
         t.finish().await;

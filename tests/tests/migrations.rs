@@ -32,7 +32,8 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
             [
                 "m20261122_000001_create_blog",
                 "counter_core_create_post_counters",
-                "counter_core_create_user_counters"
+                "counter_core_create_user_counters",
+                "m20261122_000002_create_comments"
             ],
             "[{}]",
             t.backend

@@ -17,9 +17,9 @@ use serde::Serialize;
 /// path or query, or from an unknown route.
 #[derive(Debug)]
 pub enum ApiError {
-    /// 404: no such post, or no such route.
+    /// 404: no such post or comment, or no such route.
     NotFound(String),
-    /// 400: a malformed id or page.
+    /// 400: a malformed id, page or comment body.
     BadRequest(String),
     /// 405: a route that exists, with a method it does not take.
     MethodNotAllowed(String),
@@ -99,6 +99,12 @@ impl From<DbErr> for ApiError {
 /// strings from the client (keys are the typed `Key`, ids are parsed `i64`s),
 /// so the invalid-input variants would be a bug here, not a bad request;
 /// they are still mapped to 400 in case a route ever passes client input on.
+///
+/// The comment endpoints (`insert_counted`, `delete_counted`) fail like the
+/// counter writes, typed even when the failure happened inside a hook: a
+/// deadlock still there after the retries is `Conflict` (503, retry later),
+/// a missing table `MissingTable` (503), an overflowing `comments` counter
+/// `Overflow` (409).
 impl From<CounterError> for ApiError {
     fn from(err: CounterError) -> Self {
         match err {
@@ -109,6 +115,12 @@ impl From<CounterError> for ApiError {
             CounterError::MissingTable { .. }
             | CounterError::Conflict { .. }
             | CounterError::Database(_) => ApiError::Unavailable(err.to_string()),
+            // A recount given a child entity that declares no cache for the
+            // key, a batch size out of range, or a hook run on the pool: a
+            // code problem.
+            CounterError::NoCounterCache { .. }
+            | CounterError::InvalidBatchSize { .. }
+            | CounterError::TransactionRequired { .. } => ApiError::Internal(err.to_string()),
             // Invalid table names, slot counts, unsupported backends and any
             // variant added later: a deployment or code problem.
             _ => ApiError::Internal(err.to_string()),

@@ -12,16 +12,22 @@
 //! | `POST /posts/{id}/likes` | `200 {"id", "counts"}`: likes + 1, then the post's counts |
 //! | `DELETE /posts/{id}/likes` | `200 {"id", "counts"}`: likes - 1, then the post's counts |
 //! | `POST /posts/{id}/views` | `200 {"id", "counts"}`: views + 1, then the post's counts |
+//! | `POST /posts/{id}/comments` | body `{"author_id": 7, "body": "..."}` (1 to [`MAX_COMMENT_CHARS`] characters); `201 {"comment": {"id", "post_id", "author_id", "body"}, "counts"}`: the comment row and its count, then the post's counts |
+//! | `DELETE /comments/{id}` | `204`, no body, if this request removed the comment (comments - 1); `404` if it does not exist or was already removed |
 //!
 //! `counts` is the post's [`Counts`](entity::post::counters::Counts):
-//! `{"likes": 3, "comments": 0, "views": 17}`.
+//! `{"likes": 3, "comments": 0, "views": 17}`. `comments` is the counter
+//! cache of the `comments` table ([`entity::comment`]): it changes only with
+//! a comment row, in the same transaction, so it always equals the post's
+//! rows, and reading it is the same batch read as the other counts.
 //!
 //! Every failure is a JSON body `{"error": {"status": 404, "message": "post 42
-//! does not exist"}}` (see [`ApiError`]): an unknown post or route is 404, a
-//! malformed id or page 400, a wrong method 405, database trouble 503. No
-//! handler unwraps, so no request can take a connection task down.
+//! does not exist"}}` (see [`ApiError`]): an unknown post, comment or route is
+//! 404, a malformed id, page or comment 400, a wrong method 405, database
+//! trouble 503. No handler unwraps, so no request can take a connection task
+//! down.
 //!
-//! Two simplifications, both deliberate for an example:
+//! Three simplifications, all deliberate for an example:
 //!
 //! * The writes check that the post exists, then count: two statements, not
 //!   one transaction. A post deleted between the two keeps the counted row
@@ -32,13 +38,19 @@
 //!   the total is, below zero included. A real blog records who liked what
 //!   (a `post_likes` table with a unique `(user_id, post_id)`) and counts
 //!   only when that row is inserted or deleted.
+//! * Comments are not tied to a logged-in user: `author_id` is taken as
+//!   given, and anyone may delete any comment. As in the first point, the
+//!   post is checked, then the comment inserted (with its count, in one
+//!   transaction): a post deleted in between keeps a comment, which nothing
+//!   reads. `comments.post_id` has no foreign key, which would make every
+//!   comment insert share-lock its post's row.
 
 mod error;
 mod routes;
 
 use axum::{
     Router,
-    routing::{get, post},
+    routing::{delete, get, post},
 };
 use sea_orm::DatabaseConnection;
 
@@ -52,6 +64,10 @@ pub const PAGE_SIZE: u64 = 20;
 /// PAGE_SIZE`, must fit in the `i64` every backend's `OFFSET` takes. Larger
 /// pages are 400, not a database error.
 pub const MAX_PAGE: u64 = i64::MAX as u64 / PAGE_SIZE;
+
+/// The longest comment body `POST /posts/{id}/comments` accepts, in
+/// characters (not bytes); an empty body is refused too. Both are 400.
+pub const MAX_COMMENT_CHARS: usize = 2_000;
 
 /// The whole service, ready for `axum::serve`.
 ///
@@ -68,6 +84,8 @@ pub fn router(db: DatabaseConnection) -> Router {
             post(routes::like).delete(routes::unlike),
         )
         .route("/posts/{id}/views", post(routes::view))
+        .route("/posts/{id}/comments", post(routes::add_comment))
+        .route("/comments/{id}", delete(routes::delete_comment))
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
         .with_state(db)

@@ -1,5 +1,8 @@
 //! The blog server binary: `cargo run -p blog-server`, then
-//! `curl -X POST localhost:3000/posts/1/likes` and `curl localhost:3000/posts`.
+//! `curl -X POST localhost:3000/posts/1/likes` and `curl localhost:3000/posts`;
+//! comments with `curl -X POST localhost:3000/posts/1/comments -H 'content-type:
+//! application/json' -d '{"author_id": 1, "body": "Nice"}'` and
+//! `curl -X DELETE localhost:3000/comments/1`.
 //!
 //! * `DATABASE_URL`: an SQLite file, PostgreSQL or MySQL/MariaDB URL
 //!   (default `sqlite://blog.db?mode=rwc`, a file created on first run).

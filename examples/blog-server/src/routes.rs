@@ -2,18 +2,21 @@
 
 use axum::{
     Json,
-    extract::{FromRequestParts, Path, Query, State},
+    extract::{FromRequest, FromRequestParts, Path, Query, Request, State},
     http::{Method, StatusCode, Uri, request::Parts},
 };
-use counter_core::SlottedCounter;
-use entity::post::{
-    self,
-    counters::{Counts, Key},
+use counter_core::{CounterCache, SlottedCounter};
+use entity::{
+    comment,
+    post::{
+        self,
+        counters::{Counts, Key},
+    },
 };
-use sea_orm::{DatabaseConnection, EntityTrait, QueryOrder, QuerySelect};
-use serde::Serialize;
+use sea_orm::{DatabaseConnection, EntityTrait, QueryOrder, QuerySelect, Set};
+use serde::{Deserialize, Serialize};
 
-use crate::{ApiError, MAX_PAGE, PAGE_SIZE};
+use crate::{ApiError, MAX_COMMENT_CHARS, MAX_PAGE, PAGE_SIZE};
 
 /// A post id from the path. Parsed here rather than with `Path<i64>`, whose
 /// rejection is a plain-text body: a malformed id must be a 400 in the same
@@ -24,15 +27,63 @@ impl<S: Send + Sync> FromRequestParts<S> for PostId {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+        path_id(parts, state, "post").await.map(PostId)
+    }
+}
+
+/// A comment id from the path, parsed as [`PostId`] is.
+pub(crate) struct CommentId(i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for CommentId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        path_id(parts, state, "comment").await.map(CommentId)
+    }
+}
+
+/// The one `{id}` of the path as an `i64`, or a 400 naming `what`.
+async fn path_id<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    what: &str,
+) -> Result<i64, ApiError> {
+    let Path(raw) = Path::<String>::from_request_parts(parts, state)
+        .await
+        .map_err(|rejection| rejected(rejection.status(), rejection.body_text()))?;
+    raw.parse().map_err(|_| {
+        ApiError::BadRequest(format!(
+            "invalid {what} id {:?}: expected an integer",
+            preview(&raw)
+        ))
+    })
+}
+
+/// The body of `POST /posts/{id}/comments`: `{"author_id": 7, "body": "..."}`,
+/// with 1 to [`MAX_COMMENT_CHARS`] characters of body. Parsed with axum's
+/// `Json`, whose rejections (no `application/json` content type, malformed
+/// JSON, a missing field or a wrong type) are turned into 400s in the JSON
+/// shape, like every other malformed input.
+#[derive(Deserialize)]
+pub(crate) struct NewComment {
+    author_id: i64,
+    body: String,
+}
+
+impl<S: Send + Sync> FromRequest<S> for NewComment {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let Json(comment) = Json::<NewComment>::from_request(req, state)
             .await
             .map_err(|rejection| rejected(rejection.status(), rejection.body_text()))?;
-        raw.parse().map(PostId).map_err(|_| {
-            ApiError::BadRequest(format!(
-                "invalid post id {:?}: expected an integer",
-                preview(&raw)
-            ))
-        })
+        let chars = comment.body.chars().count();
+        if !(1..=MAX_COMMENT_CHARS).contains(&chars) {
+            return Err(ApiError::BadRequest(format!(
+                "a comment body has 1 to {MAX_COMMENT_CHARS} characters, not {chars}"
+            )));
+        }
+        Ok(comment)
     }
 }
 
@@ -70,8 +121,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Page {
 }
 
 /// An extractor's own rejection in the JSON shape: a client error (a path
-/// segment that is not UTF-8, a query that is not `a=b&c=d`) is a 400; any
-/// other (a route without `{id}` using [`PostId`]) is our bug, a 500.
+/// segment that is not UTF-8, a query that is not `a=b&c=d`, a body that is
+/// not the expected JSON, or too large) is a 400; any other (a route without
+/// `{id}` using [`PostId`]) is our bug, a 500.
 fn rejected(status: StatusCode, text: String) -> ApiError {
     if status.is_client_error() {
         ApiError::BadRequest(text)
@@ -99,6 +151,23 @@ pub(crate) struct PageBody {
 #[derive(Serialize)]
 pub(crate) struct CountsBody {
     id: i64,
+    counts: Counts,
+}
+
+/// A stored comment.
+#[derive(Serialize)]
+pub(crate) struct CommentBody {
+    id: i64,
+    post_id: i64,
+    author_id: i64,
+    body: String,
+}
+
+/// The answer to `POST /posts/{id}/comments`: the comment as stored, and its
+/// post's counts just after it (`counts.comments` includes it).
+#[derive(Serialize)]
+pub(crate) struct CreatedComment {
+    comment: CommentBody,
     counts: Counts,
 }
 
@@ -164,6 +233,64 @@ pub(crate) async fn view(
     PostId(id): PostId,
 ) -> Result<Json<CountsBody>, ApiError> {
     count(&db, id, Key::Views, 1).await
+}
+
+/// `POST /posts/{id}/comments`: 201 with the comment and the post's counts.
+///
+/// The comment is inserted with `insert_counted`: the row and the post's
+/// `comments` counter in one transaction (retried on deadlock), so the
+/// counter is exact even when the request fails halfway. The post's
+/// existence is checked first, as for the counter writes (a separate
+/// statement; the table has no foreign key, see the migration). The author
+/// is taken as given: this example has no authentication.
+pub(crate) async fn add_comment(
+    State(db): State<DatabaseConnection>,
+    PostId(id): PostId,
+    NewComment { author_id, body }: NewComment,
+) -> Result<(StatusCode, Json<CreatedComment>), ApiError> {
+    existing_post(&db, id).await?;
+    let row = comment::ActiveModel {
+        post_id: Set(id),
+        author_id: Set(author_id),
+        body: Set(body),
+        ..Default::default()
+    };
+    let stored = comment::Entity::insert_counted(&db, row).await?;
+    let counts = post::Entity::counts(&db, &id).await?;
+    let comment = CommentBody {
+        id: stored.id,
+        post_id: stored.post_id,
+        author_id: stored.author_id,
+        body: stored.body,
+    };
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedComment { comment, counts }),
+    ))
+}
+
+/// `DELETE /comments/{id}`: 204 if this request removed the comment (and
+/// decremented its post's `comments`), 404 if there was no such comment.
+///
+/// `delete_counted` locks and reads the row before deleting it, in one
+/// transaction with the decrement, so of two concurrent deletes of one
+/// comment (a double click) exactly one removes it and decrements: the other
+/// finds nothing, `rows_affected` is 0, and it is a 404.
+pub(crate) async fn delete_comment(
+    State(db): State<DatabaseConnection>,
+    CommentId(id): CommentId,
+) -> Result<StatusCode, ApiError> {
+    let row = comment::ActiveModel {
+        id: Set(id),
+        ..Default::default()
+    };
+    match comment::Entity::delete_counted(&db, row)
+        .await?
+        .rows_affected
+    {
+        0 => Err(ApiError::NotFound(format!("comment {id} does not exist"))),
+        _ => Ok(StatusCode::NO_CONTENT),
+    }
 }
 
 /// Every write endpoint: 404 unless the post exists, then one counter

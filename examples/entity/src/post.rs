@@ -3,7 +3,8 @@
 use counter_core::SlottedCounter;
 use sea_orm::entity::prelude::*;
 
-/// A blog post. Its counters live in `post_counters`.
+/// A blog post. Its counters live in `post_counters`; `comments` is the
+/// counter cache of [`super::comment`], written only with comment rows.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
 #[sea_orm(table_name = "posts")]
 // Views are the hottest counter: spread them over more slots.

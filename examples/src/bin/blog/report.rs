@@ -91,17 +91,25 @@ pub fn simulation(tally: &Tally, phase: &Phase) {
     let actions = tally.actions.total();
     let seconds = phase.elapsed.as_secs_f64().max(f64::EPSILON);
     println!(
-        "\nsimulate: {actions} actions ({} views, {} likes, {} unlikes, {} comments, {} follows, {} unfollows) \
-         in {seconds:.2} s: {:.0} actions/s, {:.2} statements per action",
+        "\nsimulate: {actions} actions ({} views, {} likes, {} unlikes, {} comments, {} comment deletes, \
+         {} follows, {} unfollows) in {seconds:.2} s: {:.0} actions/s, {:.2} statements per action",
         tally.actions.views,
         tally.actions.likes,
         tally.actions.unlikes,
         tally.actions.comments,
+        tally.actions.deleted_comments,
         tally.actions.follows,
         tally.actions.unfollows,
         actions as f64 / seconds,
         phase.statements as f64 / actions.max(1) as f64
     );
+    if tally.actions.repeated_deletes > 0 {
+        println!(
+            "{} repeated comment deletes (double clicks) found the comment already gone: \
+             no row removed, no counter changed",
+            tally.actions.repeated_deletes
+        );
+    }
     if tally.refused > 0 {
         println!(
             "{} writes refused after retries (conflicts): not acknowledged, not expected in the totals",
@@ -112,7 +120,7 @@ pub fn simulation(tally: &Tally, phase: &Phase) {
 
 /// "1 statement", "2 statements": the count is often 1, the point of batch
 /// reads.
-fn plural(n: u64, noun: &str) -> String {
+pub fn plural(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {

@@ -1,6 +1,7 @@
 //! The simulated users: concurrent tasks liking, unliking, commenting on,
-//! viewing and following, with the traffic skewed towards a few hot posts
-//! and users, and a tally of every write they were told succeeded.
+//! deleting their comments, viewing and following, with the traffic skewed
+//! towards a few hot posts and users, and a tally of every write they were
+//! told succeeded.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -11,7 +12,7 @@ use std::{
 };
 
 use counter_core::prelude::*;
-use entity::{post, user};
+use entity::{comment, post, user};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use rand::{
     Rng, SeedableRng,
@@ -19,7 +20,7 @@ use rand::{
     rngs::StdRng,
     seq::SliceRandom,
 };
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, Set};
 
 use crate::BoxError;
 
@@ -54,6 +55,20 @@ impl Hot {
     }
 }
 
+/// Comment bodies, picked at random: the rows are real, so they read like
+/// comments.
+const BODIES: &[&str] = &[
+    "Great post!",
+    "Does this work on MariaDB too?",
+    "We hit exactly this hot row last week.",
+    "How many slots do you use for views?",
+    "Bookmarked.",
+];
+
+/// One in this many comment deletes is a double click: the same delete sent
+/// twice at once. Only one of the two may remove the row and decrement.
+const DOUBLE_CLICK_ONE_IN: u32 = 3;
+
 /// Acknowledged actions by kind, for the summary line and for the number of
 /// counter writes the check expects.
 #[derive(Default)]
@@ -61,14 +76,28 @@ pub struct ActionCounts {
     pub views: u64,
     pub likes: u64,
     pub unlikes: u64,
+    /// Comment rows inserted (`insert_counted`).
     pub comments: u64,
+    /// Comment deletes that removed the row, so decremented the post's
+    /// `comments`: one per comment deleted, double clicks included.
+    pub deleted_comments: u64,
+    /// Deletes that found their comment already gone (the second delete of a
+    /// double click) and so changed no counter. Not an action of their own:
+    /// the delete they repeated is counted in `deleted_comments`.
+    pub repeated_deletes: u64,
     pub follows: u64,
     pub unfollows: u64,
 }
 
 impl ActionCounts {
     pub fn total(&self) -> u64 {
-        self.views + self.likes + self.unlikes + self.comments + self.follows + self.unfollows
+        self.views
+            + self.likes
+            + self.unlikes
+            + self.comments
+            + self.deleted_comments
+            + self.follows
+            + self.unfollows
     }
 }
 
@@ -80,6 +109,8 @@ impl AddAssign for ActionCounts {
             likes,
             unlikes,
             comments,
+            deleted_comments,
+            repeated_deletes,
             follows,
             unfollows,
         } = other;
@@ -87,6 +118,8 @@ impl AddAssign for ActionCounts {
         self.likes += likes;
         self.unlikes += unlikes;
         self.comments += comments;
+        self.deleted_comments += deleted_comments;
+        self.repeated_deletes += repeated_deletes;
         self.follows += follows;
         self.unfollows += unfollows;
     }
@@ -119,12 +152,14 @@ impl Tally {
     }
 
     /// Acknowledged counter writes: (increments, decrements). A follow is two
-    /// (the follower's `following`, the followee's `followers`).
+    /// (the follower's `following`, the followee's `followers`); a comment
+    /// insert is one, and so is a delete that removed its row (a delete that
+    /// found the row gone writes no counter).
     pub fn writes(&self) -> (u64, u64) {
         let a = &self.actions;
         (
             a.views + a.likes + a.comments + 2 * a.follows,
-            a.unlikes + 2 * a.unfollows,
+            a.unlikes + a.deleted_comments + 2 * a.unfollows,
         )
     }
 }
@@ -195,7 +230,10 @@ fn progress_bar(actions: u64) -> ProgressBar {
 /// One simulated user. This demo keeps no table of who liked or follows
 /// what (an application would insert that row in the same transaction as the
 /// counter write); each task remembers its own likes and follows instead, so
-/// it only unlikes what it liked and counts never go negative.
+/// it only unlikes what it liked and counts never go negative. Comments are
+/// real rows, counted by the `comments` counter cache: a comment and its
+/// counter are written in one transaction by `insert_counted` and
+/// `delete_counted`, never with `increment`.
 struct SimulatedUser {
     db: DatabaseConnection,
     me: i64,
@@ -213,6 +251,8 @@ impl SimulatedUser {
         let mut tally = Tally::default();
         let mut liked = HashSet::new();
         let mut following = HashSet::new();
+        // My comments still there: (comment id, post id).
+        let mut mine: Vec<(i64, i64)> = Vec::new();
         for _ in 0..actions {
             let post = self.posts.pick(&mut self.rng);
             let roll = self.rng.random_range(0..100u32);
@@ -226,7 +266,7 @@ impl SimulatedUser {
                     } else {
                         post::Entity::decrement(db, post, PostKey::Likes).await
                     };
-                    if acknowledged(written, &mut tally.refused)? {
+                    if acknowledged(written, &mut tally.refused)?.is_some() {
                         if like {
                             liked.insert(post);
                             tally.actions.likes += 1;
@@ -238,9 +278,35 @@ impl SimulatedUser {
                             if like { 1 } else { -1 };
                     }
                 }
+                // Delete one of my earlier comments, when I have one.
+                92..95 if !mine.is_empty() => {
+                    let at = self.rng.random_range(0..mine.len());
+                    let (id, on) = mine[at];
+                    let double_click = self.rng.random_ratio(1, DOUBLE_CLICK_ONE_IN);
+                    let (removed, found_gone, acked) =
+                        delete_comment(db, id, double_click, &mut tally.refused).await?;
+                    tally.actions.deleted_comments += removed;
+                    tally.actions.repeated_deletes += found_gone;
+                    // The post's counter moves once per row removed, however
+                    // many deletes were sent.
+                    *tally.posts.entry((on, PostKey::Comments)).or_default() -= removed as i64;
+                    if acked {
+                        // Removed now, or already gone: not mine to delete any more.
+                        mine.swap_remove(at);
+                    }
+                }
+                // Comment: a row in `comments`, counted with it.
                 85..95 => {
-                    let written = post::Entity::increment(db, post, PostKey::Comments).await;
-                    if acknowledged(written, &mut tally.refused)? {
+                    let body = BODIES[self.rng.random_range(0..BODIES.len())];
+                    let row = comment::ActiveModel {
+                        post_id: Set(post),
+                        author_id: Set(self.me),
+                        body: Set(body.to_owned()),
+                        ..Default::default()
+                    };
+                    let written = comment::Entity::insert_counted(db, row).await;
+                    if let Some(stored) = acknowledged(written, &mut tally.refused)? {
+                        mine.push((stored.id, post));
                         tally.actions.comments += 1;
                         *tally.posts.entry((post, PostKey::Comments)).or_default() += 1;
                     }
@@ -256,9 +322,8 @@ impl SimulatedUser {
                             (them, UserKey::Followers, delta),
                         ],
                     )
-                    .await
-                    .map(drop);
-                    if acknowledged(written, &mut tally.refused)? {
+                    .await;
+                    if acknowledged(written, &mut tally.refused)?.is_some() {
                         if delta > 0 {
                             following.insert(them);
                             tally.actions.follows += 1;
@@ -276,7 +341,7 @@ impl SimulatedUser {
                 // A view: the most frequent action.
                 _ => {
                     let written = post::Entity::increment(db, post, PostKey::Views).await;
-                    if acknowledged(written, &mut tally.refused)? {
+                    if acknowledged(written, &mut tally.refused)?.is_some() {
                         tally.actions.views += 1;
                         *tally.posts.entry((post, PostKey::Views)).or_default() += 1;
                     }
@@ -288,18 +353,61 @@ impl SimulatedUser {
     }
 }
 
-/// Whether a write was acknowledged. A conflict still there after the
-/// library's retries was rolled back by the database: not acknowledged, not
-/// expected in the totals. Any other error ends the run.
-fn acknowledged(
-    written: Result<(), CounterError>,
+/// Deletes my comment `id` with `delete_counted`; on a double click, sends
+/// the same delete twice at once, as a browser would.
+///
+/// Returns (deletes that removed the row, deletes that found it gone,
+/// whether any delete was acknowledged). Each delete locks and reads the row
+/// before deleting it, in one transaction with the decrement, so of two
+/// concurrent deletes only the first finds the row: the second waits for it
+/// to commit, finds nothing, and neither decrements nor removes anything
+/// (`rows_affected` 0). The check and the recount prove the counter moved
+/// once per row removed.
+async fn delete_comment(
+    db: &DatabaseConnection,
+    id: i64,
+    double_click: bool,
     refused: &mut u64,
-) -> Result<bool, CounterError> {
+) -> Result<(u64, u64, bool), CounterError> {
+    let delete = || {
+        let row = comment::ActiveModel {
+            id: Set(id),
+            ..Default::default()
+        };
+        comment::Entity::delete_counted(db, row)
+    };
+    let sent = if double_click {
+        let (first, second) = tokio::join!(delete(), delete());
+        vec![first, second]
+    } else {
+        vec![delete().await]
+    };
+    let (mut removed, mut found_gone, mut acked) = (0, 0, false);
+    for written in sent {
+        if let Some(result) = acknowledged(written, refused)? {
+            acked = true;
+            if result.rows_affected > 0 {
+                removed += result.rows_affected;
+            } else {
+                found_gone += 1;
+            }
+        }
+    }
+    Ok((removed, found_gone, acked))
+}
+
+/// The write's value if it was acknowledged. A conflict still there after
+/// the library's retries was rolled back by the database: not acknowledged
+/// (`None`), not expected in the totals. Any other error ends the run.
+fn acknowledged<T>(
+    written: Result<T, CounterError>,
+    refused: &mut u64,
+) -> Result<Option<T>, CounterError> {
     match written {
-        Ok(()) => Ok(true),
+        Ok(value) => Ok(Some(value)),
         Err(CounterError::Conflict { .. }) => {
             *refused += 1;
-            Ok(false)
+            Ok(None)
         }
         Err(err) => Err(err),
     }
