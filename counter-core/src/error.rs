@@ -130,6 +130,18 @@ pub enum CounterError {
         key: String,
     },
 
+    /// Another recount of the same counter held its lock for longer than
+    /// the wait: run recounts of one counter one at a time.
+    #[error("another recount of `{key}` in table `{table}` held its lock for {waited_secs} s")]
+    ReconcileBusy {
+        /// The counter table.
+        table: String,
+        /// The key being recounted.
+        key: String,
+        /// How long this recount waited.
+        waited_secs: i64,
+    },
+
     /// A counter-cache hook ran on a connection pool, outside any
     /// transaction: the row and its counters would be two commits, and two
     /// deletes of one row could both see it. Raised before anything is
@@ -170,7 +182,7 @@ impl CounterError {
     /// errors go back as they came, so a deadlock is still recognised (and
     /// retried) by whoever runs the transaction; the crate's own errors ride
     /// inside `DbErr::TryIntoErr`, whose message is theirs, and
-    /// [`CounterError::carried`] gets them back, typed.
+    /// [`CounterError::from_hook_error`] gets them back, typed.
     pub(crate) fn into_db_err(self) -> DbErr {
         match self.split() {
             Err(db) => db,
@@ -188,8 +200,18 @@ impl CounterError {
         }
     }
 
-    /// The crate's own error inside a `DbErr` made by [`Self::into_db_err`].
-    pub(crate) fn carried(err: &DbErr) -> Option<Self> {
+    /// The crate's own error inside a `DbErr` returned by a counter-cache
+    /// hook (sea-orm hooks can only return `DbErr`): what `am.insert(&txn)`
+    /// returns when, say, a counter overflowed or the hook refused a pool.
+    /// `None` for any other `DbErr`. The `*_counted` methods do this for you.
+    ///
+    /// ```
+    /// use counter_core::CounterError;
+    ///
+    /// let err = sea_orm::DbErr::Custom("unrelated".into());
+    /// assert!(CounterError::from_hook_error(&err).is_none());
+    /// ```
+    pub fn from_hook_error(err: &DbErr) -> Option<Self> {
         match err {
             DbErr::TryIntoErr { from, into, source } if (*from, *into) == CARRIED => {
                 source.downcast_ref::<Self>().cloned()
@@ -226,11 +248,11 @@ mod tests {
             "{through}"
         );
         assert!(matches!(
-            CounterError::carried(&through),
+            CounterError::from_hook_error(&through),
             Some(CounterError::Overflow { .. })
         ));
         let db = CounterError::Database(DbErr::Custom("deadlock".into())).into_db_err();
         assert!(matches!(db, DbErr::Custom(_)));
-        assert!(CounterError::carried(&db).is_none());
+        assert!(CounterError::from_hook_error(&db).is_none());
     }
 }

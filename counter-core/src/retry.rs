@@ -14,8 +14,9 @@ pub(crate) const MAX_ATTEMPTS: u32 = 10;
 const FIRST_BACKOFF: Duration = Duration::from_millis(2);
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
 
-/// Runs `op` and turns its error into a [`CounterError`]. Only the type of
-/// `_db` matters: it tells whether a retry is safe.
+/// Runs `op`, one statement on the counter table `table`, and turns its
+/// error into a [`CounterError`]. Only the type of `_db` matters: it tells
+/// whether a retry is safe.
 ///
 /// A conflict (deadlock, serialization failure, lock timeout, SQLite busy) is
 /// retried with full-jitter exponential backoff, but only on a pool: the
@@ -24,7 +25,36 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// aborted, or an unknown connection type) it is returned at once. Other
 /// errors, such as a connection lost mid-statement whose outcome is unknown,
 /// are never retried.
-pub(crate) async fn run<C, T, F, Fut>(_db: &C, table: &str, mut op: F) -> Result<T>
+pub(crate) async fn run<C, T, F, Fut>(db: &C, table: &str, op: F) -> Result<T>
+where
+    C: ConnectionTrait + ?Sized,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, DbErr>>,
+{
+    run_with(db, table, Some(table), op).await
+}
+
+/// [`run`] for a whole transaction (`op` begins and commits it) that writes
+/// other tables too, named `label` in a conflict. Only conflicts are
+/// interpreted: a missing table or an overflow there may be the child
+/// table's, so they stay [`CounterError::Database`]; the counter writes
+/// inside classify their own errors, which come back typed (see
+/// `CounterError::into_db_err`).
+pub(crate) async fn run_transaction<C, T, F, Fut>(db: &C, label: &str, op: F) -> Result<T>
+where
+    C: ConnectionTrait + ?Sized,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, DbErr>>,
+{
+    run_with(db, label, None, op).await
+}
+
+async fn run_with<C, T, F, Fut>(
+    _db: &C,
+    table: &str,
+    counter_table: Option<&str>,
+    mut op: F,
+) -> Result<T>
 where
     C: ConnectionTrait + ?Sized,
     F: FnMut() -> Fut,
@@ -38,7 +68,7 @@ where
             Err(err) => err,
         };
         // A counter-cache hook's own error, through sea-orm: typed again.
-        if let Some(own) = CounterError::carried(&err) {
+        if let Some(own) = CounterError::from_hook_error(&err) {
             return Err(own);
         }
         match classify(&err) {
@@ -57,20 +87,40 @@ where
                     source: err,
                 });
             }
-            Classified::MissingTable => {
-                return Err(CounterError::MissingTable {
-                    table: table.to_owned(),
-                    source: err,
-                });
-            }
-            Classified::Overflow => {
+            Classified::MissingTable => match counter_table {
+                // Only when the message names the counter table: a
+                // recount's truth query reads other tables.
+                Some(counter) if names_table(&err, counter) => {
+                    return Err(CounterError::MissingTable {
+                        table: counter.to_owned(),
+                        source: err,
+                    });
+                }
+                _ => return Err(CounterError::Database(err)),
+            },
+            Classified::Overflow if counter_table.is_some() => {
                 return Err(CounterError::Overflow {
                     context: format!("a slot value or total in table `{table}`"),
                 });
             }
-            Classified::Other => return Err(CounterError::Database(err)),
+            Classified::Overflow | Classified::Other => return Err(CounterError::Database(err)),
         }
     }
+}
+
+/// Whether a "no such table" error is about `table`: PostgreSQL quotes it
+/// (`relation "t" does not exist`), MySQL qualifies it (`Table 'db.t'
+/// doesn't exist`), SQLite names it last (`no such table: t`).
+fn names_table(err: &DbErr, table: &str) -> bool {
+    let message = err.to_string();
+    [
+        format!("\"{table}\""),
+        format!(".{table}'"),
+        format!("'{table}'"),
+        format!("no such table: {table}"),
+    ]
+    .iter()
+    .any(|form| message.contains(form.as_str()))
 }
 
 /// Whether `C` is a connection pool (`DatabaseConnection`, or sea-orm's
@@ -105,6 +155,19 @@ mod tests {
         assert!(is_pool::<&DatabaseConnection>());
         assert!(!is_pool::<DatabaseTransaction>());
         assert!(!is_pool::<DatabaseExecutor<'static>>());
+    }
+
+    #[test]
+    fn missing_tables_are_told_apart() {
+        let pg = DbErr::Custom(
+            r#"error returned from database: relation "post_counters" does not exist"#.into(),
+        );
+        let my = DbErr::Custom("Table 'test.post_counters' doesn't exist".into());
+        let lite = DbErr::Custom("no such table: post_counters".into());
+        for err in [&pg, &my, &lite] {
+            assert!(names_table(err, "post_counters"), "{err}");
+            assert!(!names_table(err, "counters"), "{err}");
+        }
     }
 
     #[test]

@@ -7,7 +7,10 @@ use syn::{
     spanned::Spanned,
 };
 
-use crate::diagnostics::{Errors, unknown};
+use crate::{
+    diagnostics::{Errors, unknown},
+    options::{Options, option_value, path_string, skip_value},
+};
 
 /// The options of `#[counter(...)]`.
 const OPTIONS: &[&str] = &["keys", "slots", "table", "slot_strategy", "cascade"];
@@ -57,32 +60,25 @@ pub(crate) struct KeyAttr {
 /// so that one build reports all of them.
 pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
     let mut out = CounterAttr::default();
-    let mut seen: Vec<String> = Vec::new();
+    // Shared by every `#[counter]` of the struct: an option is set once in all.
+    let mut options = Options::new("option", OPTIONS);
     for attr in attrs.iter().filter(|a| a.path().is_ident("counter")) {
         out.span.get_or_insert(attr.path().span());
         let result = attr.parse_nested_meta(|meta| {
-            let name = path_name(&meta);
-            if seen.contains(&name) {
-                errors.at(meta.path.span(), format!("duplicate option `{name}`"));
-                return skip_value(&meta);
-            }
-            seen.push(name.clone());
-            match name.as_str() {
-                "keys" => parse_keys(&meta, out.keys.insert(Vec::new()), errors)?,
-                "slots" => out.slots = parse_slots(&meta, errors)?,
-                "table" => out.table = parse_table(&meta, errors)?,
-                "slot_strategy" => out.slot_strategy = parse_slot_strategy(&meta, errors)?,
-                "cascade" => {
+            match options.next(&meta, errors)? {
+                Some("keys") => parse_keys(&meta, out.keys.insert(Vec::new()), errors)?,
+                Some("slots") => out.slots = parse_slots(&meta, errors)?,
+                Some("table") => out.table = parse_table(&meta, errors)?,
+                Some("slot_strategy") => out.slot_strategy = parse_slot_strategy(&meta, errors)?,
+                Some("cascade") => {
                     if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
                         errors.at(meta.path.span(), "`cascade` is a flag and takes no value");
                         skip_value(&meta)?;
                     }
                     out.cascade = true;
                 }
-                _ => {
-                    errors.at(meta.path.span(), unknown("option", &name, OPTIONS));
-                    skip_value(&meta)?;
-                }
+                // Reported and skipped; `OPTIONS` has no other name.
+                _ => {}
             }
             Ok(())
         });
@@ -148,20 +144,11 @@ fn parse_key_options(
         );
         skip_value(key)?;
     } else if key.input.peek(syn::token::Paren) {
-        let mut seen = false;
+        let mut options = Options::new("key option", KEY_OPTIONS);
         key.parse_nested_meta(|option| {
-            let option_name = path_name(&option);
-            if option_name != "slots" {
-                errors.at(
-                    option.path.span(),
-                    unknown("key option", &option_name, KEY_OPTIONS),
-                );
-                return skip_value(&option);
+            if options.next(&option, errors)?.is_some() {
+                slots = parse_slots(&option, errors)?;
             }
-            if std::mem::replace(&mut seen, true) {
-                errors.at(option.path.span(), "duplicate option `slots`");
-            }
-            slots = parse_slots(&option, errors)?;
             Ok(())
         })?;
     }
@@ -261,39 +248,6 @@ pub(crate) fn table_name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
-pub(crate) fn path_name(meta: &ParseNestedMeta) -> String {
-    meta.path
-        .get_ident()
-        .map(|i| i.unraw().to_string())
-        .unwrap_or_else(|| {
-            let segments: Vec<String> = meta
-                .path
-                .segments
-                .iter()
-                .map(|s| s.ident.to_string())
-                .collect();
-            segments.join("::")
-        })
-}
-
-/// The value of `name = value`; an option written without one is reported
-/// (with `example`) and skipped.
-pub(crate) fn option_value(
-    meta: &ParseNestedMeta,
-    example: &str,
-    errors: &mut Errors,
-) -> syn::Result<Option<Expr>> {
-    if meta.input.peek(Token![=]) {
-        return Ok(Some(meta.value()?.parse()?));
-    }
-    errors.at(
-        meta.path.span(),
-        format!("`{}` takes a value: {example}", path_name(meta)),
-    );
-    skip_value(meta)?;
-    Ok(None)
-}
-
 /// The string literal of `name = "..."`; an option written without a value,
 /// or with one that is not a string literal, is reported (with `example`).
 fn string_value(
@@ -311,24 +265,14 @@ fn string_value(
     else {
         errors.at(
             expr.span(),
-            format!("`{}` takes a string literal: {example}", path_name(meta)),
+            format!(
+                "`{}` takes a string literal: {example}",
+                path_string(&meta.path)
+            ),
         );
         return Ok(None);
     };
     Ok(Some(value))
-}
-
-/// Consumes whatever follows an option we reject (`= value` or `(...)`), so
-/// parsing goes on to the next option and its errors are reported too.
-pub(crate) fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
-    if meta.input.peek(Token![=]) {
-        meta.value()?.parse::<Expr>()?;
-    } else if meta.input.peek(syn::token::Paren) {
-        let content;
-        syn::parenthesized!(content in meta.input);
-        content.parse::<proc_macro2::TokenStream>()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

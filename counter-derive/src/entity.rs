@@ -47,22 +47,30 @@ pub(crate) enum OwnerKind {
     String,
 }
 
-const NOT_AN_ENTITY: &str = "#[derive(SlottedCounter)] goes on the `Model` struct of a SeaORM \
-     entity: `#[derive(DeriveEntityModel, SlottedCounter)]` with `#[sea_orm(table_name = \"...\")]`";
+/// The error of a derive put on anything but an entity's `Model`.
+pub(crate) fn not_a_model(derive: &str) -> String {
+    format!(
+        "#[derive({derive})] goes on the `Model` struct of a SeaORM entity, beside \
+         `DeriveEntityModel`: `#[derive(DeriveEntityModel, {derive})]`"
+    )
+}
 
 pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
     if is_model_ex(input) {
         return Some(Target::ModelEx);
     }
     let Some(fields) = model_fields(input) else {
-        errors.at(input.ident.span(), NOT_AN_ENTITY);
+        errors.at(input.ident.span(), not_a_model("SlottedCounter"));
         return None;
     };
     let table_name = table_name(input);
     if table_name.is_none() {
         errors.at(
             input.ident.span(),
-            format!("{NOT_AN_ENTITY}; `Model` has no `table_name`"),
+            format!(
+                "{}, with `#[sea_orm(table_name = \"...\")]`; this `Model` has no `table_name`",
+                not_a_model("SlottedCounter")
+            ),
         );
     }
     Some(Target::Model(Box::new(EntityInfo {
@@ -90,12 +98,36 @@ pub(crate) fn model_fields(input: &DeriveInput) -> Option<&Punctuated<Field, Tok
     }
 }
 
-/// The `Column` variant DeriveEntityModel generates for a field: its
-/// `enum_name`, or the field's name (without `r#`) in UpperCamelCase.
-pub(crate) fn column_ident(field: &Ident, attrs: &[syn::Attribute]) -> Ident {
-    sea_orm_str(attrs, "enum_name")
-        .and_then(|name| name.parse::<Ident>().ok())
-        .unwrap_or_else(|| variant_ident(&field.unraw().to_string(), field.span()))
+/// The `Column` variant DeriveEntityModel generates for a field, spanned at
+/// `span`: its `enum_name`, or the field's name (without `r#`) in
+/// UpperCamelCase. A name with no such form (`_1` would be `1`) is an error
+/// at `span`, where a panic would be a useless message.
+pub(crate) fn column_ident(
+    field: &Ident,
+    attrs: &[syn::Attribute],
+    span: Span,
+) -> syn::Result<Ident> {
+    if let Some(mut ident) =
+        sea_orm_str(attrs, "enum_name").and_then(|name| name.parse::<Ident>().ok())
+    {
+        ident.set_span(span);
+        return Ok(ident);
+    }
+    let name = field.unraw().to_string();
+    variant_ident(&name, span).ok_or_else(|| {
+        syn::Error::new(
+            span,
+            format!(
+                "the field `{name}` has no `Column` variant: sea-orm names it in UpperCamelCase, \
+                 and `{name}` has none that is an identifier; rename the field"
+            ),
+        )
+    })
+}
+
+/// Whether a field is `#[sea_orm(ignore)]`: sea-orm gives it no column.
+pub(crate) fn is_ignored(attrs: &[syn::Attribute]) -> bool {
+    sea_orm_metas(attrs).any(|meta| matches!(meta, Meta::Path(path) if path.is_ident("ignore")))
 }
 
 fn table_name(input: &DeriveInput) -> Option<LitStr> {
@@ -156,7 +188,13 @@ fn primary_key<'a>(
         );
         return None;
     };
-    let column = column_ident(&ident, &field.attrs);
+    let column = match column_ident(&ident, &field.attrs, ident.span()) {
+        Ok(column) => column,
+        Err(e) => {
+            errors.push(e);
+            return None;
+        }
+    };
     Some(PrimaryKey {
         field: ident,
         ty: field.ty.clone(),

@@ -291,11 +291,7 @@ mod tests {
 
     /// The expansion, pretty-printed, as reviewers read it.
     fn pretty(input: DeriveInput) -> String {
-        let tokens = derive(&input);
-        match syn::parse2::<syn::File>(tokens.clone()) {
-            Ok(file) => prettyplease::unparse(&file),
-            Err(_) => tokens.to_string(),
-        }
+        crate::testing::pretty(derive(&input))
     }
 
     #[test]

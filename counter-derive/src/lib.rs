@@ -5,8 +5,9 @@
 //!
 //! The crate only parses, checks and expands (`attr` and `entity` read the
 //! input, `model` validates it, `expand` generates; `cache` is the same
-//! pipeline for `CounterCache`, on the same helpers); everything that runs
-//! is in counter-core.
+//! pipeline for `CounterCache`, on the same helpers, `options` among them,
+//! so both grammars treat a bad option alike); everything that runs is in
+//! counter-core.
 
 mod attr;
 mod cache;
@@ -14,6 +15,9 @@ mod diagnostics;
 mod entity;
 mod expand;
 mod model;
+mod options;
+#[cfg(test)]
+mod testing;
 
 use proc_macro::TokenStream;
 
@@ -145,10 +149,18 @@ pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
 ///
 /// Mistakes are compile errors pointing at the attribute, all reported at
 /// once: an unknown, duplicate or missing option, a `parent` not ending in
-/// `Entity`, a field `Model` does not have, the same `parent` and `key`
+/// `Entity` (an alias of the entity is refused too: the derive finds the
+/// parent's `counters::Key` through the path), a field `Model` does not
+/// have or that is `#[sea_orm(ignore)]`, the same `parent` and `key`
 /// declared twice, or no `#[counter_cache]` at all. A key the parent lacks,
 /// or a field of a type the cache cannot read, is an error of rustc's
 /// pointing at that key or field in the attribute.
+///
+/// The check for a cache declared twice compares `parent` paths as written,
+/// not what they resolve to: `parent = Entity` and `parent = self::Entity`
+/// (or `super::post::Entity` and `crate::post::Entity`) with the same `key`
+/// are not caught, and that counter would count each row twice. Write each
+/// parent's path the same way in every attribute.
 ///
 /// # What it generates
 ///

@@ -64,11 +64,22 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
     };
     let keys: Vec<Key> = keys
         .into_iter()
-        .map(|k| Key {
-            variant: variant_ident(&k.name, k.ident.span()),
-            field: field_ident(&k.name, k.ident.span()),
-            name: k.name,
-            slots: k.slots,
+        .filter_map(|k| {
+            let Some(variant) = variant_ident(&k.name, k.ident.span()) else {
+                // `attr` admits only keys that start with a letter, which
+                // all have one.
+                errors.at(
+                    k.ident.span(),
+                    format!("key `{}` has no `Key` variant name", k.name),
+                );
+                return None;
+            };
+            Some(Key {
+                variant,
+                field: field_ident(&k.name, k.ident.span()),
+                name: k.name,
+                slots: k.slots,
+            })
         })
         .collect();
     for (i, key) in keys.iter().enumerate() {
@@ -146,11 +157,16 @@ fn field_ident(name: &str, span: Span) -> Ident {
     }
 }
 
-/// The `Key` variant of a key, in UpperCamelCase as sea-orm names columns,
-/// including its escape of `Self`.
-pub(crate) fn variant_ident(name: &str, span: Span) -> Ident {
-    match name.to_upper_camel_case() {
-        camel if camel == "Self" => Ident::new("Self_", span),
-        camel => Ident::new(&camel, span),
-    }
+/// The `Key` variant of a key, or the `Column` variant of a field, in
+/// UpperCamelCase as sea-orm names columns, including its escape of `Self`;
+/// `None` for a name whose UpperCamelCase is no identifier (`_1` is `1`).
+pub(crate) fn variant_ident(name: &str, span: Span) -> Option<Ident> {
+    let camel = match name.to_upper_camel_case() {
+        camel if camel == "Self" => "Self_".to_owned(),
+        camel => camel,
+    };
+    // syn rejects what `Ident::new` would panic on: no identifier, or a keyword.
+    let mut ident = syn::parse_str::<Ident>(&camel).ok()?;
+    ident.set_span(span);
+    Some(ident)
 }

@@ -1,7 +1,7 @@
 //! The child table of the `comments` counter cache: `comments`, indexed by
 //! post.
 
-use sea_orm_migration::prelude::*;
+use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -26,34 +26,46 @@ impl MigrationTrait for Migration {
         // comments of a hot post would queue behind any writer of that row,
         // the queue the slotted counters exist to avoid. The application
         // checks that the post exists before inserting.
-        manager
-            .create_table(
-                Table::create()
-                    .table(Comments::Table)
-                    .if_not_exists()
-                    .col(
-                        ColumnDef::new(Comments::Id)
-                            .big_integer()
-                            .not_null()
-                            .auto_increment()
-                            .primary_key(),
-                    )
-                    .col(ColumnDef::new(Comments::PostId).big_integer().not_null())
-                    .col(ColumnDef::new(Comments::AuthorId).big_integer().not_null())
-                    // TEXT: bodies up to 2,000 characters (blog-server checks),
-                    // which is past VARCHAR(255) and, on MySQL with utf8mb4,
-                    // too many bytes for a comfortable VARCHAR.
-                    .col(ColumnDef::new(Comments::Body).text().not_null())
-                    .to_owned(),
+        //
+        // No `if_not_exists` on the table or the index: a migration runs
+        // once (the migrator records it), and sea-query's MySQL builder
+        // drops `IF NOT EXISTS` from `CREATE INDEX`, so tolerating an
+        // existing table there would fail on its index anyway. A leftover
+        // `comments` table is an error on every backend alike.
+        let mut table = Table::create();
+        table
+            .table(Comments::Table)
+            .col(
+                ColumnDef::new(Comments::Id)
+                    .big_integer()
+                    .not_null()
+                    .auto_increment()
+                    .primary_key(),
             )
-            .await?;
+            .col(ColumnDef::new(Comments::PostId).big_integer().not_null())
+            .col(ColumnDef::new(Comments::AuthorId).big_integer().not_null())
+            // TEXT: bodies up to 2,000 characters (blog-server checks),
+            // which is past VARCHAR(255) and, in utf8mb4, too many bytes for
+            // a comfortable VARCHAR.
+            .col(ColumnDef::new(Comments::Body).text().not_null());
+        // Bodies are user text: emoji and other characters outside the
+        // Basic Multilingual Plane included. MySQL's `utf8` (utf8mb3) and
+        // latin1 cannot store them (error 1366), and a table takes its
+        // database's default, so it is set here. Only on MySQL/MariaDB:
+        // sea-query renders these options as `DEFAULT CHARSET=... COLLATE=...`
+        // on every backend, which PostgreSQL and SQLite reject, and both
+        // store any UTF-8 as it is. `utf8mb4_unicode_ci` exists on MySQL 5.7,
+        // 8 and MariaDB alike.
+        if manager.get_database_backend() == DbBackend::MySql {
+            table.character_set("utf8mb4").collate("utf8mb4_unicode_ci");
+        }
+        manager.create_table(table).await?;
         manager
             .create_index(
                 Index::create()
                     .name(POST_INDEX)
                     .table(Comments::Table)
                     .col(Comments::PostId)
-                    .if_not_exists()
                     .to_owned(),
             )
             .await

@@ -1,10 +1,10 @@
 //! The `blog-server` example over real HTTP, on every configured backend: a
 //! TCP listener on a free port, `axum::serve`, and hyper's client.
 
-use std::time::Duration;
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use blog_server::{MAX_COMMENT_CHARS, MAX_PAGE, PAGE_SIZE};
-use counter_core::{Reconcile, SlottedCounter, Truth};
+use counter_core::SlottedCounter;
 use counter_tests::{TestDb, backends};
 use entity::{
     comment,
@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::{
     HeaderMap, Method, Request, StatusCode,
     body::Bytes,
-    header::{ALLOW, CONTENT_TYPE, RETRY_AFTER},
+    header::{ALLOW, CONTENT_TYPE, LOCATION, RETRY_AFTER},
 };
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
@@ -23,7 +23,7 @@ use hyper_util::{
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, Set};
 use serde_json::{Value, json};
-use tokio::{net::TcpListener, task::JoinHandle};
+use tokio::{net::TcpListener, sync::Barrier, task::JoinHandle};
 
 /// Longer than any request here should take: a hang fails the test instead
 /// of stalling it.
@@ -32,15 +32,31 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// The HTTP client of the tests: plain HTTP.
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-/// A request body: its content type (if any) and text.
+/// A request body, if any: its content type (if any) and text.
 type Body<'a> = Option<(Option<&'a str>, &'a str)>;
 
-/// The blog server on a free local port, and a client for it.
-struct Server {
+/// A client of the blog server at `base`: cheap to clone, so that
+/// concurrent requests each get one in a task of their own.
+#[derive(Clone)]
+struct Api {
     base: String,
     client: HttpClient,
-    task: JoinHandle<()>,
     backend: counter_tests::Backend,
+}
+
+/// The blog server on a free local port, and a client for it (its methods
+/// are [`Api`]'s).
+struct Server {
+    api: Api,
+    task: JoinHandle<()>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.api
+    }
 }
 
 /// A response: status, headers and the JSON body.
@@ -48,6 +64,11 @@ struct Reply {
     status: StatusCode,
     headers: HeaderMap,
     body: Value,
+}
+
+/// A JSON request body.
+fn json_text(text: &str) -> Body<'_> {
+    Some((Some("application/json"), text))
 }
 
 impl Server {
@@ -60,78 +81,13 @@ impl Server {
             axum::serve(listener, router).await.unwrap();
         });
         Server {
-            base,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            api: Api {
+                base,
+                client: Client::builder(TokioExecutor::new()).build_http(),
+                backend: t.backend,
+            },
             task,
-            backend: t.backend,
         }
-    }
-
-    /// Status and JSON body of `method path`.
-    async fn request(&self, method: Method, path: &str) -> (StatusCode, Value) {
-        let reply = self.send(method, path).await;
-        (reply.status, reply.body)
-    }
-
-    /// The whole reply. Every response of the server, errors included, must
-    /// be JSON: a plain-text rejection fails here.
-    async fn send(&self, method: Method, path: &str) -> Reply {
-        self.send_body(method, path, None).await
-    }
-
-    /// Status and JSON body of `method path` with a JSON request body.
-    async fn request_json(&self, method: Method, path: &str, body: &str) -> (StatusCode, Value) {
-        let reply = self
-            .send_body(method, path, Some((Some("application/json"), body)))
-            .await;
-        (reply.status, reply.body)
-    }
-
-    /// [`Server::send`] with a request body.
-    async fn send_body(&self, method: Method, path: &str, body: Body<'_>) -> Reply {
-        let what = format!("[{}] {method} {path}", self.backend);
-        let (status, headers, bytes) =
-            call(&self.client, &self.base, method, path, body, &what).await;
-        assert_eq!(
-            headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
-            Some("application/json"),
-            "{what}: {status} {:?}",
-            String::from_utf8_lossy(&bytes)
-        );
-        Reply {
-            status,
-            headers,
-            body: json_body(&bytes, &what),
-        }
-    }
-
-    /// Checks the error shape, `{"error": {"status", "message"}}` and nothing
-    /// else, with the status repeated in the body; returns the message.
-    async fn expect_error(&self, method: Method, path: &str, status: StatusCode) -> String {
-        self.expect_error_body(method, path, None, status).await
-    }
-
-    /// [`Server::expect_error`] with a request body.
-    async fn expect_error_body(
-        &self,
-        method: Method,
-        path: &str,
-        body: Body<'_>,
-        status: StatusCode,
-    ) -> String {
-        let what = format!("[{}] {method} {path}", self.backend);
-        let reply = self.send_body(method, path, body).await;
-        assert_eq!(reply.status, status, "{what}: {}", reply.body);
-        let message = reply.body["error"]["message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{what}: no message in {}", reply.body))
-            .to_owned();
-        assert_eq!(
-            reply.body,
-            json!({"error": {"status": status.as_u16(), "message": message}}),
-            "{what}"
-        );
-        message
     }
 
     /// Stops the server, after checking that it is still running: nothing
@@ -147,33 +103,82 @@ impl Server {
     }
 }
 
-/// Sends `method path` (with `body`, if any) to the server at `base` and
-/// collects the whole answer. A hang or a dropped connection fails the test,
-/// naming `what`.
-async fn call(
-    client: &HttpClient,
-    base: &str,
-    method: Method,
-    path: &str,
-    body: Body<'_>,
-    what: &str,
-) -> (StatusCode, HeaderMap, Bytes) {
-    let mut request = Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"));
-    if let Some((Some(content_type), _)) = body {
-        request = request.header(CONTENT_TYPE, content_type);
+impl Api {
+    /// Status and JSON body of `method path`, with `body` if any.
+    async fn request(&self, method: Method, path: &str, body: Body<'_>) -> (StatusCode, Value) {
+        let reply = self.send(method, path, body).await;
+        (reply.status, reply.body)
     }
-    let bytes = body.map_or_else(Bytes::new, |(_, text)| Bytes::from(text.to_owned()));
-    let request = request.body(Full::new(bytes)).unwrap();
-    let response = tokio::time::timeout(REQUEST_TIMEOUT, client.request(request))
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no answer"))
-        // A handler that panicked would drop the connection: an error here.
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (parts, body) = response.into_parts();
-    let bytes = body.collect().await.unwrap().to_bytes();
-    (parts.status, parts.headers, bytes)
+
+    /// The whole reply to `method path`, with `body` if any. Every response
+    /// of the server with a body, errors included, must be JSON: a
+    /// plain-text rejection fails here.
+    async fn send(&self, method: Method, path: &str, body: Body<'_>) -> Reply {
+        let (what, status, headers, bytes) = self.call(method, path, body).await;
+        assert_eq!(
+            headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+            Some("application/json"),
+            "{what}: {status} {:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+        Reply {
+            status,
+            headers,
+            body: json_body(&bytes, &what),
+        }
+    }
+
+    /// Checks the error shape, `{"error": {"status", "message"}}` and nothing
+    /// else, with the status repeated in the body; returns the message.
+    async fn expect_error(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_>,
+        status: StatusCode,
+    ) -> String {
+        let what = format!("[{}] {method} {path}", self.backend);
+        let reply = self.send(method, path, body).await;
+        assert_eq!(reply.status, status, "{what}: {}", reply.body);
+        let message = reply.body["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: no message in {}", reply.body))
+            .to_owned();
+        assert_eq!(
+            reply.body,
+            json!({"error": {"status": status.as_u16(), "message": message}}),
+            "{what}"
+        );
+        message
+    }
+
+    /// Sends `method path` (with `body`, if any) and collects the whole
+    /// answer, with the request's description for messages. A hang or a
+    /// dropped connection fails the test.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_>,
+    ) -> (String, StatusCode, HeaderMap, Bytes) {
+        let what = format!("[{}] {method} {path}", self.backend);
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if let Some((Some(content_type), _)) = body {
+            request = request.header(CONTENT_TYPE, content_type);
+        }
+        let bytes = body.map_or_else(Bytes::new, |(_, text)| Bytes::from(text.to_owned()));
+        let request = request.body(Full::new(bytes)).unwrap();
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(request))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer"))
+            // A handler that panicked would drop the connection: an error here.
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        (what, parts.status, parts.headers, bytes)
+    }
 }
 
 /// A body parsed as JSON; anything else fails the test, naming `what`.
@@ -213,7 +218,7 @@ async fn likes_and_views_round_trip() {
 
         for expected in [1, 2] {
             assert_eq!(
-                server.request(Method::POST, &likes).await,
+                server.request(Method::POST, &likes, None).await,
                 (
                     StatusCode::OK,
                     json!({"id": a, "counts": counts(expected, 0, 0)})
@@ -223,14 +228,14 @@ async fn likes_and_views_round_trip() {
             );
         }
         assert_eq!(
-            server.request(Method::DELETE, &likes).await,
+            server.request(Method::DELETE, &likes, None).await,
             (StatusCode::OK, json!({"id": a, "counts": counts(1, 0, 0)})),
             "[{}]",
             t.backend
         );
         assert_eq!(
             server
-                .request(Method::POST, &format!("/posts/{a}/views"))
+                .request(Method::POST, &format!("/posts/{a}/views"), None)
                 .await,
             (StatusCode::OK, json!({"id": a, "counts": counts(1, 0, 1)})),
             "[{}]",
@@ -238,7 +243,9 @@ async fn likes_and_views_round_trip() {
         );
 
         assert_eq!(
-            server.request(Method::GET, &format!("/posts/{a}")).await,
+            server
+                .request(Method::GET, &format!("/posts/{a}"), None)
+                .await,
             (
                 StatusCode::OK,
                 json!({"id": a, "title": "post 1", "counts": counts(1, 0, 1)})
@@ -248,7 +255,9 @@ async fn likes_and_views_round_trip() {
         );
         // The other post is untouched.
         assert_eq!(
-            server.request(Method::GET, &format!("/posts/{b}")).await,
+            server
+                .request(Method::GET, &format!("/posts/{b}"), None)
+                .await,
             (
                 StatusCode::OK,
                 json!({"id": b, "title": "post 2", "counts": counts(0, 0, 0)})
@@ -281,26 +290,31 @@ async fn concurrent_likes_are_all_counted() {
         // 32 requests in flight at once, each on a connection of its own.
         let requests: Vec<_> = (0..REQUESTS)
             .map(|_| {
-                let (client, base, path) =
-                    (server.client.clone(), server.base.clone(), path.clone());
-                let what = format!("[{}] POST {path}", t.backend);
-                tokio::spawn(async move {
-                    let (status, _, bytes) =
-                        call(&client, &base, Method::POST, &path, None, &what).await;
-                    (status, json_body(&bytes, &what))
-                })
+                let (api, path) = (server.api.clone(), path.clone());
+                tokio::spawn(async move { api.request(Method::POST, &path, None).await })
             })
             .collect();
+        let mut seen = Vec::new();
         for request in requests {
             let (status, body) = request.await.unwrap();
             assert_eq!(status, StatusCode::OK, "[{}] {body}", t.backend);
             // The counts read back include the others' likes: at least ours.
             let likes = body["counts"]["likes"].as_i64().unwrap();
             assert!((1..=REQUESTS).contains(&likes), "[{}] {body}", t.backend);
+            seen.push(likes);
         }
+        // The last read started after every write had committed.
+        assert_eq!(
+            seen.iter().max(),
+            Some(&REQUESTS),
+            "[{}] {seen:?}",
+            t.backend
+        );
 
         assert_eq!(
-            server.request(Method::GET, &format!("/posts/{id}")).await,
+            server
+                .request(Method::GET, &format!("/posts/{id}"), None)
+                .await,
             (
                 StatusCode::OK,
                 json!({"id": id, "title": "post 1", "counts": counts(REQUESTS, 0, 0)})
@@ -347,7 +361,7 @@ async fn pages_list_posts_with_their_counts() {
 
         let first = json!({"page": 1, "posts": expected(0..page_size)});
         assert_eq!(
-            server.request(Method::GET, "/posts?page=1").await,
+            server.request(Method::GET, "/posts?page=1", None).await,
             (StatusCode::OK, first.clone()),
             "[{}]",
             t.backend
@@ -355,14 +369,14 @@ async fn pages_list_posts_with_their_counts() {
         // No page is page 1; other parameters are ignored.
         for path in ["/posts", "/posts?sort=whatever"] {
             assert_eq!(
-                server.request(Method::GET, path).await,
+                server.request(Method::GET, path, None).await,
                 (StatusCode::OK, first.clone()),
                 "[{}] {path}",
                 t.backend
             );
         }
         assert_eq!(
-            server.request(Method::GET, "/posts?page=2").await,
+            server.request(Method::GET, "/posts?page=2", None).await,
             (
                 StatusCode::OK,
                 json!({"page": 2, "posts": expected(page_size..n)})
@@ -374,10 +388,10 @@ async fn pages_list_posts_with_their_counts() {
         // A like over HTTP shows on the page.
         let liked = ids[3];
         let (status, _) = server
-            .request(Method::POST, &format!("/posts/{liked}/likes"))
+            .request(Method::POST, &format!("/posts/{liked}/likes"), None)
             .await;
         assert_eq!(status, StatusCode::OK, "[{}]", t.backend);
-        let (_, page) = server.request(Method::GET, "/posts?page=1").await;
+        let (_, page) = server.request(Method::GET, "/posts?page=1", None).await;
         assert_eq!(page["posts"][3]["id"], json!(liked), "[{}]", t.backend);
         assert_eq!(
             page["posts"][3]["counts"],
@@ -391,7 +405,7 @@ async fn pages_list_posts_with_their_counts() {
         for page in [3, 999, MAX_PAGE] {
             assert_eq!(
                 server
-                    .request(Method::GET, &format!("/posts?page={page}"))
+                    .request(Method::GET, &format!("/posts?page={page}"), None)
                     .await,
                 (StatusCode::OK, json!({"page": page, "posts": []})),
                 "[{}]",
@@ -418,7 +432,7 @@ async fn unknown_posts_and_routes_are_404() {
             (Method::POST, format!("/posts/{missing}/views")),
         ] {
             let message = server
-                .expect_error(method, &path, StatusCode::NOT_FOUND)
+                .expect_error(method, &path, None, StatusCode::NOT_FOUND)
                 .await;
             assert_eq!(
                 message,
@@ -429,7 +443,7 @@ async fn unknown_posts_and_routes_are_404() {
         }
         // A well-formed id that no post can have.
         let message = server
-            .expect_error(Method::POST, "/posts/-1/likes", StatusCode::NOT_FOUND)
+            .expect_error(Method::POST, "/posts/-1/likes", None, StatusCode::NOT_FOUND)
             .await;
         assert_eq!(message, "post -1 does not exist", "[{}]", t.backend);
         // Nothing was counted for the posts that do not exist.
@@ -440,18 +454,19 @@ async fn unknown_posts_and_routes_are_404() {
 
         // Unknown routes and methods get the same JSON shape.
         let message = server
-            .expect_error(Method::GET, "/nowhere", StatusCode::NOT_FOUND)
+            .expect_error(Method::GET, "/nowhere", None, StatusCode::NOT_FOUND)
             .await;
         assert_eq!(message, "no route for /nowhere", "[{}]", t.backend);
         server
             .expect_error(
                 Method::GET,
                 &format!("/posts/{id}/shares"),
+                None,
                 StatusCode::NOT_FOUND,
             )
             .await;
         let reply = server
-            .send(Method::PUT, &format!("/posts/{id}/likes"))
+            .send(Method::PUT, &format!("/posts/{id}/likes"), None)
             .await;
         assert_eq!(
             reply.status,
@@ -491,7 +506,7 @@ async fn malformed_ids_and_pages_are_400() {
             ),
         ] {
             let message = server
-                .expect_error(method.clone(), path, StatusCode::BAD_REQUEST)
+                .expect_error(method.clone(), path, None, StatusCode::BAD_REQUEST)
                 .await;
             assert!(
                 message.starts_with("invalid post id ") && message.contains(mentions),
@@ -502,7 +517,7 @@ async fn malformed_ids_and_pages_are_400() {
 
         // Not UTF-8 once decoded: axum's own rejection, in the JSON shape.
         server
-            .expect_error(Method::GET, "/posts/%FF", StatusCode::BAD_REQUEST)
+            .expect_error(Method::GET, "/posts/%FF", None, StatusCode::BAD_REQUEST)
             .await;
 
         let too_far = MAX_PAGE + 1;
@@ -519,6 +534,7 @@ async fn malformed_ids_and_pages_are_400() {
                 .expect_error(
                     Method::GET,
                     &format!("/posts?{query}"),
+                    None,
                     StatusCode::BAD_REQUEST,
                 )
                 .await;
@@ -530,13 +546,20 @@ async fn malformed_ids_and_pages_are_400() {
             );
         }
         let message = server
-            .expect_error(Method::GET, "/posts?page=1&page=2", StatusCode::BAD_REQUEST)
+            .expect_error(
+                Method::GET,
+                "/posts?page=1&page=2",
+                None,
+                StatusCode::BAD_REQUEST,
+            )
             .await;
         assert!(message.contains("more than once"), "[{}]", t.backend);
 
         // Nothing was written, and the server still answers.
         assert_eq!(
-            server.request(Method::GET, &format!("/posts/{id}")).await,
+            server
+                .request(Method::GET, &format!("/posts/{id}"), None)
+                .await,
             (
                 StatusCode::OK,
                 json!({"id": id, "title": "post 1", "counts": counts(0, 0, 0)})
@@ -597,13 +620,13 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
         post::Entity::counters().drop_table(&t.db).await.unwrap();
         for (method, path) in &endpoints {
             let message = server
-                .expect_error(method.clone(), path, StatusCode::SERVICE_UNAVAILABLE)
+                .expect_error(method.clone(), path, None, StatusCode::SERVICE_UNAVAILABLE)
                 .await;
             assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
         }
         for (method, path, body) in &comment_endpoints {
             let message = server
-                .expect_error_body(method.clone(), path, *body, StatusCode::SERVICE_UNAVAILABLE)
+                .expect_error(method.clone(), path, *body, StatusCode::SERVICE_UNAVAILABLE)
                 .await;
             assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
         }
@@ -617,7 +640,7 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
             .map(|c| c.id)
             .collect();
         assert_eq!(rows, [comment], "[{}]", t.backend);
-        let reply = server.send(Method::POST, &likes).await;
+        let reply = server.send(Method::POST, &likes, None).await;
         assert_eq!(
             reply.headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok()),
             Some("1"),
@@ -627,29 +650,27 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
         // Bad input is still 400 and unknown posts 404: checked before the
         // counters are touched.
         server
-            .expect_error(Method::POST, "/posts/abc/likes", StatusCode::BAD_REQUEST)
+            .expect_error(
+                Method::POST,
+                "/posts/abc/likes",
+                None,
+                StatusCode::BAD_REQUEST,
+            )
             .await;
         server
-            .expect_error(Method::POST, "/posts/0/likes", StatusCode::NOT_FOUND)
+            .expect_error(Method::POST, "/posts/0/likes", None, StatusCode::NOT_FOUND)
             .await;
 
         post::Entity::counters().create_table(&t.db).await.unwrap();
         assert_eq!(
-            server.request(Method::POST, &likes).await,
+            server.request(Method::POST, &likes, None).await,
             (StatusCode::OK, json!({"id": id, "counts": counts(1, 0, 0)})),
             "[{}] after the table is back",
             t.backend
         );
         // The dropped table took the comment's count with it: a recount
         // from the rows gives it back.
-        let report = post::Entity::reconcile(
-            &t.db,
-            Key::Comments,
-            Truth::counter_cache::<comment::Entity>(),
-            &Reconcile::new(),
-        )
-        .await
-        .unwrap();
+        let report = comment::recount(&t.db, false).await.unwrap();
         assert_eq!(
             (report.owners_drifted, report.total_abs_drift),
             (1, 1),
@@ -658,7 +679,9 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
         );
         assert_counters_agree(&t).await;
         assert_eq!(
-            server.request(Method::GET, &format!("/posts/{id}")).await,
+            server
+                .request(Method::GET, &format!("/posts/{id}"), None)
+                .await,
             (
                 StatusCode::OK,
                 json!({"id": id, "title": "post 1", "counts": counts(1, 1, 0)})
@@ -671,19 +694,19 @@ async fn database_trouble_is_503_and_the_server_keeps_answering() {
         t.db.close_by_ref().await.unwrap();
         for (method, path) in endpoints.iter().chain(&endpoints) {
             let message = server
-                .expect_error(method.clone(), path, StatusCode::SERVICE_UNAVAILABLE)
+                .expect_error(method.clone(), path, None, StatusCode::SERVICE_UNAVAILABLE)
                 .await;
             assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
         }
         for (method, path, body) in &comment_endpoints {
             let message = server
-                .expect_error_body(method.clone(), path, *body, StatusCode::SERVICE_UNAVAILABLE)
+                .expect_error(method.clone(), path, *body, StatusCode::SERVICE_UNAVAILABLE)
                 .await;
             assert_eq!(message, unavailable, "[{}] {method} {path}", t.backend);
         }
         // Input errors do not need the database.
         server
-            .expect_error(Method::GET, "/posts?page=0", StatusCode::BAD_REQUEST)
+            .expect_error(Method::GET, "/posts?page=0", None, StatusCode::BAD_REQUEST)
             .await;
 
         server.stop().await;
@@ -696,57 +719,57 @@ fn comment_json(author: i64, body: &str) -> String {
     json!({"author_id": author, "body": body}).to_string()
 }
 
-impl Server {
+impl Api {
     /// `POST /posts/{post}/comments`, which must be a 201 with the comment as
-    /// sent; returns the comment's id and the post's comments count in the
-    /// reply.
+    /// sent and its URL in `Location`; returns the comment's id and the
+    /// post's comments count in the reply.
     async fn comment(&self, post: i64, author: i64, body: &str) -> (i64, i64) {
         let path = format!("/posts/{post}/comments");
-        let (status, reply) = self
-            .request_json(Method::POST, &path, &comment_json(author, body))
+        let reply = self
+            .send(Method::POST, &path, json_text(&comment_json(author, body)))
             .await;
-        assert_eq!(status, StatusCode::CREATED, "[{}] {reply}", self.backend);
-        let id = reply["comment"]["id"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("[{}] no comment id in {reply}", self.backend));
+        let (status, reply_body) = (reply.status, &reply.body);
         assert_eq!(
-            reply["comment"],
+            status,
+            StatusCode::CREATED,
+            "[{}] {reply_body}",
+            self.backend
+        );
+        let id = reply_body["comment"]["id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("[{}] no comment id in {reply_body}", self.backend));
+        assert_eq!(
+            reply_body["comment"],
             json!({"id": id, "post_id": post, "author_id": author, "body": body}),
             "[{}]",
             self.backend
         );
-        (id, reply["counts"]["comments"].as_i64().unwrap())
-    }
-
-    /// `DELETE /comments/{id}`: its status, after checking the body (none
-    /// for a 204, the error shape otherwise).
-    async fn delete_comment(&self, id: i64) -> StatusCode {
-        delete_comment(&self.client, &self.base, id, self.backend).await
-    }
-}
-
-/// `DELETE /comments/{id}` on the server at `base`: a 204 has an empty body;
-/// anything else must be the JSON error shape, a 404 naming the comment.
-async fn delete_comment(
-    client: &HttpClient,
-    base: &str,
-    id: i64,
-    backend: counter_tests::Backend,
-) -> StatusCode {
-    let path = format!("/comments/{id}");
-    let what = format!("[{backend}] DELETE {path}");
-    let (status, _, bytes) = call(client, base, Method::DELETE, &path, None, &what).await;
-    if status == StatusCode::NO_CONTENT {
-        assert!(bytes.is_empty(), "{what}: 204 with a body {bytes:?}");
-    } else {
-        let body = json_body(&bytes, &what);
         assert_eq!(
-            body,
-            json!({"error": {"status": status.as_u16(), "message": format!("comment {id} does not exist")}}),
-            "{what}"
+            reply.headers.get(LOCATION).and_then(|v| v.to_str().ok()),
+            Some(format!("/comments/{id}").as_str()),
+            "[{}]",
+            self.backend
         );
+        (id, reply_body["counts"]["comments"].as_i64().unwrap())
     }
-    status
+
+    /// `DELETE /comments/{id}`: its status, after checking the body: none
+    /// for a 204; otherwise the JSON error shape, a 404 naming the comment.
+    async fn delete_comment(&self, id: i64) -> StatusCode {
+        let path = format!("/comments/{id}");
+        let (what, status, _, bytes) = self.call(Method::DELETE, &path, None).await;
+        if status == StatusCode::NO_CONTENT {
+            assert!(bytes.is_empty(), "{what}: 204 with a body {bytes:?}");
+        } else {
+            let body = json_body(&bytes, &what);
+            assert_eq!(
+                body,
+                json!({"error": {"status": status.as_u16(), "message": format!("comment {id} does not exist")}}),
+                "{what}"
+            );
+        }
+        status
+    }
 }
 
 /// The comment rows of `post`, counted in the table itself.
@@ -761,14 +784,7 @@ async fn comment_rows(t: &TestDb, post: i64) -> u64 {
 /// Every post's `comments` counter equals its comment rows: a dry-run
 /// recount finds no drift.
 async fn assert_counters_agree(t: &TestDb) {
-    let report = post::Entity::reconcile(
-        &t.db,
-        Key::Comments,
-        Truth::counter_cache::<comment::Entity>(),
-        &Reconcile::new().dry_run(true),
-    )
-    .await
-    .unwrap();
+    let report = comment::recount(&t.db, true).await.unwrap();
     assert_eq!(
         (report.owners_drifted, report.total_abs_drift),
         (0, 0),
@@ -799,7 +815,9 @@ async fn comments_are_rows_counted_on_their_post() {
         );
 
         assert_eq!(
-            server.request(Method::GET, &format!("/posts/{a}")).await,
+            server
+                .request(Method::GET, &format!("/posts/{a}"), None)
+                .await,
             (
                 StatusCode::OK,
                 json!({"id": a, "title": "post 1", "counts": counts(0, 2, 0)})
@@ -807,7 +825,7 @@ async fn comments_are_rows_counted_on_their_post() {
             "[{}]",
             t.backend
         );
-        let (_, page) = server.request(Method::GET, "/posts").await;
+        let (_, page) = server.request(Method::GET, "/posts", None).await;
         assert_eq!(
             (&page["posts"][0]["counts"], &page["posts"][1]["counts"]),
             (&counts(0, 2, 0), &counts(0, 0, 0)),
@@ -866,7 +884,9 @@ async fn deleting_a_comment_twice_decrements_once() {
         );
         let stored = post::Entity::counts(&t.db, &id).await.unwrap();
         assert_eq!(stored.comments, 1, "[{}] decremented once", t.backend);
-        let (_, post) = server.request(Method::GET, &format!("/posts/{id}")).await;
+        let (_, post) = server
+            .request(Method::GET, &format!("/posts/{id}"), None)
+            .await;
         assert_eq!(post["counts"], counts(0, 1, 0), "[{}]", t.backend);
         assert_eq!(comment_rows(&t, id).await, 1, "[{}]", t.backend);
         assert!(
@@ -891,34 +911,41 @@ async fn concurrent_comments_are_all_counted() {
     for t in backends("blog_server_concurrent_comments").await {
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
-        let path = format!("/posts/{id}/comments");
 
         // 16 comments in flight at once, each on a connection of its own.
         let requests: Vec<_> = (0..REQUESTS)
             .map(|n| {
-                let (client, base, path) =
-                    (server.client.clone(), server.base.clone(), path.clone());
-                let what = format!("[{}] POST {path}", t.backend);
-                let body = comment_json(n, &format!("comment {n}"));
-                tokio::spawn(async move {
-                    let sent = Some((Some("application/json"), body.as_str()));
-                    let (status, _, bytes) =
-                        call(&client, &base, Method::POST, &path, sent, &what).await;
-                    (status, json_body(&bytes, &what))
-                })
+                let api = server.api.clone();
+                tokio::spawn(async move { api.comment(id, n, &format!("comment {n}")).await })
             })
             .collect();
-        let mut comments = Vec::new();
+        let (mut comments, mut seen) = (Vec::new(), Vec::new());
         for request in requests {
-            let (status, body) = request.await.unwrap();
-            assert_eq!(status, StatusCode::CREATED, "[{}] {body}", t.backend);
+            let (comment, count) = request.await.unwrap();
             // The count read back includes the others' comments: at least ours.
-            let count = body["counts"]["comments"].as_i64().unwrap();
-            assert!((1..=REQUESTS).contains(&count), "[{}] {body}", t.backend);
-            comments.push(body["comment"]["id"].as_i64().unwrap());
+            assert!((1..=REQUESTS).contains(&count), "[{}] {count}", t.backend);
+            comments.push(comment);
+            seen.push(count);
         }
+        // The last read started after every insert had committed; and each
+        // request got a row of its own.
         assert_eq!(
-            server.request(Method::GET, &format!("/posts/{id}")).await,
+            seen.iter().max(),
+            Some(&REQUESTS),
+            "[{}] {seen:?}",
+            t.backend
+        );
+        let distinct: HashSet<i64> = comments.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            comments.len(),
+            "[{}] {comments:?}",
+            t.backend
+        );
+        assert_eq!(
+            server
+                .request(Method::GET, &format!("/posts/{id}"), None)
+                .await,
             (
                 StatusCode::OK,
                 json!({"id": id, "title": "post 1", "counts": counts(0, REQUESTS, 0)})
@@ -929,27 +956,30 @@ async fn concurrent_comments_are_all_counted() {
         assert_eq!(comment_rows(&t, id).await, 16, "[{}]", t.backend);
 
         // Every comment deleted by two requests at once (a double click):
-        // exactly one of each pair removes it and decrements.
-        let deletes: Vec<_> = comments
+        // exactly one of each pair removes it and decrements. The two tasks
+        // of a pair meet at a barrier first, so they are sent together, not
+        // whenever the scheduler gets to the second.
+        let pairs: Vec<_> = comments
             .iter()
-            .flat_map(|&comment| [comment, comment])
-            .map(|comment| {
-                let (client, base, backend) =
-                    (server.client.clone(), server.base.clone(), t.backend);
-                tokio::spawn(async move { delete_comment(&client, &base, comment, backend).await })
+            .map(|&comment| {
+                let barrier = Arc::new(Barrier::new(2));
+                let [first, second] = [(); 2].map(|()| {
+                    let (api, barrier) = (server.api.clone(), barrier.clone());
+                    tokio::spawn(async move {
+                        barrier.wait().await;
+                        api.delete_comment(comment).await
+                    })
+                });
+                (comment, first, second)
             })
             .collect();
-        let mut statuses = Vec::new();
-        for delete in deletes {
-            statuses.push(delete.await.unwrap());
-        }
-        for pair in statuses.chunks(2) {
-            let mut pair = pair.to_vec();
+        for (comment, first, second) in pairs {
+            let mut pair = [first.await.unwrap(), second.await.unwrap()];
             pair.sort();
             assert_eq!(
                 pair,
                 [StatusCode::NO_CONTENT, StatusCode::NOT_FOUND],
-                "[{}]",
+                "[{}] comment {comment}",
                 t.backend
             );
         }
@@ -963,8 +993,11 @@ async fn concurrent_comments_are_all_counted() {
     }
 }
 
+/// axum's default request body limit, in bytes: a larger body is 413.
+const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
 #[tokio::test(flavor = "multi_thread")]
-async fn malformed_comments_are_400() {
+async fn malformed_comments_are_refused() {
     for t in backends("blog_server_bad_comments").await {
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
@@ -973,32 +1006,71 @@ async fn malformed_comments_are_400() {
         let too_long = "x".repeat(MAX_COMMENT_CHARS + 1);
         let too_long = comment_json(1, &too_long);
         let empty = comment_json(1, "");
+        let too_large = comment_json(1, &"x".repeat(BODY_LIMIT));
+        let controls = [
+            "\u{0}",
+            "a\u{7}b",
+            "\u{1b}[31mred",
+            "\u{7f}",
+            "\u{85}",
+            "\u{b}",
+        ]
+        .map(|body| comment_json(1, body));
+        let (bad, unsupported, too_big) = (
+            StatusCode::BAD_REQUEST,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            StatusCode::PAYLOAD_TOO_LARGE,
+        );
 
-        for (content_type, body, mentions) in [
-            (json, empty.as_str(), "not 0"),
-            (json, too_long.as_str(), "not 2001"),
-            (json, r#"{"author_id": 1}"#, "body"),
-            (json, r#"{"body": "hi"}"#, "author_id"),
-            (json, r#"{"author_id": "1", "body": "hi"}"#, "author_id"),
-            (json, r#"{"author_id": 1, "body": 5}"#, "body"),
-            (json, r#"{"author_id": 1, "body": "hi""#, "JSON"),
-            (json, "", "JSON"),
-            (json, "[1, 2]", "JSON"),
-            // Not declared as JSON at all.
-            (None, r#"{"author_id": 1, "body": "hi"}"#, "Content-Type"),
+        for (content_type, body, status, mentions) in [
+            (json, empty.as_str(), bad, "not 0"),
+            (json, too_long.as_str(), bad, "not 2001"),
+            // NUL, as a client writes it: PostgreSQL cannot store it, so it
+            // must be refused before the database is asked.
+            (
+                json,
+                r#"{"author_id": 1, "body": "a\u0000b"}"#,
+                bad,
+                "U+0000 at character 2",
+            ),
+            (json, &controls[0], bad, "U+0000 at character 1"),
+            (json, &controls[1], bad, "U+0007 at character 2"),
+            (json, &controls[2], bad, "U+001B"),
+            (json, &controls[3], bad, "U+007F"),
+            (json, &controls[4], bad, "U+0085"),
+            (json, &controls[5], bad, "U+000B"),
+            // Missing fields and wrong types: axum's 422, kept a 400 (see
+            // `rejected` in the server).
+            (json, r#"{"author_id": 1}"#, bad, "body"),
+            (json, r#"{"body": "hi"}"#, bad, "author_id"),
+            (
+                json,
+                r#"{"author_id": "1", "body": "hi"}"#,
+                bad,
+                "author_id",
+            ),
+            (json, r#"{"author_id": 1, "body": 5}"#, bad, "body"),
+            (json, r#"{"author_id": 1, "body": "hi""#, bad, "JSON"),
+            (json, "", bad, "JSON"),
+            (json, "[1, 2]", bad, "JSON"),
+            // Not declared as JSON at all: the client fixes a header.
+            (
+                None,
+                r#"{"author_id": 1, "body": "hi"}"#,
+                unsupported,
+                "Content-Type",
+            ),
             (
                 Some("text/plain"),
                 r#"{"author_id": 1, "body": "hi"}"#,
+                unsupported,
                 "Content-Type",
             ),
+            // Over axum's body limit: refused before it is parsed.
+            (json, too_large.as_str(), too_big, "length limit"),
         ] {
             let message = server
-                .expect_error_body(
-                    Method::POST,
-                    &path,
-                    Some((content_type, body)),
-                    StatusCode::BAD_REQUEST,
-                )
+                .expect_error(Method::POST, &path, Some((content_type, body)), status)
                 .await;
             assert!(
                 message.contains(mentions),
@@ -1008,7 +1080,7 @@ async fn malformed_comments_are_400() {
         }
         // Malformed ids, in the path of either endpoint.
         let message = server
-            .expect_error_body(
+            .expect_error(
                 Method::POST,
                 "/posts/abc/comments",
                 Some((json, &comment_json(1, "hi"))),
@@ -1021,7 +1093,12 @@ async fn malformed_comments_are_400() {
             t.backend
         );
         let message = server
-            .expect_error(Method::DELETE, "/comments/1.5", StatusCode::BAD_REQUEST)
+            .expect_error(
+                Method::DELETE,
+                "/comments/1.5",
+                None,
+                StatusCode::BAD_REQUEST,
+            )
             .await;
         assert!(
             message.starts_with("invalid comment id \"1.5\""),
@@ -1035,11 +1112,29 @@ async fn malformed_comments_are_400() {
             t.backend
         );
 
-        // The limits are characters, inclusive: 2,000 two-byte characters fit.
+        // The limits are characters, inclusive: 2,000 two-byte characters
+        // fit, and so do 2,000 four-byte ones (utf8mb4 on MySQL).
         let longest = "é".repeat(MAX_COMMENT_CHARS);
         let (_, count) = server.comment(id, 1, &longest).await;
         let (_, count_after) = server.comment(id, 1, "x").await;
         assert_eq!((count, count_after), (1, 2), "[{}]", t.backend);
+        // Emoji (outside the Basic Multilingual Plane: MySQL's utf8mb3
+        // cannot store them) and the whitespace control characters are
+        // stored and read back as sent, in the reply and in the table.
+        for body in [
+            "😀 ok",
+            "line 1\nline 2\r\n\ttabbed",
+            &"😀".repeat(MAX_COMMENT_CHARS),
+        ] {
+            let (comment, _) = server.comment(id, 1, body).await;
+            let stored = comment::Entity::find_by_id(comment)
+                .one(&t.db)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("[{}] comment {comment} not stored", t.backend));
+            assert_eq!(stored.body, body, "[{}]", t.backend);
+        }
+        assert_eq!(comment_rows(&t, id).await, 5, "[{}]", t.backend);
         assert_counters_agree(&t).await;
 
         server.stop().await;
@@ -1055,7 +1150,7 @@ async fn comments_on_unknown_posts_are_404() {
         let server = Server::start(&t).await;
 
         let message = server
-            .expect_error_body(
+            .expect_error(
                 Method::POST,
                 &format!("/posts/{missing}/comments"),
                 Some((Some("application/json"), &comment_json(1, "hello?"))),
@@ -1080,7 +1175,7 @@ async fn comments_on_unknown_posts_are_404() {
             t.backend
         );
         // The comment route takes only DELETE.
-        let reply = server.send(Method::GET, "/comments/1").await;
+        let reply = server.send(Method::GET, "/comments/1", None).await;
         assert_eq!(
             reply.status,
             StatusCode::METHOD_NOT_ALLOWED,

@@ -11,7 +11,7 @@ use std::{
 };
 
 use counter_core::{CounterError, Reconcile, ReconcileReport, Truth, prelude::*};
-use counter_tests::{TestDb, backends, raw};
+use counter_tests::{Backend, TestDb, backends, raw};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
@@ -231,10 +231,14 @@ async fn hooks_run_in_the_callers_transaction_and_refuse_a_pool() {
         setup(&t).await;
         let db = &t.db;
 
-        // On the pool: refused before anything is written.
+        // On the pool: refused before anything is written, with a typed error
+        // inside sea-orm's DbErr.
         let err = new_item(Some(1), true, 1).insert(db).await.unwrap_err();
         assert!(
-            err.to_string().contains("transaction"),
+            matches!(
+                CounterError::from_hook_error(&err),
+                Some(CounterError::TransactionRequired { ref table }) if table == "items"
+            ),
             "[{}] {err}",
             t.backend
         );
@@ -256,6 +260,11 @@ async fn hooks_run_in_the_callers_transaction_and_refuse_a_pool() {
         new_item(Some(1), false, 2).save(&txn).await.unwrap();
         txn.commit().await.unwrap();
         assert_exact(&t, &[1, 2], "committed").await;
+
+        // An update that sets no counted column moves no counter: fine on the pool.
+        let mut relabel = moved.clone().into_active_model();
+        relabel.label = Set("relabelled".to_owned());
+        relabel.update(db).await.unwrap();
 
         let txn = db.begin().await.unwrap();
         moved.into_active_model().delete(&txn).await.unwrap();
@@ -322,6 +331,34 @@ async fn two_concurrent_deletes_of_one_row_decrement_once() {
             assert_eq!(counts.weight, 0, "[{}] round {round}", t.backend);
         }
         assert_eq!(removed, 20);
+
+        // Deterministic: a delete holds the row in an open transaction; a
+        // second delete must wait for it, then find nothing to uncount.
+        let row = item::Entity::insert_counted(db, new_item(Some(1), true, 3))
+            .await
+            .unwrap();
+        let txn = db.begin().await.unwrap();
+        let first = row.clone().into_active_model().delete(&txn).await.unwrap();
+        let second = {
+            let (db, am) = (db.clone(), row.into_active_model());
+            tokio::spawn(async move { item::Entity::delete_counted(&db, am).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !second.is_finished(),
+            "[{}] the second delete did not wait",
+            t.backend
+        );
+        txn.commit().await.unwrap();
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(
+            (first.rows_affected, second.rows_affected),
+            (1, 0),
+            "[{}]",
+            t.backend
+        );
+        let counts = shelf::Entity::counts(db, &1).await.unwrap();
+        assert_eq!((counts.items, counts.weight), (0, 0), "[{}]", t.backend);
         t.finish().await;
     }
 }
@@ -508,6 +545,24 @@ async fn reconcile_repairs_hand_edits_and_dry_run_changes_nothing() {
             t.backend
         );
 
+        // A truth over a table that does not exist is the database's error,
+        // not a missing counter table.
+        let typo = Truth::statement(
+            sea_orm::sea_query::Query::select()
+                .column(sea_orm::sea_query::Alias::new("shelf_id"))
+                .expr(Expr::val(1))
+                .from(sea_orm::sea_query::Alias::new("itemz"))
+                .to_owned(),
+        );
+        let err = shelf::Entity::reconcile(db, Key::Items, typo, &Reconcile::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, CounterError::Database(_)),
+            "[{}] {err:?}",
+            t.backend
+        );
+
         // Bad input is a typed error.
         let err = reconcile(db, Key::Items, &Reconcile::new().batch_size(0))
             .await
@@ -539,11 +594,11 @@ async fn sixteen_writers_and_a_reconcile_loop_add_up_exactly() {
     for t in backends("writers_and_reconcile").await {
         setup(&t).await;
         let db = &t.db;
-        // Real drift to repair while the writers run: +5 items on shelf 1,
-        // -3 weight on shelf 2.
+        // Real drift to repair: some before the writers start, more injected
+        // by hand (extra slot rows) while they and the recounts run.
         raw::insert_slot(db, "shelf_counters", 1i64, "items", 900, 5).await;
         raw::insert_slot(db, "shelf_counters", 2i64, "weight", 900, -3).await;
-        let corruption: HashMap<Key, u128> = [(Key::Items, 5), (Key::Weight, 3)].into();
+        let mut corruption: HashMap<Key, u128> = [(Key::Items, 5), (Key::Weight, 3)].into();
 
         let writers: Vec<_> = (0..WRITERS)
             .map(|task| {
@@ -551,8 +606,22 @@ async fn sixteen_writers_and_a_reconcile_loop_add_up_exactly() {
                 tokio::spawn(async move { write_randomly(&db, task).await })
             })
             .collect();
+        let injector = {
+            let db = db.clone();
+            tokio::spawn(async move {
+                let mut injected: HashMap<Key, u128> = HashMap::new();
+                for i in 0..12i16 {
+                    tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+                    let (key, shelf) = (KEYS[i as usize % KEYS.len()], HOT_SHELVES[i as usize % 4]);
+                    raw::insert_slot(&db, "shelf_counters", shelf, key.as_str(), 901 + i, 2).await;
+                    *injected.entry(key).or_default() += 2;
+                }
+                injected
+            })
+        };
         // Two recount loops at once: their lock must keep them from both
-        // correcting the same drift.
+        // correcting the same drift. Each pass that starts after `done` was
+        // seen is the loop's last, so every injected drift is before it.
         let done = Arc::new(AtomicBool::new(false));
         let reconcilers: Vec<_> = [2usize, 3]
             .into_iter()
@@ -560,16 +629,23 @@ async fn sixteen_writers_and_a_reconcile_loop_add_up_exactly() {
                 let (db, done) = (db.clone(), done.clone());
                 tokio::spawn(async move {
                     let mut repaired: HashMap<Key, u128> = HashMap::new();
-                    let mut passes = 0;
-                    while passes < 2 || !done.load(Ordering::Relaxed) {
+                    let (mut passes, mut during) = (0, 0);
+                    loop {
+                        let last = done.load(Ordering::SeqCst);
                         for key in KEYS {
                             let options = Reconcile::new().batch_size(batch);
                             let report = reconcile(&db, key, &options).await?;
                             *repaired.entry(key).or_default() += report.total_abs_drift;
                         }
                         passes += 1;
+                        if !done.load(Ordering::SeqCst) {
+                            during += 1; // the whole pass ran beside the writers
+                        }
+                        if last {
+                            break;
+                        }
                     }
-                    Ok::<_, CounterError>((repaired, passes))
+                    Ok::<_, CounterError>((repaired, passes, during))
                 })
             })
             .collect();
@@ -579,11 +655,14 @@ async fn sixteen_writers_and_a_reconcile_loop_add_up_exactly() {
                 .unwrap()
                 .unwrap_or_else(|e| panic!("[{}] writer: {e}", t.backend));
         }
-        done.store(true, Ordering::Relaxed);
+        for (key, drift) in injector.await.unwrap() {
+            *corruption.entry(key).or_default() += drift;
+        }
+        done.store(true, Ordering::SeqCst);
         let mut repaired: HashMap<Key, u128> = HashMap::new();
-        let mut passes = 0;
+        let (mut passes, mut during) = (0, 0);
         for reconciler in reconcilers {
-            let (found, n) = reconciler
+            let (found, n, beside) = reconciler
                 .await
                 .unwrap()
                 .unwrap_or_else(|e| panic!("[{}] reconcile: {e}", t.backend));
@@ -591,10 +670,17 @@ async fn sixteen_writers_and_a_reconcile_loop_add_up_exactly() {
                 *repaired.entry(key).or_default() += drift;
             }
             passes += n;
+            during += beside;
         }
+        assert!(
+            during >= 1,
+            "[{}] no recount pass overlapped the writers ({passes} passes)",
+            t.backend
+        );
 
-        // Every counter equals the rows; the loop repaired exactly the hand
-        // edits (a phantom drift from a torn snapshot would show up here).
+        // Every counter equals the rows; the loops together repaired exactly
+        // the hand edits: a drift corrected twice (no lock) or a phantom one
+        // (a torn snapshot) would show up here.
         assert_exact(&t, &HOT_SHELVES, "after the storm").await;
         for key in KEYS {
             assert_eq!(
@@ -613,7 +699,7 @@ async fn sixteen_writers_and_a_reconcile_loop_add_up_exactly() {
         }
         let rows = item::Entity::find().all(db).await.unwrap().len();
         eprintln!(
-            "[{}] {WRITERS} writers x {OPS_PER_WRITER} ops, {rows} rows left, {passes} reconcile passes",
+            "[{}] {WRITERS} writers x {OPS_PER_WRITER} ops, {rows} rows left, {passes} reconcile passes ({during} beside the writers)",
             t.backend
         );
         t.finish().await;
@@ -652,4 +738,57 @@ async fn write_randomly(db: &DatabaseConnection, task: u64) -> Result<(), Counte
         }
     }
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_recount_of_a_counter_waits_for_the_first() {
+    for t in backends("recount_lock").await {
+        setup(&t).await;
+        let db = &t.db;
+        for _ in 0..3 {
+            item::Entity::insert_counted(db, new_item(Some(1), true, 1))
+                .await
+                .unwrap();
+        }
+        raw::insert_slot(db, "shelf_counters", 1i64, "items", 900, 5).await;
+
+        // Hold back every write to shelf 1's `items` slot rows (reads still
+        // pass), so both recounts have taken their snapshot, or are waiting
+        // for the lock, before either can repair.
+        let blocker = db.begin().await.unwrap();
+        let hold = match t.backend {
+            Backend::Postgres => Some("LOCK TABLE shelf_counters IN SHARE MODE"),
+            Backend::MySql => Some(
+                "SELECT * FROM shelf_counters WHERE owner_id = 1 AND count_key = 'items' FOR UPDATE",
+            ),
+            // SQLite's recounts hold the database's write lock: nothing to add.
+            Backend::Sqlite => None,
+        };
+        if let Some(hold) = hold {
+            blocker.execute_unprepared(hold).await.unwrap();
+        }
+        let recounts: Vec<_> = (0..2)
+            .map(|_| {
+                let db = db.clone();
+                tokio::spawn(async move { reconcile(&db, Key::Items, &Reconcile::new()).await })
+            })
+            .collect();
+        if hold.is_some() {
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            assert!(
+                recounts.iter().all(|r| !r.is_finished()),
+                "[{}] a recount repaired past the blocked rows",
+                t.backend
+            );
+        }
+        blocker.commit().await.unwrap();
+        let mut repaired = 0;
+        for recount in recounts {
+            repaired += recount.await.unwrap().unwrap().total_abs_drift;
+        }
+        // Without the lock both would subtract the 5: -10, and 7 stored.
+        assert_eq!(repaired, 5, "[{}] drift repaired twice?", t.backend);
+        assert_exact(&t, &[1], "after two recounts").await;
+        t.finish().await;
+    }
 }

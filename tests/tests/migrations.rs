@@ -3,7 +3,7 @@
 use counter_core::{CounterError, CounterTable, Counters, SlottedCounter};
 use counter_tests::backends;
 use entity::{post, user};
-use migration::{Migrator, MigratorTrait};
+use migration::{Migrator, MigratorTrait, SchemaManager};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn migrator_up_and_down_create_and_drop_counter_tables() {
@@ -38,6 +38,14 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
             "[{}]",
             t.backend
         );
+        // The comments table (no `IF NOT EXISTS` on any backend: the
+        // migration runs once) is there after up.
+        let schema = SchemaManager::new(&t.db);
+        assert!(
+            schema.has_table("comments").await.unwrap(),
+            "[{}] comments after up",
+            t.backend
+        );
         posts.increment(&t.db, 1, "likes").await.unwrap();
         users.add(&t.db, 1, "followers", 3).await.unwrap();
         assert_eq!(posts.get(&t.db, &1, "likes").await.unwrap(), 1);
@@ -51,6 +59,11 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
             t.backend
         );
         Migrator::down(&t.db, None).await.unwrap();
+        assert!(
+            !schema.has_table("comments").await.unwrap(),
+            "[{}] comments after down",
+            t.backend
+        );
         let gone = posts.get(&t.db, &1, "likes").await.unwrap_err();
         assert!(
             matches!(gone, CounterError::MissingTable { .. }),

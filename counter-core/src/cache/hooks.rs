@@ -7,13 +7,14 @@
 //! second waits for the first to commit, then finds nothing.
 //!
 //! `before_save` and `before_delete` write the counters before sea-orm
-//! writes the row: if that write then fails, roll the transaction back (the
-//! `*_counted` methods of [`CounterCache`] do).
+//! writes the row. On PostgreSQL a failed row write aborts the transaction;
+//! on MySQL and SQLite it does not, so **after any error, roll the
+//! transaction back** (the `*_counted` methods of [`CounterCache`] do):
+//! committing anyway would keep a counter change whose row change failed.
 
-use sea_orm::{
-    ActiveModelTrait, ActiveValue, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel, Iterable,
-    TryIntoModel,
-};
+use std::any::type_name;
+
+use sea_orm::{ConnectionTrait, DatabaseExecutor, DbErr, EntityTrait};
 
 use super::{CounterCache, rows};
 use crate::{CounterError, DeltaBatch, retry};
@@ -24,8 +25,9 @@ use crate::{CounterError, DeltaBatch, retry};
 /// parent, or a change that keeps the condition's outcome, writes nothing).
 /// Inserts are counted in [`after_save`], from the row the database stored.
 ///
-/// Fails before anything is written when `db` is a connection pool: see
-/// [`CounterCache`] for why the hooks need a transaction.
+/// An update that sets no counted column changes no counter and runs on any
+/// connection. Anything else fails before it writes when `db` is a pool:
+/// see [`CounterCache`] for why the hooks need a transaction.
 pub async fn before_save<E, C>(
     am: E::ActiveModel,
     db: &C,
@@ -35,8 +37,11 @@ where
     E: CounterCache,
     C: ConnectionTrait,
 {
+    if !insert && !rows::sets_counted::<E>(&am) {
+        return Ok(am);
+    }
     require_transaction::<E, C>()?;
-    if insert || !E::counted_columns().into_iter().any(|c| am.get(c).is_set()) {
+    if insert {
         return Ok(am);
     }
     let Some(key) = rows::key_of_active(&am) else {
@@ -46,17 +51,8 @@ where
         // No such row: sea-orm's update fails with RecordNotUpdated.
         return Ok(am);
     };
-    let mut merged = old.clone().into_active_model();
-    for col in E::Column::iter() {
-        if let ActiveValue::Set(v) = am.get(col) {
-            merged.try_set(col, v)?;
-        }
-    }
-    let new = merged.try_into_model()?;
-    let mut deltas = DeltaBatch::new();
-    E::count_row(&old, -1, &mut deltas).map_err(CounterError::into_db_err)?;
-    E::count_row(&new, 1, &mut deltas).map_err(CounterError::into_db_err)?;
-    deltas.apply(db).await.map_err(CounterError::into_db_err)?;
+    let new = rows::merged::<E>(&old, &am)?;
+    count::<E, C>(db, [(&old, -1), (&new, 1)]).await?;
     Ok(am)
 }
 
@@ -68,9 +64,8 @@ where
     C: ConnectionTrait,
 {
     if insert {
-        let mut deltas = DeltaBatch::new();
-        E::count_row(&model, 1, &mut deltas).map_err(CounterError::into_db_err)?;
-        deltas.apply(db).await.map_err(CounterError::into_db_err)?;
+        require_transaction::<E, C>()?;
+        count::<E, C>(db, [(&model, 1)]).await?;
     }
     Ok(model)
 }
@@ -88,18 +83,41 @@ where
         return Ok(am);
     };
     if let Some(old) = rows::lock::<E, C>(db, key).await?.pop() {
-        let mut deltas = DeltaBatch::new();
-        E::count_row(&old, -1, &mut deltas).map_err(CounterError::into_db_err)?;
-        deltas.apply(db).await.map_err(CounterError::into_db_err)?;
+        count::<E, C>(db, [(&old, -1)]).await?;
     }
     Ok(am)
 }
 
+/// Adds each row's contribution times its sign to the counters, in one
+/// sorted statement per counter table, on `db`. The crate's own errors ride
+/// in the `DbErr` (see `CounterError::into_db_err`) and come out of the
+/// `*_counted` methods typed.
+pub(super) async fn count<'m, E, C>(
+    db: &C,
+    signed: impl IntoIterator<Item = (&'m E::Model, i64)>,
+) -> Result<(), DbErr>
+where
+    E: CounterCache,
+    C: ConnectionTrait,
+{
+    let mut deltas = DeltaBatch::new();
+    for (model, sign) in signed {
+        E::count_row(model, sign, &mut deltas).map_err(CounterError::into_db_err)?;
+    }
+    deltas.apply(db).await.map_err(CounterError::into_db_err)?;
+    Ok(())
+}
+
 /// On a pool, the child write and its counter write would be two separate
 /// commits, and two deletes of one row could both see it: refuse, before
-/// anything is written, and say what to do instead.
+/// anything is written, and say what to do instead. sea-orm's
+/// `DatabaseExecutor` may wrap a pool, so it is refused too; other
+/// connection types (a transaction, an application's own wrapper of one)
+/// are trusted to be transactions.
 fn require_transaction<E: EntityTrait, C: ConnectionTrait>() -> Result<(), DbErr> {
-    if !retry::is_pool::<C>() {
+    let name = type_name::<C>().trim_start_matches('&');
+    let executor = name.starts_with(type_name::<DatabaseExecutor<'static>>());
+    if !retry::is_pool::<C>() && !executor {
         return Ok(());
     }
     let table = E::default().table_name().to_owned();

@@ -42,20 +42,42 @@ use crate::{DeltaBatch, Result};
 /// The counter writes happen in the connection sea-orm gives the hooks: the
 /// caller's transaction, so the counter commits or rolls back with the row.
 /// On a bare pool a child write and its counter write would be two commits
-/// and an exact delete impossible, so the hooks refuse a pool with a clear
-/// error before writing anything. Either pass a transaction, or use the
+/// and an exact delete impossible, so the hooks refuse a pool (and sea-orm's
+/// `DatabaseExecutor`, which may wrap one) with
+/// [`CounterError::TransactionRequired`](crate::CounterError::TransactionRequired)
+/// before writing anything; an update that sets no counted column changes
+/// no counter and runs anywhere. Either pass a transaction, or use the
 /// `*_counted` methods below, which open one (a savepoint inside a caller's
-/// transaction; `BEGIN IMMEDIATE` on SQLite, so writers queue instead of
-/// failing) and retry deadlocks when they own it.
+/// transaction; on a SQLite pool `BEGIN IMMEDIATE`, so writers queue instead
+/// of failing) and retry deadlocks when they own it.
 ///
-/// # Bulk writes bypass hooks
+/// In your own transaction:
+/// * **roll back after any error.** The hooks write counters before the row
+///   is updated or deleted; PostgreSQL aborts the transaction when the row
+///   write fails, MySQL and SQLite do not, and a commit would keep the
+///   counter change without the row change;
+/// * on SQLite, begin it `IMMEDIATE`
+///   (`begin_with_options(TransactionOptions { sqlite_transaction_mode: Some(Immediate), .. })`):
+///   a deferred transaction that reads and then writes gets `SQLITE_BUSY`
+///   when another writer commits in between (counts stay right; the write
+///   fails);
+/// * a hook's own error (an overflow, a missing counter table) reaches you
+///   as the `DbErr` sea-orm's hooks must return; [`CounterError::from_hook_error`](crate::CounterError::from_hook_error)
+///   gets it back typed. The `*_counted` methods return it typed.
 ///
-/// `Entity::insert_many`, `update_many`, `delete_many` and `delete_by_id` run
-/// no `ActiveModelBehavior` hook (by sea-orm's design): **they change rows
-/// without changing counters.** Use [`insert_many_counted`](Self::insert_many_counted),
+/// # Writes that bypass the hooks
+///
+/// sea-orm runs `ActiveModelBehavior` hooks only from the `ActiveModel`
+/// methods (`insert`, `update`, `save`, `delete`). **Everything else changes
+/// rows without changing counters**: `Entity::insert_many`, `update_many`,
+/// `delete_many`, `delete_by_id`, `Entity::insert(am).exec(..)` and its
+/// `on_conflict` upserts, `Entity::update(am).exec(..)`, raw SQL, and the
+/// database's own `ON DELETE CASCADE` / `SET NULL` (deleting a post that
+/// cascades to its comments leaves their authors' counts behind). Use
+/// [`insert_many_counted`](Self::insert_many_counted),
 /// [`update_many_counted`](Self::update_many_counted) and
-/// [`delete_many_counted`](Self::delete_many_counted) instead, and repair any
-/// drift from writes made elsewhere (raw SQL, another service) with
+/// [`delete_many_counted`](Self::delete_many_counted) for bulk writes, and
+/// repair drift from the others with
 /// [`Counters::reconcile`](crate::Counters::reconcile).
 ///
 /// ```

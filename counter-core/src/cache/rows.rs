@@ -1,9 +1,12 @@
 //! Finding and locking the child rows a counter cache reads.
 
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, Iterable,
-    ModelTrait, PrimaryKeyToColumn, QueryFilter, QueryOrder, QuerySelect, Value,
+    ActiveModelTrait, ActiveValue, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait,
+    IntoActiveModel, Iterable, ModelTrait, PrimaryKeyToColumn, QueryFilter, QueryOrder,
+    QuerySelect, TryIntoModel, Value,
 };
+
+use super::CounterCache;
 
 /// Primary keys per `IN (...)` list: few binds, short statements.
 pub(crate) const KEYS_PER_STATEMENT: usize = 1_000;
@@ -45,16 +48,42 @@ pub(crate) fn keys_in<E: EntityTrait>(keys: &[Vec<Value>]) -> Condition {
     })
 }
 
+/// Whether `changes` sets a column a contribution depends on: if not, the
+/// write moves no counter.
+pub(crate) fn sets_counted<E: CounterCache>(changes: &E::ActiveModel) -> bool {
+    E::counted_columns()
+        .into_iter()
+        .any(|col| changes.get(col).is_set())
+}
+
+/// The row `old` becomes once the `Set` columns of `changes` are written:
+/// computed, not read back, so a reader's older snapshot (MySQL's
+/// REPEATABLE READ in a caller's transaction) cannot make it stale.
+pub(crate) fn merged<E: CounterCache>(
+    old: &E::Model,
+    changes: &E::ActiveModel,
+) -> Result<E::Model, DbErr> {
+    let mut new = old.clone().into_active_model();
+    for col in E::Column::iter() {
+        if let ActiveValue::Set(value) = changes.get(col) {
+            new.try_set(col, value)?;
+        }
+    }
+    new.try_into_model()
+}
+
 /// The rows matching `cond`, locked until the transaction ends
 /// (`FOR UPDATE` on PostgreSQL and MySQL; SQLite locks the whole database
-/// for a writing transaction and has no row locks to take).
+/// for a writing transaction and has no row locks to take). Sorted by key,
+/// which orders the locks on PostgreSQL; MySQL locks in the order its index
+/// scan meets the rows, so two bulk writes with different filters can still
+/// deadlock there (and are retried on a pool).
 pub(crate) async fn lock<E, C>(db: &C, cond: Condition) -> Result<Vec<E::Model>, DbErr>
 where
     E: EntityTrait,
     C: ConnectionTrait,
 {
     let mut find = E::find().filter(cond);
-    // One order for every locker: two bulk writes cannot deadlock on each other.
     for col in key_columns::<E>() {
         find = find.order_by_asc(col);
     }

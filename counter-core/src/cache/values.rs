@@ -8,6 +8,12 @@ use crate::{
 };
 
 /// A `via` field: the parent's id, or an optional one (no parent, no count).
+#[diagnostic::on_unimplemented(
+    message = "`via` must be the parent's id type `{I}` or `Option<{I}>`, not `{Self}`",
+    label = "the `via` field of this #[counter_cache] has type `{Self}`",
+    note = "`via` names the child field holding the parent's primary key: \
+            change the field's type, or name another field in `via = ...`"
+)]
 pub trait CacheParent<I> {
     /// The parent id, if the row has one.
     fn parent(&self) -> Option<I>;
@@ -27,6 +33,13 @@ impl<I: Clone> CacheParent<I> for Option<I> {
 
 /// A `sum` field: any integer, or an optional one (`NULL` adds 0, as SQL's
 /// `SUM` ignores it).
+#[diagnostic::on_unimplemented(
+    message = "`sum` must be an integer field (`i8`..`i64`, `u8`..`u64`) or an `Option` of one, \
+               not `{Self}`",
+    label = "the `sum` field of this #[counter_cache] has type `{Self}`",
+    note = "`sum` names the child field whose value is added to the counter instead of 1: \
+            change the field's type, or name another field in `sum = ...`"
+)]
 pub trait CacheAmount {
     /// The amount as an `i64`; a `u64` past `i64::MAX` is an overflow.
     fn amount(&self) -> Result<i64>;
@@ -53,6 +66,12 @@ impl<T: CacheAmount> CacheAmount for Option<T> {
 
 /// A `when` field: a `bool`, or an optional one that counts only when it is
 /// `Some` of the expected value, as SQL's `col = TRUE` never matches `NULL`.
+#[diagnostic::on_unimplemented(
+    message = "`when` must be a `bool` or `Option<bool>` field, not `{Self}`",
+    label = "the `when` field of this #[counter_cache] has type `{Self}`",
+    note = "`when` names the child field that decides whether a row counts: \
+            change the field's type, or name another field in `when = ...`"
+)]
 pub trait CacheFlag {
     /// Whether the field holds `expected`.
     fn is(&self, expected: bool) -> bool;

@@ -2,12 +2,12 @@
 //! exactly; and the bulk writes sea-orm runs without hooks, counted here.
 
 use sea_orm::{
-    ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, EntityName, QueryFilter,
-    SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
+    ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, EntityName, Iterable,
+    QueryFilter, SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
 };
 
-use super::{CounterCache, rows};
-use crate::{CounterError, DeltaBatch, Result, retry};
+use super::{CounterCache, hooks, rows};
+use crate::{Result, retry, sql::Dialect};
 
 /// Begins the transaction a counted write runs in: a savepoint inside the
 /// caller's, `BEGIN IMMEDIATE` on a SQLite pool (a deferred transaction
@@ -33,7 +33,7 @@ where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    retry::run(db, &table::<E>(), || {
+    retry::run_transaction(db, &table::<E>(), || {
         let am = am.clone();
         async move {
             let txn = begin(db).await?;
@@ -54,7 +54,7 @@ where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    retry::run(db, &table::<E>(), || {
+    retry::run_transaction(db, &table::<E>(), || {
         let am = am.clone();
         async move {
             let txn = begin(db).await?;
@@ -66,25 +66,8 @@ where
     .await
 }
 
-/// Counts `signed` rows and applies the deltas in `txn`. The crate's own
-/// errors ride in the `DbErr` (see `CounterError::into_db_err`) and come
-/// out of `retry::run` typed.
-async fn count_in<'m, E, C>(
-    txn: &C,
-    signed: impl Iterator<Item = (&'m E::Model, i64)>,
-) -> Result<(), DbErr>
-where
-    E: CounterCache,
-    C: ConnectionTrait,
-{
-    let mut deltas = DeltaBatch::new();
-    for (model, sign) in signed {
-        E::count_row(model, sign, &mut deltas).map_err(CounterError::into_db_err)?;
-    }
-    deltas.apply(txn).await.map_err(CounterError::into_db_err)?;
-    Ok(())
-}
-
+/// Inserts the rows and counts them as stored. Rows per statement stay
+/// under the backend's bind limit whatever the number of columns.
 pub(super) async fn insert_many<E, C, It>(db: &C, rows: It) -> Result<Vec<E::Model>>
 where
     E: CounterCache,
@@ -92,7 +75,9 @@ where
     It: IntoIterator<Item = E::ActiveModel>,
 {
     let rows: Vec<E::ActiveModel> = rows.into_iter().collect();
-    retry::run(db, &table::<E>(), || {
+    let columns = E::Column::iter().count().max(1);
+    let per_statement = (Dialect::of(db)?.max_binds() / columns).clamp(1, rows::KEYS_PER_STATEMENT);
+    retry::run_transaction(db, &table::<E>(), || {
         let rows = rows.clone();
         async move {
             let txn = begin(db).await?;
@@ -100,15 +85,16 @@ where
             if txn.support_returning() {
                 let mut rows = rows.into_iter().peekable();
                 while rows.peek().is_some() {
-                    let chunk: Vec<_> = rows.by_ref().take(rows::KEYS_PER_STATEMENT).collect();
+                    let chunk: Vec<_> = rows.by_ref().take(per_statement).collect();
                     models.extend(E::insert_many(chunk).exec_with_returning(&txn).await?);
                 }
             } else {
+                // No RETURNING (MySQL): one insert and read-back per row.
                 for row in rows {
                     models.push(E::insert(row).exec_with_returning(&txn).await?);
                 }
             }
-            count_in::<E, _>(&txn, models.iter().map(|m| (m, 1))).await?;
+            hooks::count::<E, _>(&txn, models.iter().map(|m| (m, 1))).await?;
             txn.commit().await?;
             Ok(models)
         }
@@ -116,6 +102,10 @@ where
     .await
 }
 
+/// Locks the matching rows, updates them by key and moves their
+/// contributions, each row's new state computed from the old one and
+/// `changes` (see `rows::merged`). Changes that set no counted column are one
+/// plain `UPDATE`.
 pub(super) async fn update_many<E, C>(
     db: &C,
     filter: Condition,
@@ -125,29 +115,40 @@ where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    retry::run(db, &table::<E>(), || {
+    if !rows::sets_counted::<E>(&changes) {
+        return retry::run_transaction(db, &table::<E>(), || {
+            E::update_many()
+                .set(changes.clone())
+                .filter(filter.clone())
+                .exec(db)
+        })
+        .await
+        .map(|result| result.rows_affected);
+    }
+    retry::run_transaction(db, &table::<E>(), || {
         let (filter, changes) = (filter.clone(), changes.clone());
         async move {
             let txn = begin(db).await?;
             let old = rows::lock::<E, _>(&txn, filter).await?;
+            let new = old
+                .iter()
+                .map(|model| rows::merged::<E>(model, &changes))
+                .collect::<Result<Vec<_>, DbErr>>()?;
             let keys: Vec<_> = old.iter().map(rows::key_of::<E>).collect();
             let mut updated = 0;
-            let mut new = Vec::with_capacity(old.len());
             for chunk in keys.chunks(rows::KEYS_PER_STATEMENT) {
-                let by_key = rows::keys_in::<E>(chunk);
                 updated += E::update_many()
                     .set(changes.clone())
-                    .filter(by_key.clone())
+                    .filter(rows::keys_in::<E>(chunk))
                     .exec(&txn)
                     .await?
                     .rows_affected;
-                new.extend(E::find().filter(by_key).all(&txn).await?);
             }
             let signed = old
                 .iter()
                 .map(|m| (m, -1))
                 .chain(new.iter().map(|m| (m, 1)));
-            count_in::<E, _>(&txn, signed).await?;
+            hooks::count::<E, _>(&txn, signed).await?;
             txn.commit().await?;
             Ok(updated)
         }
@@ -155,12 +156,13 @@ where
     .await
 }
 
+/// Locks the matching rows, deletes them by key and uncounts exactly them.
 pub(super) async fn delete_many<E, C>(db: &C, filter: Condition) -> Result<u64>
 where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    retry::run(db, &table::<E>(), || {
+    retry::run_transaction(db, &table::<E>(), || {
         let filter = filter.clone();
         async move {
             let txn = begin(db).await?;
@@ -174,7 +176,7 @@ where
                     .await?
                     .rows_affected;
             }
-            count_in::<E, _>(&txn, old.iter().map(|m| (m, -1))).await?;
+            hooks::count::<E, _>(&txn, old.iter().map(|m| (m, -1))).await?;
             txn.commit().await?;
             Ok(deleted)
         }

@@ -33,12 +33,14 @@ use crate::{
     key::{CounterKey, validate_key},
     owner::OwnerId,
     retry,
-    sql::{self, Dialect, OwnerIndex, OwnerRange, TruthSql},
+    sql::{self, Dialect, OwnerIndex, OwnerRange, RecountLock, TruthSql},
 };
 
-/// The largest [`Reconcile::batch_size`]: owners are bound twice per
-/// statement, far under every backend's bind limit.
-pub const MAX_RECONCILE_BATCH: usize = 10_000;
+/// The largest [`Reconcile::batch_size`]: a batch's owners may be bound
+/// three times in its statement (each side, and the truth query's own
+/// filter), which stays under SQLite's 32,766 binds with room for the truth
+/// query's.
+pub const MAX_RECONCILE_BATCH: usize = 5_000;
 
 /// Where the true counts come from: a query yielding `(owner_id, count)`
 /// rows, at most one per owner, or the declaration of a counter cache.
@@ -76,9 +78,14 @@ enum Source {
 
 impl Truth {
     /// The counts a sea-orm query yields (`Entity::find().select_only()...`):
-    /// its first column is the owner id, its second the count (any integer
-    /// or decimal; rows with a `NULL` owner are ignored), at most one row
-    /// per owner.
+    /// its first column is the owner id, its second the count (an integer
+    /// value: a `SUM` over a decimal column with a fractional part is an
+    /// error, not a rounded count; rows with a `NULL` owner are ignored), at
+    /// most one row per owner.
+    ///
+    /// String owners: the truth's owner column must compare like the counter
+    /// table's `owner_id` (binary on MySQL, `utf8mb4_bin`), or batches cut by
+    /// one ordering miss rows sorted by the other.
     pub fn query<Q: QueryTrait<QueryStatement = SelectStatement>>(query: Q) -> Self {
         Self::statement(query.into_query())
     }
@@ -112,6 +119,11 @@ impl Truth {
     /// its rows grouped by parent, counted (`COUNT(*)`) or summed, with its
     /// condition. Which of `E`'s caches is picked by the table and key being
     /// reconciled; none is [`CounterError::NoCounterCache`].
+    ///
+    /// Only `E`'s rows are the truth: if two child entities feed the same
+    /// key (comments and reviews both counted in a post's `activity`),
+    /// reconciling with one of them would take the other's rows away; use
+    /// [`Truth::query`] with a `UNION ALL` of both instead.
     pub fn counter_cache<E: CounterCache>() -> Self {
         Self {
             source: Source::Cache {
@@ -331,7 +343,10 @@ impl<I: OwnerId> Counters<I> {
             dry_run: options.dry_run,
             ..ReconcileReport::default()
         };
-        let batch = |range| self.reconcile_batch(db, key, &truth, range, options.dry_run);
+        let mut lock = match options.dry_run {
+            true => None,
+            false => Some(RecountLock::new(db, self.table().name(), key).await?),
+        };
         match &options.owners {
             Some(owners) => {
                 let mut owners = owners.clone();
@@ -342,10 +357,11 @@ impl<I: OwnerId> Counters<I> {
                 owners.dedup();
                 for chunk in owners.chunks(options.batch_size) {
                     let range = OwnerRange::In(chunk.iter().cloned().map(Into::into).collect());
-                    let seen = batch(range).await?;
-                    // Asked-for owners with neither children nor counters are checked too.
-                    report.owners_checked += (chunk.len() - seen.len()) as u64;
-                    report.add(seen)?;
+                    let seen = self
+                        .reconcile_batch(db, key, &truth, range, lock.as_mut())
+                        .await?;
+                    // Every owner asked for is checked, found or not.
+                    report.add(chunk.len() as u64, seen);
                 }
             }
             None => {
@@ -360,10 +376,12 @@ impl<I: OwnerId> Counters<I> {
                         upto: upto.clone(),
                         limit,
                     };
-                    let seen = batch(range).await?;
+                    let seen = self
+                        .reconcile_batch(db, key, &truth, range, lock.as_mut())
+                        .await?;
                     let full = seen.len() as u64 == limit;
                     let last = seen.last().map(|d| d.owner.clone().into());
-                    report.add(seen)?;
+                    report.add(seen.len() as u64, seen);
                     after = match (full, upto) {
                         (true, _) => last,
                         (false, Some(upto)) => Some(upto),
@@ -399,91 +417,54 @@ impl<I: OwnerId> Counters<I> {
         Ok(bound.map(Into::into))
     }
 
-    /// One batch: its snapshot and, unless a dry run, its repair, in one
-    /// transaction holding the recount lock. Returns every owner the
-    /// snapshot saw, drifted or not.
+    /// One batch: its snapshot and, unless a dry run (no `lock`), its
+    /// repair, in one transaction under the recount lock. Returns every
+    /// owner the snapshot saw, drifted or not.
     async fn reconcile_batch(
         &self,
         db: &DatabaseConnection,
         key: &str,
         truth: &TruthSql,
         range: OwnerRange,
-        dry_run: bool,
+        lock: Option<&mut RecountLock>,
     ) -> Result<Vec<Drift<I>>> {
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
         let snapshot = sql::snapshot(dialect, table, key, truth, &range);
-        if dry_run {
+        let Some(lock) = lock else {
             let rows = retry::run(db, table, || db.query_all_raw(snapshot.clone())).await?;
             return decode(&rows, table);
-        }
+        };
         let options = TransactionOptions {
             isolation_level: (dialect != Dialect::Sqlite).then_some(IsolationLevel::ReadCommitted),
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..TransactionOptions::default()
         };
-        retry::run(db, table, || async {
+        lock.acquire(table, key).await?;
+        let held: &RecountLock = lock;
+        let repaired = retry::run(db, table, || async {
             let txn = db.begin_with_options(options).await?;
-            let outcome = self.repair(&txn, dialect, key, &snapshot).await;
-            let unlock = sql::unlock(dialect, table, key);
-            match (outcome, unlock) {
-                (Ok(drifts), None) => {
-                    txn.commit().await?;
-                    Ok(drifts)
-                }
-                (Ok(drifts), Some(unlock)) => {
-                    // MySQL's lock belongs to the session, not the
-                    // transaction: commit first, then release it on the same
-                    // connection, so the next recount's snapshot sees this
-                    // batch's repair. The final `commit` is then a no-op.
-                    txn.execute_unprepared("COMMIT").await?;
-                    txn.execute_raw(unlock).await?;
-                    txn.commit().await?;
-                    Ok(drifts)
-                }
-                (failed, unlock) => {
-                    if let Some(unlock) = unlock {
-                        // Best effort: if the connection is gone, so is the lock.
-                        let _ = txn.execute_raw(unlock).await;
-                    }
-                    failed // dropping `txn` rolls back
-                }
-            }
+            held.in_transaction(&txn, table, key).await?;
+            let drifts = self.repair(&txn, key, &snapshot).await?;
+            txn.commit().await?;
+            Ok(drifts)
         })
-        .await
+        .await;
+        lock.release().await;
+        repaired
     }
 
-    /// Inside the batch transaction: lock, snapshot, apply the drift. The
-    /// crate's own errors ride in the `DbErr` (see
-    /// `CounterError::into_db_err`) and come out of `retry::run` typed.
+    /// Inside the batch transaction, after the lock: the snapshot, then the
+    /// drift added as an increment. The crate's own errors ride in the
+    /// `DbErr` (see `CounterError::into_db_err`) and come out of
+    /// `retry::run` typed.
     async fn repair<C: ConnectionTrait>(
         &self,
         txn: &C,
-        dialect: Dialect,
         key: &str,
         snapshot: &sea_orm::Statement,
     ) -> Result<Vec<Drift<I>>, DbErr> {
         let table = self.table().name();
-        if let Some(lock) = sql::lock(dialect, table, key) {
-            let row = txn.query_one_raw(lock).await?;
-            if dialect == Dialect::MySql {
-                let acquired =
-                    row.and_then(|r| r.try_get_by_index::<Option<i64>>(0).ok().flatten());
-                if acquired != Some(1) {
-                    let waited = DbErr::Custom(format!(
-                        "another recount of `{key}` in `{table}` held its lock for {} s",
-                        sql::MYSQL_LOCK_WAIT_SECS
-                    ));
-                    return Err(CounterError::Conflict {
-                        table: table.to_owned(),
-                        attempts: 1,
-                        in_transaction: false,
-                        source: waited,
-                    }
-                    .carry());
-                }
-            }
-        }
         let rows = txn.query_all_raw(snapshot.clone()).await?;
         let drifts = decode::<I>(&rows, table).map_err(CounterError::into_db_err)?;
         let mut deltas = DeltaBatch::new();
@@ -525,14 +506,14 @@ fn decode<I: OwnerId>(rows: &[sea_orm::QueryResult], table: &str) -> Result<Vec<
 }
 
 impl<I> ReconcileReport<I> {
-    fn add(&mut self, seen: Vec<Drift<I>>) -> Result<()> {
+    /// Adds a batch that checked `checked` owners and saw `seen`.
+    fn add(&mut self, checked: u64, seen: Vec<Drift<I>>) {
         self.batches += 1;
-        self.owners_checked += seen.len() as u64;
+        self.owners_checked += checked;
         for drift in seen.into_iter().filter(|d| d.drift != 0) {
             self.owners_drifted += 1;
             self.total_abs_drift += u128::from(drift.drift.unsigned_abs());
             self.drifted.push(drift);
         }
-        Ok(())
     }
 }

@@ -7,15 +7,16 @@
 
 mod ddl;
 mod errors;
+mod lock;
 mod reconcile;
 mod sum;
 mod upsert;
 
 pub(crate) use ddl::{create_table, drop_table};
 pub(crate) use errors::{Classified, classify};
+pub(crate) use lock::RecountLock;
 pub(crate) use reconcile::{
-    MYSQL_LOCK_WAIT_SECS, OwnerIndex, OwnerRange, SNAPSHOT_TOTALS, TruthSql, cache_truth, lock,
-    nth_owners, snapshot, unlock,
+    OwnerIndex, OwnerRange, SNAPSHOT_TOTALS, TruthSql, cache_truth, nth_owners, snapshot,
 };
 pub(crate) use sum::{SumRow, parse_total, sums};
 pub(crate) use upsert::{UpsertRow, add_one, add_rows};

@@ -246,61 +246,6 @@ where
     }
 }
 
-/// Serialises recounts of one counter across processes, inside the recount's
-/// transaction. `None` on SQLite, whose `BEGIN IMMEDIATE` already holds the
-/// database's write lock.
-pub(crate) fn lock(dialect: Dialect, table: &str, key: &str) -> Option<Statement> {
-    let id = lock_id(table, key);
-    match dialect {
-        // Released by COMMIT or ROLLBACK, whatever happens to the client.
-        Dialect::Postgres => Some(Statement::from_sql_and_values(
-            dialect.backend(),
-            "SELECT pg_advisory_xact_lock($1)",
-            [Value::from(id)],
-        )),
-        // A session lock (MySQL has no transaction-scoped one): see `unlock`.
-        Dialect::MySql => Some(Statement::from_sql_and_values(
-            dialect.backend(),
-            "SELECT GET_LOCK(?, ?) AS acquired",
-            [
-                Value::from(mysql_lock_name(id)),
-                Value::from(MYSQL_LOCK_WAIT_SECS),
-            ],
-        )),
-        Dialect::Sqlite => None,
-    }
-}
-
-/// How long a MySQL recount waits for another recount of the same counter.
-pub(crate) const MYSQL_LOCK_WAIT_SECS: i64 = 60;
-
-/// Releases the MySQL session lock of [`lock`]; `None` elsewhere.
-pub(crate) fn unlock(dialect: Dialect, table: &str, key: &str) -> Option<Statement> {
-    (dialect == Dialect::MySql).then(|| {
-        Statement::from_sql_and_values(
-            dialect.backend(),
-            "DO RELEASE_LOCK(?)",
-            [Value::from(mysql_lock_name(lock_id(table, key)))],
-        )
-    })
-}
-
-/// MySQL lock names are at most 64 characters: a hash, not the names.
-fn mysql_lock_name(id: i64) -> String {
-    format!("counter_core:reconcile:{id:016x}")
-}
-
-/// FNV-1a of the table and key: the same in every process and build (the
-/// standard library's hasher is not), so every recounter agrees on the lock.
-fn lock_id(table: &str, key: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in table.bytes().chain([0]).chain(key.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    i64::from_ne_bytes(hash.to_ne_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,13 +301,5 @@ mod tests {
         );
         assert!(my.sql.contains("AS CHAR"), "{}", my.sql);
         assert!(!my.sql.contains("LIMIT"), "{}", my.sql);
-    }
-
-    #[test]
-    fn lock_ids_are_stable_and_distinct() {
-        assert_eq!(lock_id("t", "k"), lock_id("t", "k"));
-        assert_ne!(lock_id("t", "k"), lock_id("tk", ""));
-        assert!(mysql_lock_name(i64::MIN).len() <= 64);
-        assert!(lock(Dialect::Sqlite, "t", "k").is_none());
     }
 }

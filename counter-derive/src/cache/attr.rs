@@ -4,19 +4,24 @@
 
 use proc_macro2::Span;
 use syn::{
-    Attribute, Expr, ExprPath, ExprUnary, Ident, Path, PathSegment, UnOp, ext::IdentExt,
-    spanned::Spanned,
+    Attribute, Expr, ExprPath, ExprUnary, Ident, Path, PathArguments, PathSegment, UnOp,
+    ext::IdentExt, spanned::Spanned,
 };
 
 use crate::{
-    attr::{key_name_problem, option_value, path_name, skip_value},
-    diagnostics::{Errors, unknown},
+    attr::key_name_problem,
+    diagnostics::Errors,
+    options::{Options, option_value, path_string},
 };
 
-/// The options of `#[counter_cache(...)]`.
+/// Listed in the order of the docs, which is the order an unknown option's
+/// error lists them in when none is close enough to suggest.
 const OPTIONS: &[&str] = &["parent", "key", "via", "sum", "when"];
 /// The last segment of a `parent` path.
 const ENTITY: &str = "Entity";
+/// Why `parent` is written as it is, for each error about it.
+const PARENT_IS_ENTITY: &str = "`parent` must be a path ending in `Entity`, the parent's entity \
+     type in the module beside the `counters::Key` its #[derive(SlottedCounter)] generated";
 /// The other items a SeaORM entity module defines, which a `parent` path
 /// may end in by mistake.
 const ENTITY_ITEMS: &[&str] = &[
@@ -44,7 +49,7 @@ pub(crate) struct CacheAttr {
     /// then not reported, as it may be behind the syntax error.
     pub malformed: bool,
     /// The options written, valid or not: a missing option is one not written.
-    pub written: Vec<String>,
+    pub options: Options,
 }
 
 /// `when = published` or `when = !published`.
@@ -64,17 +69,13 @@ impl CacheAttr {
             sum: None,
             when: None,
             malformed: false,
-            written: Vec::new(),
+            options: Options::new("option", OPTIONS),
         }
-    }
-
-    /// Whether the attribute wrote `option`, validly or not.
-    pub(crate) fn wrote(&self, option: &str) -> bool {
-        self.written.iter().any(|w| w == option)
     }
 }
 
-/// Whether `attr` is a `#[counter_cache(...)]`.
+/// The derive sees every attribute on the struct; `sea_orm`'s and the
+/// user's others are not ours to read.
 pub(crate) fn is_cache(attr: &Attribute) -> bool {
     attr.path().is_ident("counter_cache")
 }
@@ -84,33 +85,24 @@ pub(crate) fn is_cache(attr: &Attribute) -> bool {
 pub(crate) fn parse(attr: &Attribute, errors: &mut Errors) -> CacheAttr {
     let mut out = CacheAttr::new(attr.path().span());
     let result = attr.parse_nested_meta(|meta| {
-        let name = path_name(&meta);
-        if out.wrote(&name) {
-            errors.at(meta.path.span(), format!("duplicate option `{name}`"));
-            return skip_value(&meta);
-        }
-        if OPTIONS.contains(&name.as_str()) {
-            out.written.push(name.clone());
-        }
-        let example = match name.as_str() {
+        let Some(option) = out.options.next(&meta, errors)? else {
+            return Ok(());
+        };
+        let example = match option {
             "parent" => "`parent = super::post::Entity`",
             "key" => "`key = comments`",
             "via" => "`via = post_id`",
             "sum" => "`sum = amount`",
-            "when" => "`when = published` or `when = !published`",
-            _ => {
-                errors.at(meta.path.span(), unknown("option", &name, OPTIONS));
-                return skip_value(&meta);
-            }
+            _ => "`when = published` or `when = !published`",
         };
         let Some(value) = option_value(&meta, example, errors)? else {
             return Ok(());
         };
-        match name.as_str() {
+        match option {
             "parent" => out.parent = parent(value, errors),
             "key" => out.key = key(value, errors),
-            "via" => out.via = field(&name, value, example, errors),
-            "sum" => out.sum = field(&name, value, example, errors),
+            "via" => out.via = field(option, value, example, errors),
+            "sum" => out.sum = field(option, value, example, errors),
             _ => out.when = when(value, errors),
         }
         Ok(())
@@ -122,7 +114,10 @@ pub(crate) fn parse(attr: &Attribute, errors: &mut Errors) -> CacheAttr {
     out
 }
 
-/// `parent = super::post::Entity`: a plain path whose last segment is `Entity`.
+/// `parent = super::post::Entity`: a plain path whose last segment is
+/// `Entity`. The expansion reaches the parent's `counters::Key` by putting
+/// `counters::Key` in place of that segment, so the path is all it can
+/// follow: not an alias, not generic arguments.
 fn parent(value: Expr, errors: &mut Errors) -> Option<Path> {
     let Expr::Path(ExprPath {
         qself: None, path, ..
@@ -130,27 +125,56 @@ fn parent(value: Expr, errors: &mut Errors) -> Option<Path> {
     else {
         errors.at(
             value.span(),
-            "`parent` is the parent's entity type, a path like `super::post::Entity`",
+            format!("{PARENT_IS_ENTITY}, like `super::post::Entity`"),
         );
         return None;
     };
     let last = path.segments.last()?;
-    if last.ident == ENTITY && last.arguments.is_none() {
-        return Some(path);
-    }
+    // What the user most likely meant, without generic arguments.
     let mut suggestion = path.clone();
-    if ENTITY_ITEMS.contains(&last.ident.to_string().as_str()) {
+    for segment in &mut suggestion.segments {
+        segment.arguments = PathArguments::None;
+    }
+    if last.ident == ENTITY {
+        let Some(generic) = path.segments.iter().find(|s| !s.arguments.is_none()) else {
+            return Some(path);
+        };
+        errors.at(
+            generic.arguments.span(),
+            format!(
+                "`parent` takes no generic arguments: an entity type has none, and its \
+                 `counters::Key` is found by the path alone; did you mean `{}`?",
+                path_string(&suggestion)
+            ),
+        );
+        return None;
+    }
+    let name = last.ident.unraw().to_string();
+    let is_item = ENTITY_ITEMS.contains(&name.as_str());
+    if !is_item && name.starts_with(|c: char| c.is_uppercase()) {
+        // A type, not a module: most likely an alias of the parent's
+        // `Entity`, whose module cannot be told from its name.
+        errors.at(
+            last.ident.span(),
+            format!(
+                "{PARENT_IS_ENTITY}; `{name}` may be an alias of it, but an alias cannot be \
+                 followed to that module: write the path of the parent's module, as in \
+                 `super::post::Entity`"
+            ),
+        );
+        return None;
+    }
+    if is_item {
         suggestion.segments.pop();
     }
     suggestion
         .segments
         .push(PathSegment::from(Ident::new(ENTITY, last.ident.span())));
-    let suggestion = path_string(&suggestion);
     errors.at(
         last.ident.span(),
         format!(
-            "`parent` names the parent's `Entity` (its `counters::Key` is found beside it): \
-             did you mean `{suggestion}`?"
+            "{PARENT_IS_ENTITY}: did you mean `{}`?",
+            path_string(&suggestion)
         ),
     );
     None
@@ -174,7 +198,9 @@ fn key(value: Expr, errors: &mut Errors) -> Option<Ident> {
     Some(ident)
 }
 
-/// `via = post_id`, `sum = amount`: a field of `Model`, by name.
+/// `via = post_id`, `sum = amount`. Only the name is read here: whether
+/// `Model` has the field is checked once all of `Model` is known, and its
+/// type by rustc, in the expansion.
 fn field(option: &str, value: Expr, example: &str, errors: &mut Errors) -> Option<Ident> {
     single_ident(&value).or_else(|| {
         errors.at(
@@ -222,19 +248,4 @@ fn single_ident(expr: &Expr) -> Option<Ident> {
         Expr::Group(group) => single_ident(&group.expr),
         _ => None,
     }
-}
-
-/// A path as written, for messages and comparisons: `super::post::Entity`.
-pub(crate) fn path_string(path: &Path) -> String {
-    let segments: Vec<String> = path
-        .segments
-        .iter()
-        .map(|s| s.ident.unraw().to_string())
-        .collect();
-    let root = if path.leading_colon.is_some() {
-        "::"
-    } else {
-        ""
-    };
-    format!("{root}{}", segments.join("::"))
 }

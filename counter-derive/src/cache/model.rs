@@ -9,11 +9,12 @@
 use proc_macro2::Span;
 use syn::{DeriveInput, Field, Ident, Path, ext::IdentExt};
 
-use super::attr::{self, CacheAttr, path_string};
+use super::attr::{self, CacheAttr};
 use crate::{
     diagnostics::{Errors, unknown},
-    entity::{self, column_ident},
+    entity::{self, column_ident, is_ignored, not_a_model},
     model::variant_ident,
+    options::path_string,
 };
 
 pub(crate) struct CacheModel {
@@ -53,9 +54,6 @@ impl FieldRef {
     }
 }
 
-const NOT_A_MODEL: &str = "#[derive(CounterCache)] goes on the `Model` struct of a SeaORM \
-     entity, beside `DeriveEntityModel`: `#[derive(DeriveEntityModel, CounterCache)]`";
-
 const NO_CACHE: &str = "#[derive(CounterCache)] needs a cache: add \
      `#[counter_cache(parent = super::post::Entity, key = comments, via = post_id)]`, \
      one attribute per cache";
@@ -70,9 +68,9 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CacheModel>> {
     let mut errors = Errors::default();
     let fields = entity::model_fields(input);
     if fields.is_none() {
-        errors.at(input.ident.span(), NOT_A_MODEL);
-    }
-    if !input.attrs.iter().any(attr::is_cache) {
+        // Adding a cache would not help: the derive is in the wrong place.
+        errors.at(input.ident.span(), not_a_model("CounterCache"));
+    } else if !input.attrs.iter().any(attr::is_cache) {
         errors.at(input.ident.span(), NO_CACHE);
     }
     let resolver = Resolver {
@@ -113,9 +111,23 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CacheModel>> {
         if cache.sum.is_some() && sum.is_none() || cache.when.is_some() && when.is_none() {
             continue;
         }
+        // Spanned at the user's key, so that rustc's error for a key the
+        // parent lacks points there. (rustc then offers the similar
+        // UpperCamelCase variant as the fix, which is no key; a span of
+        // another hygiene, `Span::mixed_site().located_at(..)`, keeps that
+        // suggestion and only adds a note about the derive.)
+        let Some(variant) = variant_ident(&name, key.span()) else {
+            // `attr` admits only keys that start with a letter, which all
+            // have one.
+            errors.at(
+                key.span(),
+                format!("key `{name}` has no `Key` variant name"),
+            );
+            continue;
+        };
         caches.push(Cache {
             parent,
-            variant: variant_ident(&name, key.span()),
+            variant,
             key: name,
             via,
             sum,
@@ -156,13 +168,14 @@ fn report_missing(cache: &CacheAttr, errors: &mut Errors) {
         ),
     ];
     for (option, what) in required {
-        if !cache.wrote(option) {
+        if !cache.options.wrote(option) {
             errors.at(cache.span, format!("missing `{option}`: name {what}"));
         }
     }
 }
 
-/// Looks fields of `Model` up by name.
+/// Options name fields by their Rust name; the expansion needs the field as
+/// declared (raw or not) and its `Column` variant, which may be renamed.
 struct Resolver<'a> {
     /// `None` when the input is not a `Model` (reported already): then no
     /// field is known, and none is reported unknown.
@@ -177,7 +190,7 @@ impl Resolver<'_> {
         let name = written.unraw().to_string();
         let found = fields.iter().find_map(|f| {
             let ident = f.ident.as_ref()?;
-            (ident.unraw() == name).then_some((ident, &f.attrs))
+            (ident.unraw() == name).then_some((ident, f.attrs.as_slice()))
         });
         let Some((ident, attrs)) = found else {
             let known: Vec<String> = fields
@@ -188,10 +201,25 @@ impl Resolver<'_> {
             errors.at(written.span(), unknown("field", &name, &known));
             return None;
         };
+        if is_ignored(attrs) {
+            errors.at(
+                written.span(),
+                format!(
+                    "`{name}` is #[sea_orm(ignore)]: it has no column, so a counter cache \
+                     cannot read it"
+                ),
+            );
+            return None;
+        }
+        let column = match column_ident(ident, attrs, written.span()) {
+            Ok(column) => column,
+            Err(e) => {
+                errors.push(e);
+                return None;
+            }
+        };
         let mut field = ident.clone();
         field.set_span(written.span());
-        let mut column = column_ident(ident, attrs);
-        column.set_span(written.span());
         Some(FieldRef { field, column })
     }
 }

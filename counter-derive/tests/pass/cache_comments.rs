@@ -1,5 +1,5 @@
 // The documented example compiles against counter-core, hooks included, and
-// its generated rules and columns are the declared ones.
+// its generated rules, columns and row deltas are the declared ones.
 mod post {
     use sea_orm::entity::prelude::*;
 
@@ -82,28 +82,60 @@ mod category {
     counter_core::counter_cache_behavior!();
 }
 
-fn main() {
-    use counter_core::{CounterCache, DeltaBatch};
+/// `deltas` as `Debug` shows it, to compare with a batch built by hand:
+/// `DeltaBatch` has no other way to look inside.
+fn shown(deltas: &counter_core::DeltaBatch) -> String {
+    format!("{deltas:?}")
+}
 
-    let rules = comment::Entity::cache_rules();
-    let keys: Vec<_> = rules.iter().map(|r| (r.parent_table, r.key)).collect();
+fn main() {
+    use counter_core::{CacheRule, CounterCache, DeltaBatch};
+
+    /// A rule as `(parent table, key, via, sum, when)`, columns as `Debug`
+    /// shows them: `Column` has no `PartialEq`.
+    fn rule<E: sea_orm::EntityTrait>(
+        r: CacheRule<E>,
+    ) -> (&'static str, &'static str, String, String, String) {
+        (
+            r.parent_table,
+            r.key,
+            format!("{:?}", r.via),
+            format!("{:?}", r.sum),
+            format!("{:?}", r.when),
+        )
+    }
+    let s = String::from;
+
+    let rules: Vec<_> = comment::Entity::cache_rules().into_iter().map(rule).collect();
     assert_eq!(
-        keys,
+        rules,
         [
-            ("posts_counters", "comments"),
-            ("posts_counters", "published_comments"),
-            ("users_counters", "hidden_comments"),
-            ("posts_counters", "tips"),
+            ("posts_counters", "comments", s("PostId"), s("None"), s("None")),
+            (
+                "posts_counters",
+                "published_comments",
+                s("PostId"),
+                s("None"),
+                s("Some((Published, true))"),
+            ),
+            (
+                "users_counters",
+                "hidden_comments",
+                s("AuthorId"),
+                s("None"),
+                s("Some((Published, false))"),
+            ),
+            ("posts_counters", "tips", s("PostId"), s("Some(Amount)"), s("None")),
         ]
     );
-    // `Column` has no `PartialEq`: compare what `Debug` shows.
-    assert_eq!(format!("{:?}", rules[2].when), "Some((Published, false))");
-    assert_eq!(format!("{:?}", rules[3].sum), "Some(Amount)");
     assert_eq!(
         format!("{:?}", comment::Entity::counted_columns()),
         "[PostId, Published, AuthorId, Amount]"
     );
 
+    // Unpublished, without an author: +1 comments and +5 tips on post 7;
+    // not published_comments (`when = published`), and not hidden_comments
+    // either, though `when = !published` holds: it has no author to count on.
     let row = comment::Model {
         id: 1,
         post_id: 7,
@@ -114,10 +146,95 @@ fn main() {
     };
     let mut deltas = DeltaBatch::new();
     comment::Entity::count_row(&row, 1, &mut deltas).unwrap();
-    assert!(!deltas.is_empty());
+    let mut expected = DeltaBatch::new();
+    expected
+        .add_to::<post::Entity>(7, post::counters::Key::Comments, 1)
+        .unwrap();
+    expected
+        .add_to::<post::Entity>(7, post::counters::Key::Tips, 5)
+        .unwrap();
+    assert_eq!(shown(&deltas), shown(&expected));
+    let debug = shown(&deltas);
+    assert!(debug.contains(r#""comments")"#), "{debug}");
+    assert!(debug.contains(r#""tips")"#), "{debug}");
+    assert!(!debug.contains("published_comments"), "{debug}");
+    assert!(!debug.contains("hidden_comments"), "{debug}");
 
+    // Published, with an author and a negative sign (the row counted out):
+    // -1 on every post counter, -5 tips, nothing hidden on the author.
+    let row = comment::Model {
+        author_id: Some(3),
+        published: true,
+        ..row
+    };
+    let mut deltas = DeltaBatch::new();
+    comment::Entity::count_row(&row, -1, &mut deltas).unwrap();
+    let mut expected = DeltaBatch::new();
+    for (key, delta) in [
+        (post::counters::Key::Comments, -1),
+        (post::counters::Key::PublishedComments, -1),
+        (post::counters::Key::Tips, -5),
+    ] {
+        expected.add_to::<post::Entity>(7, key, delta).unwrap();
+    }
+    assert_eq!(shown(&deltas), shown(&expected));
+    // Counted in and out again, the row nets to nothing.
+    comment::Entity::count_row(&row, 1, &mut deltas).unwrap();
+    assert!(deltas.is_empty(), "{deltas:?}");
+
+    // The tree: `Option<i32>` via, `Option<bool>` when.
+    let rules: Vec<_> = category::Entity::cache_rules().into_iter().map(rule).collect();
+    assert_eq!(
+        rules,
+        [
+            ("categories_counters", "children", s("Parent"), s("None"), s("None")),
+            (
+                "categories_counters",
+                "type",
+                s("Parent"),
+                s("None"),
+                s("Some((Type, true))"),
+            ),
+        ]
+    );
     assert_eq!(
         format!("{:?}", category::Entity::counted_columns()),
         "[Parent, Type]"
     );
+    let child = category::Model {
+        id: 2,
+        parent: Some(1),
+        r#type: Some(true),
+    };
+    let mut deltas = DeltaBatch::new();
+    category::Entity::count_row(&child, 1, &mut deltas).unwrap();
+    let mut expected = DeltaBatch::new();
+    expected
+        .add_to::<category::Entity>(1, category::counters::Key::Children, 1)
+        .unwrap();
+    expected
+        .add_to::<category::Entity>(1, category::counters::Key::Type, 1)
+        .unwrap();
+    assert_eq!(shown(&deltas), shown(&expected));
+    // `NULL` never counts for `when`, but the row is still a child.
+    let untyped = category::Model {
+        r#type: None,
+        ..child.clone()
+    };
+    let mut deltas = DeltaBatch::new();
+    category::Entity::count_row(&untyped, 1, &mut deltas).unwrap();
+    let mut expected = DeltaBatch::new();
+    expected
+        .add_to::<category::Entity>(1, category::counters::Key::Children, 1)
+        .unwrap();
+    assert_eq!(shown(&deltas), shown(&expected));
+    // A root has no parent: it counts nowhere.
+    let root = category::Model {
+        id: 1,
+        parent: None,
+        r#type: Some(true),
+    };
+    let mut deltas = DeltaBatch::new();
+    category::Entity::count_row(&root, 1, &mut deltas).unwrap();
+    assert_eq!(shown(&deltas), shown(&DeltaBatch::new()));
 }

@@ -12,4 +12,13 @@ mod tuple {
     pub struct Model(i64);
 }
 
+// Not named `Model`, and without an attribute: a cache would not help, so
+// only the place is reported.
+mod named {
+    #[derive(counter_derive::CounterCache)]
+    pub struct Comment {
+        pub id: i64,
+    }
+}
+
 fn main() {}

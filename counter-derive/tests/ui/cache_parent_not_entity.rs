@@ -5,6 +5,8 @@ use sea_orm::entity::prelude::*;
 #[counter_cache(parent = super::post::Model, key = comments, via = post_id)]
 #[counter_cache(parent = super::post, key = likes, via = post_id)]
 #[counter_cache(parent = "super::post::Entity", key = views, via = post_id)]
+#[counter_cache(parent = super::post::Entity::<i64>, key = shares, via = post_id)]
+#[counter_cache(parent = Post, key = reads, via = post_id)]
 pub struct Model {
     #[sea_orm(primary_key)]
     pub id: i64,

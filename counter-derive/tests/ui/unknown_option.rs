@@ -3,7 +3,8 @@ use sea_orm::entity::prelude::*;
 
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
 #[sea_orm(table_name = "posts")]
-#[counter(keys(likes(slot = 4)), slot = 8, colour = "red")]
+// An unknown option is unknown each time it is written, not a duplicate.
+#[counter(keys(likes(slot = 4)), slot = 8, colour = "red", colour = "blue")]
 pub struct Model {
     #[sea_orm(primary_key)]
     pub id: i64,

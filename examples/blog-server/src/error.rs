@@ -21,6 +21,10 @@ pub enum ApiError {
     NotFound(String),
     /// 400: a malformed id, page or comment body.
     BadRequest(String),
+    /// 415: a body not declared as `application/json`.
+    UnsupportedMediaType(String),
+    /// 413: a body over axum's size limit, refused before it is read whole.
+    PayloadTooLarge(String),
     /// 405: a route that exists, with a method it does not take.
     MethodNotAllowed(String),
     /// 409: a counter would overflow `i64`. The request is well formed, but
@@ -42,6 +46,8 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -54,6 +60,8 @@ impl ApiError {
         match self {
             ApiError::NotFound(m)
             | ApiError::BadRequest(m)
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::PayloadTooLarge(m)
             | ApiError::MethodNotAllowed(m)
             | ApiError::Conflict(m)
             | ApiError::Unavailable(m)
@@ -68,6 +76,8 @@ impl ApiError {
             // Listed, not `_`: a new variant must choose what clients see.
             ApiError::NotFound(_)
             | ApiError::BadRequest(_)
+            | ApiError::UnsupportedMediaType(_)
+            | ApiError::PayloadTooLarge(_)
             | ApiError::MethodNotAllowed(_)
             | ApiError::Conflict(_) => self.detail(),
             ApiError::Unavailable(_) => "the database is unavailable; try again later",
@@ -116,13 +126,9 @@ impl From<CounterError> for ApiError {
             | CounterError::Conflict { .. }
             | CounterError::Database(_) => ApiError::Unavailable(err.to_string()),
             // A recount given a child entity that declares no cache for the
-            // key, a batch size out of range, or a hook run on the pool: a
-            // code problem.
-            CounterError::NoCounterCache { .. }
-            | CounterError::InvalidBatchSize { .. }
-            | CounterError::TransactionRequired { .. } => ApiError::Internal(err.to_string()),
-            // Invalid table names, slot counts, unsupported backends and any
-            // variant added later: a deployment or code problem.
+            // key, a batch size out of range, a hook run on the pool, invalid
+            // table names, slot counts, unsupported backends and any variant
+            // added later: a deployment or code problem.
             _ => ApiError::Internal(err.to_string()),
         }
     }

@@ -12,7 +12,7 @@
 //! | `POST /posts/{id}/likes` | `200 {"id", "counts"}`: likes + 1, then the post's counts |
 //! | `DELETE /posts/{id}/likes` | `200 {"id", "counts"}`: likes - 1, then the post's counts |
 //! | `POST /posts/{id}/views` | `200 {"id", "counts"}`: views + 1, then the post's counts |
-//! | `POST /posts/{id}/comments` | body `{"author_id": 7, "body": "..."}` (1 to [`MAX_COMMENT_CHARS`] characters); `201 {"comment": {"id", "post_id", "author_id", "body"}, "counts"}`: the comment row and its count, then the post's counts |
+//! | `POST /posts/{id}/comments` | body `{"author_id": 7, "body": "..."}` (1 to [`MAX_COMMENT_CHARS`] characters, no control characters but `\n`, `\r`, `\t`); `201 {"comment": {"id", "post_id", "author_id", "body"}, "counts"}` with `Location: /comments/{id}`: the comment row and its count, then the post's counts |
 //! | `DELETE /comments/{id}` | `204`, no body, if this request removed the comment (comments - 1); `404` if it does not exist or was already removed |
 //!
 //! `counts` is the post's [`Counts`](entity::post::counters::Counts):
@@ -23,27 +23,28 @@
 //!
 //! Every failure is a JSON body `{"error": {"status": 404, "message": "post 42
 //! does not exist"}}` (see [`ApiError`]): an unknown post, comment or route is
-//! 404, a malformed id, page or comment 400, a wrong method 405, database
-//! trouble 503. No handler unwraps, so no request can take a connection task
-//! down.
+//! 404, a malformed id, page or comment 400, a comment body not sent as
+//! `application/json` 415, one over axum's size limit 413, a wrong method
+//! 405, database trouble 503. No handler unwraps, so no request can take a
+//! connection task down.
 //!
 //! Three simplifications, all deliberate for an example:
 //!
-//! * The writes check that the post exists, then count: two statements, not
-//!   one transaction. A post deleted between the two keeps the counted row
-//!   in `post_counters`; nothing reads counters of a post that does not
-//!   exist, so the row is harmless (declare the counter table with
-//!   `cascade` to have the database remove such rows).
+//! * A write to a post (a counter, or a comment with its count) checks that
+//!   the post exists, then writes: two statements, not one transaction. A
+//!   post deleted between the two keeps the counted row in `post_counters`,
+//!   or the comment; nothing reads either for a post that does not exist, so
+//!   they are harmless (declare the counter table with `cascade` to have the
+//!   database remove such counter rows). `comments.post_id` has no foreign
+//!   key on purpose: it would make every comment insert share-lock its
+//!   post's row, the queue the slotted counters avoid.
 //! * A like is not tied to a user, so `DELETE .../likes` decrements whatever
 //!   the total is, below zero included. A real blog records who liked what
 //!   (a `post_likes` table with a unique `(user_id, post_id)`) and counts
 //!   only when that row is inserted or deleted.
-//! * Comments are not tied to a logged-in user: `author_id` is taken as
-//!   given, and anyone may delete any comment. As in the first point, the
-//!   post is checked, then the comment inserted (with its count, in one
-//!   transaction): a post deleted in between keeps a comment, which nothing
-//!   reads. `comments.post_id` has no foreign key, which would make every
-//!   comment insert share-lock its post's row.
+//! * There is no authentication: `author_id` is taken as given, and anyone
+//!   may delete any comment. A real blog takes the author from the session
+//!   and lets only them (or a moderator) delete.
 
 mod error;
 mod routes;

@@ -1,11 +1,14 @@
-//! The handlers, and the extractors that turn malformed input into 400s.
+//! The handlers, and the extractors that turn malformed input into client
+//! errors (400, 413, 415) in the JSON shape.
+
+use std::marker::PhantomData;
 
 use axum::{
     Json,
     extract::{FromRequest, FromRequestParts, Path, Query, Request, State},
-    http::{Method, StatusCode, Uri, request::Parts},
+    http::{HeaderName, Method, StatusCode, Uri, header, request::Parts},
 };
-use counter_core::{CounterCache, SlottedCounter};
+use counter_core::{CounterCache, CounterError, SlottedCounter};
 use entity::{
     comment,
     post::{
@@ -18,27 +21,41 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ApiError, MAX_COMMENT_CHARS, MAX_PAGE, PAGE_SIZE};
 
-/// A post id from the path. Parsed here rather than with `Path<i64>`, whose
-/// rejection is a plain-text body: a malformed id must be a 400 in the same
-/// JSON shape as every other error.
-pub(crate) struct PostId(i64);
+/// An id from the path, of a `K`. Parsed here rather than with `Path<i64>`,
+/// whose rejection is a plain-text body: a malformed id must be a 400 in the
+/// same JSON shape as every other error, naming what the id was for.
+pub(crate) struct Id<K>(i64, PhantomData<K>);
 
-impl<S: Send + Sync> FromRequestParts<S> for PostId {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        path_id(parts, state, "post").await.map(PostId)
-    }
+/// What an [`Id`] names, for its error message.
+pub(crate) trait IdOf {
+    /// `post` in "invalid post id".
+    const NAME: &'static str;
 }
 
-/// A comment id from the path, parsed as [`PostId`] is.
-pub(crate) struct CommentId(i64);
+/// The kind of a post id.
+pub(crate) enum Post {}
 
-impl<S: Send + Sync> FromRequestParts<S> for CommentId {
+impl IdOf for Post {
+    const NAME: &'static str = "post";
+}
+
+/// The kind of a comment id.
+pub(crate) enum Comment {}
+
+impl IdOf for Comment {
+    const NAME: &'static str = "comment";
+}
+
+pub(crate) type PostId = Id<Post>;
+pub(crate) type CommentId = Id<Comment>;
+
+impl<K: IdOf, S: Send + Sync> FromRequestParts<S> for Id<K> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        path_id(parts, state, "comment").await.map(CommentId)
+        path_id(parts, state, K::NAME)
+            .await
+            .map(|id| Id(id, PhantomData))
     }
 }
 
@@ -60,10 +77,12 @@ async fn path_id<S: Send + Sync>(
 }
 
 /// The body of `POST /posts/{id}/comments`: `{"author_id": 7, "body": "..."}`,
-/// with 1 to [`MAX_COMMENT_CHARS`] characters of body. Parsed with axum's
-/// `Json`, whose rejections (no `application/json` content type, malformed
-/// JSON, a missing field or a wrong type) are turned into 400s in the JSON
-/// shape, like every other malformed input.
+/// with 1 to [`MAX_COMMENT_CHARS`] characters of body, none of them a
+/// control character other than newline, carriage return and tab. Parsed
+/// with axum's `Json`, whose rejections keep their meaning (see
+/// [`rejected`]): 415 without an `application/json` content type, 413 for a
+/// body over axum's limit, 400 for malformed JSON, a missing field or a
+/// wrong type.
 #[derive(Deserialize)]
 pub(crate) struct NewComment {
     author_id: i64,
@@ -83,12 +102,29 @@ impl<S: Send + Sync> FromRequest<S> for NewComment {
                 "a comment body has 1 to {MAX_COMMENT_CHARS} characters, not {chars}"
             )));
         }
+        // Refused here, not by the database: PostgreSQL cannot store U+0000
+        // in text (SQLSTATE 22021), which would be a 503 telling the client
+        // to retry what can never succeed; and no comment needs the other
+        // control characters, which only garble whatever displays it.
+        if let Some((at, c)) = comment
+            .body
+            .chars()
+            .enumerate()
+            .find(|&(_, c)| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+        {
+            return Err(ApiError::BadRequest(format!(
+                "a comment body has no control characters but newline, carriage return and \
+                 tab: U+{:04X} at character {}",
+                u32::from(c),
+                at + 1
+            )));
+        }
         Ok(comment)
     }
 }
 
 /// The page of `GET /posts?page=N`: 1-based, 1 when absent, at most
-/// [`MAX_PAGE`]. Parsed by hand for the same reason as [`PostId`].
+/// [`MAX_PAGE`]. Parsed by hand for the same reason as [`Id`].
 pub(crate) struct Page(u64);
 
 impl<S: Send + Sync> FromRequestParts<S> for Page {
@@ -120,15 +156,24 @@ impl<S: Send + Sync> FromRequestParts<S> for Page {
     }
 }
 
-/// An extractor's own rejection in the JSON shape: a client error (a path
-/// segment that is not UTF-8, a query that is not `a=b&c=d`, a body that is
-/// not the expected JSON, or too large) is a 400; any other (a route without
-/// `{id}` using [`PostId`]) is our bug, a 500.
+/// An extractor's own rejection in the JSON shape, with its status where
+/// that tells the client something it can act on: 415 (the body is not
+/// declared `application/json`: fix the header) and 413 (the body is over
+/// axum's limit: send less). Any other client error is a 400: a path
+/// segment that is not UTF-8, a query that is not `a=b&c=d`, JSON that does
+/// not parse, and also axum's 422 for JSON that parses but has a missing
+/// field or a wrong type. That one is folded into 400 on purpose: the
+/// checks this crate makes of the same body (empty, too long, control
+/// characters) are 400s, and a client should not have to tell "`body` is a
+/// number" from "`body` is empty" by status when both are a malformed
+/// comment, fixed the same way. A server error (a route without `{id}`
+/// using [`Id`]) is our bug, a 500.
 fn rejected(status: StatusCode, text: String) -> ApiError {
-    if status.is_client_error() {
-        ApiError::BadRequest(text)
-    } else {
-        ApiError::Internal(text)
+    match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(text),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(text),
+        status if status.is_client_error() => ApiError::BadRequest(text),
+        _ => ApiError::Internal(text),
     }
 }
 
@@ -154,22 +199,18 @@ pub(crate) struct CountsBody {
     counts: Counts,
 }
 
-/// A stored comment.
-#[derive(Serialize)]
-pub(crate) struct CommentBody {
-    id: i64,
-    post_id: i64,
-    author_id: i64,
-    body: String,
-}
-
-/// The answer to `POST /posts/{id}/comments`: the comment as stored, and its
-/// post's counts just after it (`counts.comments` includes it).
+/// The answer to `POST /posts/{id}/comments`: the comment as stored (the
+/// row itself, see [`comment::Model`]), and its post's counts just after it
+/// (`counts.comments` includes it).
 #[derive(Serialize)]
 pub(crate) struct CreatedComment {
-    comment: CommentBody,
+    comment: comment::Model,
     counts: Counts,
 }
+
+/// The response of `POST /posts/{id}/comments`: 201, the `Location` of the
+/// new comment, and the body.
+type Created = (StatusCode, [(HeaderName, String); 1], Json<CreatedComment>);
 
 /// `GET /posts?page=N`: one query for the page of posts, one grouped query
 /// (`load_counts`) for all their counts, whatever the page size.
@@ -200,7 +241,7 @@ pub(crate) async fn list_posts(
 /// `GET /posts/{id}`.
 pub(crate) async fn get_post(
     State(db): State<DatabaseConnection>,
-    PostId(id): PostId,
+    Id(id, _): PostId,
 ) -> Result<Json<PostBody>, ApiError> {
     let model = existing_post(&db, id).await?;
     let counts = post::Entity::counts(&db, &id).await?;
@@ -214,7 +255,7 @@ pub(crate) async fn get_post(
 /// `POST /posts/{id}/likes`.
 pub(crate) async fn like(
     State(db): State<DatabaseConnection>,
-    PostId(id): PostId,
+    Id(id, _): PostId,
 ) -> Result<Json<CountsBody>, ApiError> {
     count(&db, id, Key::Likes, 1).await
 }
@@ -222,7 +263,7 @@ pub(crate) async fn like(
 /// `DELETE /posts/{id}/likes`.
 pub(crate) async fn unlike(
     State(db): State<DatabaseConnection>,
-    PostId(id): PostId,
+    Id(id, _): PostId,
 ) -> Result<Json<CountsBody>, ApiError> {
     count(&db, id, Key::Likes, -1).await
 }
@@ -230,41 +271,38 @@ pub(crate) async fn unlike(
 /// `POST /posts/{id}/views`.
 pub(crate) async fn view(
     State(db): State<DatabaseConnection>,
-    PostId(id): PostId,
+    Id(id, _): PostId,
 ) -> Result<Json<CountsBody>, ApiError> {
     count(&db, id, Key::Views, 1).await
 }
 
-/// `POST /posts/{id}/comments`: 201 with the comment and the post's counts.
+/// `POST /posts/{id}/comments`: 201 with the comment and the post's counts,
+/// and `Location: /comments/{id}`, the comment's URL in this API (the one
+/// `DELETE` takes).
 ///
 /// The comment is inserted with `insert_counted`: the row and the post's
 /// `comments` counter in one transaction (retried on deadlock), so the
 /// counter is exact even when the request fails halfway. The post's
-/// existence is checked first, as for the counter writes (a separate
-/// statement; the table has no foreign key, see the migration). The author
-/// is taken as given: this example has no authentication.
+/// existence is checked first, as for the counter writes (see
+/// [`write_post`]). The author is taken as given: this example has no
+/// authentication.
 pub(crate) async fn add_comment(
     State(db): State<DatabaseConnection>,
-    PostId(id): PostId,
+    Id(id, _): PostId,
     NewComment { author_id, body }: NewComment,
-) -> Result<(StatusCode, Json<CreatedComment>), ApiError> {
-    existing_post(&db, id).await?;
+) -> Result<Created, ApiError> {
     let row = comment::ActiveModel {
         post_id: Set(id),
         author_id: Set(author_id),
         body: Set(body),
         ..Default::default()
     };
-    let stored = comment::Entity::insert_counted(&db, row).await?;
-    let counts = post::Entity::counts(&db, &id).await?;
-    let comment = CommentBody {
-        id: stored.id,
-        post_id: stored.post_id,
-        author_id: stored.author_id,
-        body: stored.body,
-    };
+    let (comment, counts) =
+        write_post(&db, id, || comment::Entity::insert_counted(&db, row)).await?;
+    let location = format!("/comments/{}", comment.id);
     Ok((
         StatusCode::CREATED,
+        [(header::LOCATION, location)],
         Json(CreatedComment { comment, counts }),
     ))
 }
@@ -278,7 +316,7 @@ pub(crate) async fn add_comment(
 /// finds nothing, `rows_affected` is 0, and it is a 404.
 pub(crate) async fn delete_comment(
     State(db): State<DatabaseConnection>,
-    CommentId(id): CommentId,
+    Id(id, _): CommentId,
 ) -> Result<StatusCode, ApiError> {
     let row = comment::ActiveModel {
         id: Set(id),
@@ -293,24 +331,38 @@ pub(crate) async fn delete_comment(
     }
 }
 
-/// Every write endpoint: 404 unless the post exists, then one counter
-/// write, then the post's counts, read back.
-///
-/// The existence check and the write are separate statements, not a
-/// transaction. A post deleted in between leaves a counter row for a post
-/// that no longer exists, which nothing reads (see the crate docs). The
-/// counts read back include other clients' concurrent writes: they are the
-/// totals just after ours, not our write's own effect.
+/// The counter write endpoints: one counter write through [`write_post`],
+/// answered with the post's counts.
 async fn count(
     db: &DatabaseConnection,
     id: i64,
     key: Key,
     delta: i64,
 ) -> Result<Json<CountsBody>, ApiError> {
-    existing_post(db, id).await?;
-    post::Entity::add(db, id, key, delta).await?;
-    let counts = post::Entity::counts(db, &id).await?;
+    let ((), counts) = write_post(db, id, || post::Entity::add(db, id, key, delta)).await?;
     Ok(Json(CountsBody { id, counts }))
+}
+
+/// Every write to a post (a counter, a comment): 404 unless the post
+/// exists, then `write`, then the post's counts, read back.
+///
+/// The existence check and the write are separate statements, not a
+/// transaction. A post deleted in between leaves a counter row (or a
+/// comment) for a post that no longer exists, which nothing reads (see the
+/// crate docs). The counts read back include other clients' concurrent
+/// writes: they are the totals just after ours, not our write's own effect.
+async fn write_post<T, W>(
+    db: &DatabaseConnection,
+    id: i64,
+    write: impl FnOnce() -> W,
+) -> Result<(T, Counts), ApiError>
+where
+    W: Future<Output = Result<T, CounterError>>,
+{
+    existing_post(db, id).await?;
+    let written = write().await?;
+    let counts = post::Entity::counts(db, &id).await?;
+    Ok((written, counts))
 }
 
 /// The post, or a 404 naming the id.

@@ -27,15 +27,21 @@
 //! A delete decrements only if it removed the row: the row is locked and read
 //! first, so of two deletes of one comment (a double click), only one counts.
 //! Anything written behind the cache's back (raw SQL, an import) is drift,
-//! found and repaired by
-//! `post::Entity::reconcile(&db, Key::Comments, Truth::counter_cache::<comment::Entity>(), &Reconcile::new())`.
+//! found (and repaired, unless a dry run) by [`recount`].
 
-use counter_core::CounterCache;
+use counter_core::{CounterCache, CounterError, Reconcile, ReconcileReport, SlottedCounter, Truth};
 use sea_orm::entity::prelude::*;
+use serde::Serialize;
+
+use super::post;
 
 /// A comment on a post. Each row counts 1 in its post's `comments` counter
 /// (`post_counters`).
-#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, CounterCache)]
+///
+/// Serialized as stored (`{"id", "post_id", "author_id", "body"}`): the
+/// blog server answers a new comment with this row, so a column added here
+/// reaches the API without a second struct to keep in step.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, CounterCache, Serialize)]
 #[sea_orm(table_name = "comments")]
 #[counter_cache(parent = super::post::Entity, key = comments, via = post_id)]
 pub struct Model {
@@ -58,3 +64,24 @@ pub enum Relation {}
 // `impl ActiveModelBehavior for ActiveModel {}`. They refuse a bare pool (see
 // the module docs).
 counter_core::counter_cache_behavior!();
+
+/// Recounts every post's `comments` from the comment rows (the truth comes
+/// from this entity's counter-cache declaration) and, unless `dry_run`,
+/// repairs the drift it finds.
+///
+/// One definition for every caller that judges or repairs the cache (the
+/// demo, the blog server's tests), so they cannot disagree on the key or
+/// the truth they recount from. A dry run takes no lock and writes nothing:
+/// the drift stays in the database as evidence.
+pub async fn recount(
+    db: &DatabaseConnection,
+    dry_run: bool,
+) -> Result<ReconcileReport<i64>, CounterError> {
+    post::Entity::reconcile(
+        db,
+        post::counters::Key::Comments,
+        Truth::counter_cache::<Entity>(),
+        &Reconcile::new().dry_run(dry_run),
+    )
+    .await
+}

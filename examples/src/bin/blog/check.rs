@@ -69,8 +69,10 @@ pub fn verdict(mismatches: &[String], tally: &Tally) -> Result<(), String> {
 /// The recount's verdict on the `comments` counter cache. A comment and its
 /// counter change in one transaction, so the counters must agree with the
 /// rows, even while another run writes to the same database (its writes move
-/// the rows and the counters together). `rows` is the comment rows in the
-/// database, for the summary line.
+/// the rows and the counters together). `report` is a dry run's, so a
+/// failure leaves the drift in the database as found; the next run repairs
+/// it (see [`inherited`]). `rows` is the comment rows in the database, for
+/// the summary line.
 pub fn recount(report: &ReconcileReport<i64>, rows: u64) -> Result<(), String> {
     println!(
         "reconcile: {} owners checked, {} drifted, total abs drift {}",
@@ -80,33 +82,46 @@ pub fn recount(report: &ReconcileReport<i64>, rows: u64) -> Result<(), String> {
         println!("comments: {rows} rows, counters agree");
         return Ok(());
     }
-    for drift in report.drifted.iter().take(SHOWN) {
-        eprintln!(
-            "drift: post {} has {} comment rows but its comments counter was {}",
-            drift.owner, drift.truth, drift.current
-        );
-    }
+    print_drift("drift", report);
     Err(format!(
-        "the comments counters of {} disagreed with their comment rows after the run \
-         (total abs drift {}; repaired now): a comment was written without its counter, \
-         or a counter without its comment",
+        "the comments counters of {} disagree with their comment rows after the run \
+         (total abs drift {}; left as found, for inspection): a comment was written \
+         without its counter, or a counter without its comment",
         plural(report.owners_drifted, "post"),
         report.total_abs_drift
     ))
 }
 
-/// The drift found (and repaired) before the run: counters written without
+/// The drift found and repaired before the run: counters written without
 /// comment rows by something else, such as a version of this demo from
-/// before comments were rows. Reported, not an error: the run's own check
-/// starts from repaired counters.
+/// before comments were rows, or drift a failed run left for inspection.
+/// A warning, not an error: the run's own check starts from repaired
+/// counters, and an old database must keep working; but it says what was
+/// repaired, post by post, so a real bug is not hidden by the next run.
 pub fn inherited(report: &ReconcileReport<i64>) {
-    if report.owners_drifted > 0 {
-        println!(
-            "recounted comments before the run: the counters of {} disagreed with their comment \
-             rows (total abs drift {}), e.g. counted without rows by an earlier version of this \
-             demo: repaired",
-            plural(report.owners_drifted, "post"),
-            report.total_abs_drift
+    if report.owners_drifted == 0 {
+        return;
+    }
+    eprintln!(
+        "warning: before the run, the comments counters of {} disagreed with their comment \
+         rows (total abs drift {}), left by an earlier version of this demo or a failed \
+         run; repaired to the row counts:",
+        plural(report.owners_drifted, "post"),
+        report.total_abs_drift
+    );
+    print_drift("warning: repaired", report);
+}
+
+/// The first [`SHOWN`] drifted posts of `report`, one line each, and how
+/// many more there are.
+fn print_drift(prefix: &str, report: &ReconcileReport<i64>) {
+    for drift in report.drifted.iter().take(SHOWN) {
+        eprintln!(
+            "{prefix}: post {} has {} comment rows, its comments counter {} (drift {:+})",
+            drift.owner, drift.truth, drift.current, drift.drift
         );
+    }
+    if report.drifted.len() > SHOWN {
+        eprintln!("{prefix}: ... and {} more", report.drifted.len() - SHOWN);
     }
 }

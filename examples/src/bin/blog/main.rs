@@ -31,10 +31,13 @@
 //! deleted with `delete_counted`, each in one transaction with its counter
 //! write. Some deletes are double clicks, the same delete sent twice at
 //! once: only one of the two removes the row and decrements. The last phase
-//! recounts the comments of every post from the rows (`reconcile`); the run
-//! fails unless every counter agrees with its rows. Drift found before the
-//! run (counters from a version of this demo whose comments had no rows) is
-//! repaired and reported first, so that the final recount judges this run.
+//! recounts the comments of every post from the rows as a dry run
+//! (`comment::recount`); the run fails unless every counter agrees with its
+//! rows, and a failure leaves the drift in the database, untouched, for
+//! inspection. Drift found before the run (counters from a version of this
+//! demo whose comments had no rows, or left by a failed run) is repaired
+//! first, with a warning listing it, so that the final recount judges this
+//! run.
 //!
 //! On SQLite, sea-orm's pool has a single connection and the file has a single
 //! writer anyway, so there is no row-lock queue to remove there: SQLite shows
@@ -49,7 +52,7 @@ mod simulate;
 use std::{collections::HashMap, error::Error, process::ExitCode};
 
 use clap::Parser;
-use counter_core::{Reconcile, ReconcileReport, Result as CounterResult, Truth, prelude::*};
+use counter_core::prelude::*;
 use entity::{comment, post, user};
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{
@@ -129,8 +132,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
     );
 
     // Repaired before the counts are read, so the check below starts from
-    // counters that agree with the rows.
-    let inherited = recount_comments(&db).await?;
+    // counters that agree with the rows; what was repaired is printed.
+    let inherited = comment::recount(&db, false).await?;
     check::inherited(&inherited);
     let post_ids: Vec<i64> = seeded.posts.iter().map(|p| p.id).collect();
     let user_ids: Vec<i64> = seeded.users.iter().map(|u| u.id).collect();
@@ -153,8 +156,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
     phases.end("read");
 
     // Every post's comments counter against its rows, in one snapshot
-    // statement per 1,000 posts.
-    let recount = recount_comments(&db).await?;
+    // statement per 1,000 posts. A dry run: checking must not repair, or a
+    // failure would erase its own evidence.
+    let recount = comment::recount(&db, true).await?;
     let comment_rows = comment::Entity::find().count(&db).await?;
     phases.end("reconcile");
 
@@ -183,19 +187,6 @@ async fn run(args: Args) -> Result<(), BoxError> {
         (Err(totals), Err(comments)) => Err(format!("{totals}; and {comments}").into()),
         (totals, comments) => Ok(totals.and(comments)?),
     }
-}
-
-/// Recounts every post's `comments` from the comment rows and repairs any
-/// drift: the truth comes from the counter cache's declaration on
-/// `comment::Entity`.
-async fn recount_comments(db: &DatabaseConnection) -> CounterResult<ReconcileReport<i64>> {
-    post::Entity::reconcile(
-        db,
-        post::counters::Key::Comments,
-        Truth::counter_cache::<comment::Entity>(),
-        &Reconcile::new(),
-    )
-    .await
 }
 
 /// Opens the pool with the meter already installed, so that no statement,

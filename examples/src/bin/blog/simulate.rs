@@ -5,6 +5,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    error::Error,
     fmt,
     ops::AddAssign,
     sync::Arc,
@@ -26,6 +27,11 @@ use crate::BoxError;
 
 type PostKey = post::counters::Key;
 type UserKey = user::counters::Key;
+
+/// A simulated user's failure: a write error, or a delete whose outcome
+/// contradicts the counter cache's guarantee. `Send`, unlike [`BoxError`],
+/// since it leaves a spawned task.
+type TaskError = Box<dyn Error + Send + Sync>;
 
 /// The skew of the traffic: the post (or user) of rank r gets a share
 /// proportional to 1 / r^ZIPF_EXPONENT, so a handful get most of it, as on
@@ -198,7 +204,7 @@ pub async fn simulate(
         // A task that panicked or was cancelled, or a write error: either
         // ends the run, with the bar left where it stopped.
         let joined = task.await.map_err(BoxError::from);
-        match joined.and_then(|part| part.map_err(BoxError::from)) {
+        match joined.and_then(|part| part.map_err(|err| err as BoxError)) {
             Ok(part) => tally.merge(part),
             Err(err) => {
                 bar.abandon();
@@ -246,7 +252,7 @@ struct SimulatedUser {
 }
 
 impl SimulatedUser {
-    async fn run(mut self, actions: u64) -> Result<Tally, CounterError> {
+    async fn run(mut self, actions: u64) -> Result<Tally, TaskError> {
         let db = &self.db;
         let mut tally = Tally::default();
         let mut liked = HashSet::new();
@@ -363,12 +369,22 @@ impl SimulatedUser {
 /// to commit, finds nothing, and neither decrements nor removes anything
 /// (`rows_affected` 0). The check and the recount prove the counter moved
 /// once per row removed.
+///
+/// Any other outcome is an error that ends the run. The comment is mine and
+/// still there (I drop it from my list once a delete of it is
+/// acknowledged, and nobody else deletes my comments), so an acknowledged
+/// delete means the row was removed exactly once in this call: never two
+/// removals, never a single delete that found it gone (for one delete,
+/// `removed == 1` leaves no room for `found_gone`), and never a double
+/// click where both found it gone. A delete refused after the retries was
+/// rolled back, so it removed nothing; the other one of its pair must then
+/// have removed the row if it was acknowledged.
 async fn delete_comment(
     db: &DatabaseConnection,
     id: i64,
     double_click: bool,
     refused: &mut u64,
-) -> Result<(u64, u64, bool), CounterError> {
+) -> Result<(u64, u64, bool), TaskError> {
     let delete = || {
         let row = comment::ActiveModel {
             id: Set(id),
@@ -392,6 +408,21 @@ async fn delete_comment(
                 found_gone += 1;
             }
         }
+    }
+    let expected_removals = u64::from(acked);
+    if removed != expected_removals {
+        return Err(format!(
+            "deleting my comment {id} ({}): {removed} deletes removed it and {found_gone} \
+             found it gone; expected {expected_removals} removal{}, since it was there \
+             and only I delete it",
+            if double_click {
+                "two deletes at once"
+            } else {
+                "one delete"
+            },
+            if expected_removals == 1 { "" } else { "s" },
+        )
+        .into());
     }
     Ok((removed, found_gone, acked))
 }

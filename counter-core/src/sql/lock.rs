@@ -1,0 +1,161 @@
+//! The lock that keeps two recounts of one counter apart: held from before
+//! a batch's snapshot until after its repair has committed, so the next
+//! recount's snapshot sees the repair and does not correct the same drift
+//! again.
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, Value};
+
+use super::Dialect;
+use crate::error::{CounterError, Result};
+
+/// How long a recount waits for another recount of the same counter.
+pub(crate) const LOCK_WAIT_SECS: i64 = 60;
+
+/// One recount's hold on its counter's lock.
+///
+/// * PostgreSQL: `pg_advisory_xact_lock`, taken inside each batch's
+///   transaction ([`RecountLock::in_transaction`]) and released by its
+///   COMMIT or ROLLBACK, whatever happens to the client.
+/// * MySQL/MariaDB: `GET_LOCK`, which belongs to a session, not a
+///   transaction. It is taken on a connection of its own, outside the batch
+///   transaction (acquire, then the batch commits, then release), and that
+///   connection is closed rather than returned to the pool when dropped: a
+///   recount cancelled or failed midway cannot leave the lock held in a
+///   pooled connection. (`GET_LOCK` is local to one server: with Galera or
+///   multi-primary replication, run recounts against one node.)
+/// * SQLite: nothing; the batch's `BEGIN IMMEDIATE` holds the database's
+///   write lock.
+pub(crate) enum RecountLock {
+    InTransaction,
+    #[cfg(feature = "sqlx-mysql")]
+    Session {
+        conn: sea_orm::sqlx::pool::PoolConnection<sea_orm::sqlx::MySql>,
+        name: String,
+    },
+    None,
+}
+
+impl RecountLock {
+    /// Prepares the lock of `key` in `table` for a recount on `db`.
+    pub(crate) async fn new(db: &DatabaseConnection, table: &str, key: &str) -> Result<Self> {
+        match Dialect::of(db)? {
+            Dialect::Sqlite => Ok(Self::None),
+            Dialect::Postgres => Ok(Self::InTransaction),
+            Dialect::MySql => mysql_session(db, table, key).await,
+        }
+    }
+
+    /// Waits for the lock, before a batch's transaction begins (MySQL).
+    pub(crate) async fn acquire(&mut self, table: &str, key: &str) -> Result<()> {
+        #[cfg(feature = "sqlx-mysql")]
+        if let Self::Session { conn, name } = self {
+            let acquired: Option<i64> = sea_orm::sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+                .bind(name.as_str())
+                .bind(LOCK_WAIT_SECS)
+                .fetch_one(&mut **conn)
+                .await
+                .map_err(|e| CounterError::Database(DbErr::Custom(format!("GET_LOCK: {e}"))))?;
+            if acquired != Some(1) {
+                return Err(busy(table, key));
+            }
+        }
+        let _ = (table, key);
+        Ok(())
+    }
+
+    /// Takes the lock inside a batch's transaction (PostgreSQL), with a
+    /// lock timeout so a recount never waits forever.
+    pub(crate) async fn in_transaction<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        table: &str,
+        key: &str,
+    ) -> Result<(), DbErr> {
+        if let Self::InTransaction = self {
+            let backend = txn.get_database_backend();
+            txn.execute_unprepared(&format!("SET LOCAL lock_timeout = '{LOCK_WAIT_SECS}s'"))
+                .await?;
+            let lock = Statement::from_sql_and_values(
+                backend,
+                "SELECT pg_advisory_xact_lock($1)",
+                [Value::from(lock_id(table, key))],
+            );
+            txn.execute_raw(lock).await?;
+        }
+        Ok(())
+    }
+
+    /// Releases the lock after the batch's transaction ended, committed or
+    /// not (MySQL). If that fails, the connection is dropped, and closing it
+    /// releases the lock.
+    pub(crate) async fn release(&mut self) {
+        #[cfg(feature = "sqlx-mysql")]
+        if let Self::Session { conn, name } = self {
+            let released = sea_orm::sqlx::query("DO RELEASE_LOCK(?)")
+                .bind(name.as_str())
+                .execute(&mut **conn)
+                .await;
+            if released.is_err() {
+                *self = Self::None;
+            }
+        }
+    }
+}
+
+#[cfg(feature = "sqlx-mysql")]
+async fn mysql_session(db: &DatabaseConnection, table: &str, key: &str) -> Result<RecountLock> {
+    use sea_orm::DatabaseConnectionType;
+    if !matches!(db.inner, DatabaseConnectionType::SqlxMySqlPoolConnection(_)) {
+        return Err(CounterError::UnsupportedBackend(
+            "a MySQL connection that is not a sqlx pool (recounts need one for their lock)".into(),
+        ));
+    }
+    let mut conn = db
+        .get_mysql_connection_pool()
+        .acquire()
+        .await
+        .map_err(|e| CounterError::Database(DbErr::Custom(format!("a lock connection: {e}"))))?;
+    conn.close_on_drop();
+    let name = format!("counter_core:reconcile:{:016x}", lock_id(table, key));
+    Ok(RecountLock::Session { conn, name })
+}
+
+#[cfg(not(feature = "sqlx-mysql"))]
+async fn mysql_session(_: &DatabaseConnection, _: &str, _: &str) -> Result<RecountLock> {
+    Err(CounterError::UnsupportedBackend(
+        "MySQL without counter-core's `sqlx-mysql` feature (recounts need it for their lock)"
+            .into(),
+    ))
+}
+
+#[cfg(feature = "sqlx-mysql")]
+fn busy(table: &str, key: &str) -> CounterError {
+    CounterError::ReconcileBusy {
+        table: table.to_owned(),
+        key: key.to_owned(),
+        waited_secs: LOCK_WAIT_SECS,
+    }
+}
+
+/// FNV-1a of the table and key: the same in every process and build (the
+/// standard library's hasher is not), so every recounter agrees on the lock.
+fn lock_id(table: &str, key: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in table.bytes().chain([0]).chain(key.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ids_are_stable_and_distinct() {
+        assert_eq!(lock_id("t", "k"), lock_id("t", "k"));
+        assert_ne!(lock_id("t", "k"), lock_id("tk", ""));
+        assert!(format!("counter_core:reconcile:{:016x}", i64::MIN).len() <= 64);
+    }
+}
