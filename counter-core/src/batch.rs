@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::{ConnectionTrait, Statement, Value};
 
 use crate::{
     BatchOutcome, CounterTable, Counters, SlottedCounter,
@@ -47,10 +47,16 @@ use crate::{
 /// ```
 #[derive(Debug, Default)]
 pub struct DeltaBatch {
-    /// Folded deltas by (table, owner, key): the map's order is the order
-    /// rows are locked in.
-    deltas: BTreeMap<(String, SortOwner, String), Pending>,
-    tables: BTreeMap<String, CounterTable>,
+    /// Per table, in name order (the order tables are locked in), its
+    /// folded deltas.
+    tables: BTreeMap<String, TableDeltas>,
+}
+
+#[derive(Debug)]
+struct TableDeltas {
+    table: CounterTable,
+    /// By (owner, key): the primary-key order rows are locked in.
+    deltas: BTreeMap<(SortOwner, String), Pending>,
 }
 
 #[derive(Debug)]
@@ -82,12 +88,15 @@ impl DeltaBatch {
         let table = counters.table();
         let value: Value = owner.into();
         let sort = SortOwner::of(&value);
-        self.tables
-            .entry(table.name().to_owned())
-            .or_insert_with(|| table.clone());
         let pending = self
+            .tables
+            .entry(table.name().to_owned())
+            .or_insert_with(|| TableDeltas {
+                table: table.clone(),
+                deltas: BTreeMap::new(),
+            })
             .deltas
-            .entry((table.name().to_owned(), sort, key.to_owned()))
+            .entry((sort, key.to_owned()))
             .or_insert(Pending {
                 owner: value,
                 delta: 0,
@@ -113,7 +122,9 @@ impl DeltaBatch {
 
     /// Whether no counter would change.
     pub fn is_empty(&self) -> bool {
-        self.deltas.values().all(|p| p.delta == 0)
+        self.tables
+            .values()
+            .all(|t| t.deltas.values().all(|p| p.delta == 0))
     }
 
     /// Sends the batch on `db`: one multi-row upsert per table and chunk of
@@ -124,41 +135,50 @@ impl DeltaBatch {
     /// statement is atomic by itself, but on a pool a batch of several
     /// statements is not (conflicts are retried per statement there).
     pub async fn apply<C: ConnectionTrait>(self, db: &C) -> Result<BatchOutcome> {
-        let mut outcome = BatchOutcome::default();
         if self.is_empty() {
-            return Ok(outcome);
+            return Ok(BatchOutcome::default());
         }
-        let dialect = Dialect::of(db)?;
-        let mut by_table: BTreeMap<String, Vec<UpsertRow>> = BTreeMap::new();
-        for ((table, sort, key), pending) in self.deltas {
-            if pending.delta == 0 {
-                continue;
-            }
-            let slot = self.tables[&table].next_slot(&sort, &key);
-            by_table.entry(table).or_default().push(UpsertRow {
-                owner: pending.owner,
-                key,
-                slot,
-                delta: pending.delta,
-            });
-        }
-        for (table, rows) in by_table {
-            outcome.rows += rows.len();
-            let mut rows = rows.into_iter().peekable();
-            while rows.peek().is_some() {
-                let chunk = rows.by_ref().take(sql::UPSERT_ROWS_PER_STATEMENT).collect();
-                let stmt = sql::add_rows(dialect, &table, chunk);
-                retry::run(db, &table, || db.execute_raw(stmt.clone())).await?;
-                outcome.statements += 1;
-            }
+        let (outcome, statements) = self.into_statements(Dialect::of(db)?);
+        for (table, stmt) in &statements {
+            retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
         }
         Ok(outcome)
+    }
+
+    /// The upserts that apply the batch, each with its table, in the order
+    /// they must run: net-zero counters dropped, one slot picked per
+    /// counter, rows chunked.
+    pub(crate) fn into_statements(
+        self,
+        dialect: Dialect,
+    ) -> (BatchOutcome, Vec<(String, Statement)>) {
+        let mut outcome = BatchOutcome::default();
+        let mut statements = Vec::new();
+        for (name, TableDeltas { table, deltas }) in self.tables {
+            let mut rows = deltas
+                .into_iter()
+                .filter(|(_, pending)| pending.delta != 0)
+                .map(|((sort, key), pending)| UpsertRow {
+                    slot: table.next_slot(&sort, &key),
+                    owner: pending.owner,
+                    key,
+                    delta: pending.delta,
+                })
+                .peekable();
+            while rows.peek().is_some() {
+                let chunk: Vec<_> = rows.by_ref().take(sql::UPSERT_ROWS_PER_STATEMENT).collect();
+                outcome.rows += chunk.len();
+                outcome.statements += 1;
+                statements.push((name.clone(), sql::add_rows(dialect, &name, chunk)));
+            }
+        }
+        (outcome, statements)
     }
 }
 
 /// An owner id in the order its typed form sorts in (integers numerically,
-/// UUIDs by bytes, strings by bytes), so a batch locks rows in the same
-/// order as [`Counters::add_many`] does.
+/// UUIDs by bytes, strings by bytes): every batch, [`Counters::add_many`]'s
+/// included, locks rows in the same order.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum SortOwner {
     Int(i64),

@@ -1,12 +1,10 @@
 //! Increments: one slot row per write, many rows per statement in a batch.
 
-use std::collections::BTreeMap;
-
 use sea_orm::{ConnectionTrait, TransactionSession, TransactionTrait};
 
 use crate::{
-    Counters,
-    error::{CounterError, Result},
+    Counters, DeltaBatch,
+    error::Result,
     key::{CounterKey, validate_key},
     owner::OwnerId,
     retry,
@@ -109,29 +107,22 @@ impl<I: OwnerId> Counters<I> {
         K: CounterKey,
         It: IntoIterator<Item = (I, K, i64)>,
     {
-        let rows = self.fold(deltas)?;
-        if rows.is_empty() {
+        let mut batch = DeltaBatch::new();
+        for (owner, key, delta) in deltas {
+            batch.add(self, owner, key, delta)?;
+        }
+        if batch.is_empty() {
             return Ok(BatchOutcome::default());
         }
-        let dialect = Dialect::of(db)?;
         let table = self.table().name();
-        let outcome = BatchOutcome {
-            rows: rows.len(),
-            statements: rows.len().div_ceil(sql::UPSERT_ROWS_PER_STATEMENT),
-        };
-        let mut statements = Vec::with_capacity(outcome.statements);
-        let mut rows = rows.into_iter().peekable();
-        while rows.peek().is_some() {
-            let chunk = rows.by_ref().take(sql::UPSERT_ROWS_PER_STATEMENT).collect();
-            statements.push(sql::add_rows(dialect, table, chunk));
-        }
-        if let [stmt] = statements.as_slice() {
+        let (outcome, statements) = batch.into_statements(Dialect::of(db)?);
+        if let [(_, stmt)] = statements.as_slice() {
             retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
         } else {
             let statements = &statements;
             retry::run(db, table, || async move {
                 let txn = db.begin().await?;
-                for stmt in statements {
+                for (_, stmt) in statements {
                     txn.execute_raw(stmt.clone()).await?;
                 }
                 txn.commit().await
@@ -139,35 +130,5 @@ impl<I: OwnerId> Counters<I> {
             .await?;
         }
         Ok(outcome)
-    }
-
-    /// Folds, validates and orders a batch (see [`Counters::add_many`]).
-    fn fold<K, It>(&self, deltas: It) -> Result<Vec<UpsertRow>>
-    where
-        K: CounterKey,
-        It: IntoIterator<Item = (I, K, i64)>,
-    {
-        let mut folded: BTreeMap<(I, String), i64> = BTreeMap::new();
-        for (owner, key, delta) in deltas {
-            let key = key.as_key_str();
-            validate_key(key)?;
-            owner.check()?;
-            let total = folded.entry((owner, key.to_owned())).or_insert(0);
-            *total = total
-                .checked_add(delta)
-                .ok_or_else(|| CounterError::Overflow {
-                    context: format!("the folded batch delta of `{key}`"),
-                })?;
-        }
-        Ok(folded
-            .into_iter()
-            .filter(|(_, delta)| *delta != 0)
-            .map(|((owner, key), delta)| UpsertRow {
-                slot: self.table().next_slot(&owner, &key),
-                owner: owner.into(),
-                key,
-                delta,
-            })
-            .collect())
     }
 }

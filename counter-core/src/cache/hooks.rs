@@ -120,6 +120,6 @@ fn require_transaction<E: EntityTrait, C: ConnectionTrait>() -> Result<(), DbErr
     if !retry::is_pool::<C>() && !executor {
         return Ok(());
     }
-    let table = E::default().table_name().to_owned();
+    let table = rows::table_name::<E>();
     Err(CounterError::TransactionRequired { table }.into_db_err())
 }

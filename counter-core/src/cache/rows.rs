@@ -11,6 +11,11 @@ use super::CounterCache;
 /// Primary keys per `IN (...)` list: few binds, short statements.
 pub(crate) const KEYS_PER_STATEMENT: usize = 1_000;
 
+/// The child table's name, for errors.
+pub(crate) fn table_name<E: EntityTrait>() -> String {
+    E::default().table_name().to_owned()
+}
+
 fn key_columns<E: EntityTrait>() -> Vec<E::Column> {
     E::PrimaryKey::iter().map(|k| k.into_column()).collect()
 }
@@ -26,25 +31,33 @@ pub(crate) fn key_of_active<A: ActiveModelTrait>(am: &A) -> Option<Condition> {
 }
 
 /// The primary key of a model, column by column.
-pub(crate) fn key_of<E: EntityTrait>(model: &E::Model) -> Vec<Value> {
+fn key_of<E: EntityTrait>(model: &E::Model) -> Vec<Value> {
     key_columns::<E>()
         .into_iter()
         .map(|col| model.get(col))
         .collect()
 }
 
-/// `pk IN (...)` for the given keys (an `OR` of `AND`s for a composite key).
-pub(crate) fn keys_in<E: EntityTrait>(keys: &[Vec<Value>]) -> Condition {
+/// `pk IN (...)` for the keys of `models`, [`KEYS_PER_STATEMENT`] at a
+/// time (an `OR` of `AND`s for a composite key).
+pub(crate) fn key_chunks<E: EntityTrait>(
+    models: &[E::Model],
+) -> impl Iterator<Item = Condition> + '_ {
     let cols = key_columns::<E>();
-    if let [col] = cols.as_slice() {
-        return Condition::all().add(col.is_in(keys.iter().map(|k| k[0].clone())));
-    }
-    keys.iter().fold(Condition::any(), |any, key| {
-        let row = cols
+    models.chunks(KEYS_PER_STATEMENT).map(move |chunk| {
+        if let [col] = cols.as_slice() {
+            return Condition::all().add(col.is_in(chunk.iter().map(|m| m.get(*col))));
+        }
+        chunk
             .iter()
-            .zip(key)
-            .fold(Condition::all(), |all, (col, v)| all.add(col.eq(v.clone())));
-        any.add(row)
+            .map(key_of::<E>)
+            .fold(Condition::any(), |any, key| {
+                let row = cols
+                    .iter()
+                    .zip(key)
+                    .fold(Condition::all(), |all, (col, v)| all.add(col.eq(v)));
+                any.add(row)
+            })
     })
 }
 

@@ -1,9 +1,11 @@
 //! Child writes that open their own transaction, so the hooks can count
 //! exactly; and the bulk writes sea-orm runs without hooks, counted here.
 
+use std::{future::Future, pin::Pin};
+
 use sea_orm::{
-    ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, EntityName, Iterable,
-    QueryFilter, SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
+    ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, Iterable, QueryFilter,
+    SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
 };
 
 use super::{CounterCache, hooks, rows};
@@ -21,47 +23,55 @@ async fn begin<C: TransactionTrait>(db: &C) -> Result<C::Transaction, DbErr> {
     .await
 }
 
-fn table<E: EntityName>() -> String {
-    E::default().table_name().to_owned()
+/// A write inside the transaction [`in_own_transaction`] opened.
+type Write<'t, T> = Pin<Box<dyn Future<Output = Result<T, DbErr>> + Send + 't>>;
+
+/// Runs `write` in a transaction of its own (see [`begin`]) and commits it.
+/// On a pool, a deadlock runs the whole transaction again: it was rolled
+/// back, so nothing is counted twice.
+async fn in_own_transaction<E, C, T, F>(db: &C, write: F) -> Result<T>
+where
+    E: CounterCache,
+    C: ConnectionTrait + TransactionTrait,
+    F: for<'t> Fn(&'t C::Transaction) -> Write<'t, T> + Sync,
+    T: Send,
+{
+    retry::run_transaction(db, &rows::table_name::<E>(), || async {
+        let txn = begin(db).await?;
+        let value = write(&txn).await?;
+        txn.commit().await?;
+        Ok(value)
+    })
+    .await
 }
 
-/// Inserts (`insert`) or updates a row in a transaction of its own, so the
-/// hooks count it exactly; on a pool, a deadlock runs the whole transaction
-/// again (it was rolled back, so nothing is counted twice).
+/// Inserts (`insert`) or updates a row, counted by the hooks.
 pub(super) async fn save<E, C>(db: &C, am: E::ActiveModel, insert: bool) -> Result<E::Model>
 where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    retry::run_transaction(db, &table::<E>(), || {
+    in_own_transaction::<E, C, _, _>(db, |txn| {
         let am = am.clone();
-        async move {
-            let txn = begin(db).await?;
-            let model = match insert {
-                true => am.insert(&txn).await?,
-                false => am.update(&txn).await?,
-            };
-            txn.commit().await?;
-            Ok(model)
-        }
+        Box::pin(async move {
+            match insert {
+                true => am.insert(txn).await,
+                false => am.update(txn).await,
+            }
+        })
     })
     .await
 }
 
-/// [`save`] for a delete.
+/// Deletes a row, uncounted by the hooks if this delete removed it.
 pub(super) async fn delete<E, C>(db: &C, am: E::ActiveModel) -> Result<DeleteResult>
 where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    retry::run_transaction(db, &table::<E>(), || {
+    in_own_transaction::<E, C, _, _>(db, |txn| {
         let am = am.clone();
-        async move {
-            let txn = begin(db).await?;
-            let result = am.delete(&txn).await?;
-            txn.commit().await?;
-            Ok(result)
-        }
+        Box::pin(async move { am.delete(txn).await })
     })
     .await
 }
@@ -77,27 +87,25 @@ where
     let rows: Vec<E::ActiveModel> = rows.into_iter().collect();
     let columns = E::Column::iter().count().max(1);
     let per_statement = (Dialect::of(db)?.max_binds() / columns).clamp(1, rows::KEYS_PER_STATEMENT);
-    retry::run_transaction(db, &table::<E>(), || {
+    in_own_transaction::<E, C, _, _>(db, |txn| {
         let rows = rows.clone();
-        async move {
-            let txn = begin(db).await?;
+        Box::pin(async move {
             let mut models = Vec::with_capacity(rows.len());
             if txn.support_returning() {
                 let mut rows = rows.into_iter().peekable();
                 while rows.peek().is_some() {
                     let chunk: Vec<_> = rows.by_ref().take(per_statement).collect();
-                    models.extend(E::insert_many(chunk).exec_with_returning(&txn).await?);
+                    models.extend(E::insert_many(chunk).exec_with_returning(txn).await?);
                 }
             } else {
                 // No RETURNING (MySQL): one insert and read-back per row.
                 for row in rows {
-                    models.push(E::insert(row).exec_with_returning(&txn).await?);
+                    models.push(E::insert(row).exec_with_returning(txn).await?);
                 }
             }
-            hooks::count::<E, _>(&txn, models.iter().map(|m| (m, 1))).await?;
-            txn.commit().await?;
+            hooks::count::<E, _>(txn, models.iter().map(|m| (m, 1))).await?;
             Ok(models)
-        }
+        })
     })
     .await
 }
@@ -116,7 +124,7 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     if !rows::sets_counted::<E>(&changes) {
-        return retry::run_transaction(db, &table::<E>(), || {
+        return retry::run_transaction(db, &rows::table_name::<E>(), || {
             E::update_many()
                 .set(changes.clone())
                 .filter(filter.clone())
@@ -125,22 +133,20 @@ where
         .await
         .map(|result| result.rows_affected);
     }
-    retry::run_transaction(db, &table::<E>(), || {
+    in_own_transaction::<E, C, _, _>(db, |txn| {
         let (filter, changes) = (filter.clone(), changes.clone());
-        async move {
-            let txn = begin(db).await?;
-            let old = rows::lock::<E, _>(&txn, filter).await?;
+        Box::pin(async move {
+            let old = rows::lock::<E, _>(txn, filter).await?;
             let new = old
                 .iter()
                 .map(|model| rows::merged::<E>(model, &changes))
                 .collect::<Result<Vec<_>, DbErr>>()?;
-            let keys: Vec<_> = old.iter().map(rows::key_of::<E>).collect();
             let mut updated = 0;
-            for chunk in keys.chunks(rows::KEYS_PER_STATEMENT) {
+            for keys in rows::key_chunks::<E>(&old) {
                 updated += E::update_many()
                     .set(changes.clone())
-                    .filter(rows::keys_in::<E>(chunk))
-                    .exec(&txn)
+                    .filter(keys)
+                    .exec(txn)
                     .await?
                     .rows_affected;
             }
@@ -148,10 +154,9 @@ where
                 .iter()
                 .map(|m| (m, -1))
                 .chain(new.iter().map(|m| (m, 1)));
-            hooks::count::<E, _>(&txn, signed).await?;
-            txn.commit().await?;
+            hooks::count::<E, _>(txn, signed).await?;
             Ok(updated)
-        }
+        })
     })
     .await
 }
@@ -162,24 +167,17 @@ where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    retry::run_transaction(db, &table::<E>(), || {
+    in_own_transaction::<E, C, _, _>(db, |txn| {
         let filter = filter.clone();
-        async move {
-            let txn = begin(db).await?;
-            let old = rows::lock::<E, _>(&txn, filter).await?;
-            let keys: Vec<_> = old.iter().map(rows::key_of::<E>).collect();
+        Box::pin(async move {
+            let old = rows::lock::<E, _>(txn, filter).await?;
             let mut deleted = 0;
-            for chunk in keys.chunks(rows::KEYS_PER_STATEMENT) {
-                deleted += E::delete_many()
-                    .filter(rows::keys_in::<E>(chunk))
-                    .exec(&txn)
-                    .await?
-                    .rows_affected;
+            for keys in rows::key_chunks::<E>(&old) {
+                deleted += E::delete_many().filter(keys).exec(txn).await?.rows_affected;
             }
-            hooks::count::<E, _>(&txn, old.iter().map(|m| (m, -1))).await?;
-            txn.commit().await?;
+            hooks::count::<E, _>(txn, old.iter().map(|m| (m, -1))).await?;
             Ok(deleted)
-        }
+        })
     })
     .await
 }

@@ -68,19 +68,7 @@ pub(crate) fn snapshot(
     truth: &TruthSql,
     range: &OwnerRange,
 ) -> Statement {
-    let restrict = |select: &mut SelectStatement, owner: Expr| match range {
-        OwnerRange::Keyset { after, upto, .. } => {
-            if let Some(after) = after {
-                select.and_where(owner.clone().gt(after.clone()));
-            }
-            if let Some(upto) = upto {
-                select.and_where(owner.lte(upto.clone()));
-            }
-        }
-        OwnerRange::In(owners) => {
-            select.and_where(owner.is_in(owners.iter().cloned()));
-        }
-    };
+    let restrict = |select: &mut SelectStatement, owner: Expr| restrict(select, owner, range);
     let owner = || Expr::col(Alias::new(col::OWNER_ID));
     // Where the owner column of the truth is known, the batch's range goes
     // into the truth query itself: MariaDB does not push it into a grouped
@@ -130,6 +118,23 @@ pub(crate) fn snapshot(
     dialect.backend().build(&outer.with(truth_cte(truth_query)))
 }
 
+/// Keeps the owners of `range` (`owner` is the column that holds them).
+fn restrict(select: &mut SelectStatement, owner: Expr, range: &OwnerRange) {
+    match range {
+        OwnerRange::Keyset { after, upto, .. } => {
+            if let Some(after) = after {
+                select.and_where(owner.clone().gt(after.clone()));
+            }
+            if let Some(upto) = upto {
+                select.and_where(owner.lte(upto.clone()));
+            }
+        }
+        OwnerRange::In(owners) => {
+            select.and_where(owner.is_in(owners.iter().cloned()));
+        }
+    }
+}
+
 /// `WITH counter_truth (owner_id, total) AS (<truth>)`: the truth's first
 /// two columns, whatever their names.
 fn truth_cte(truth: SelectStatement) -> WithClause {
@@ -163,11 +168,14 @@ pub(crate) fn nth_owners(
     after: Option<Value>,
     n: u64,
 ) -> [Statement; 2] {
+    let after = OwnerRange::Keyset {
+        after,
+        upto: None,
+        limit: n,
+    };
     let nth = |select: &mut SelectStatement, owner: Expr| {
         select.and_where(owner.clone().is_not_null());
-        if let Some(after) = after.clone() {
-            select.and_where(owner.gt(after));
-        }
+        restrict(select, owner, &after);
         select
             .order_by(Alias::new(col::OWNER_ID), Order::Asc)
             .limit(1)
