@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement, Value};
 
 use crate::{
@@ -22,6 +23,11 @@ use crate::{
 /// primary-key order: two such writes lock slot rows in the same order and
 /// cannot deadlock on each other. Deltas of the same counter are folded
 /// (checked, never wrapped), and counters that net to zero send nothing.
+///
+/// A windowed key's delta also lands in its time bucket (of the moment it
+/// was added, or of [`DeltaBatch::add_at`]'s time): the bucket rows follow
+/// the table's own, in the same order, so they are locked in one global
+/// order too.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -57,6 +63,8 @@ struct TableDeltas {
     table: CounterTable,
     /// By (owner, key): the primary-key order rows are locked in.
     deltas: BTreeMap<(SortOwner, String), Pending>,
+    /// Windowed keys' deltas by (owner, key, bucket), likewise.
+    buckets: BTreeMap<(SortOwner, String, i64), Pending>,
 }
 
 #[derive(Debug)]
@@ -71,7 +79,8 @@ impl DeltaBatch {
         Self::default()
     }
 
-    /// Adds `delta` to `key` of `owner` in `counters`' table.
+    /// Adds `delta` to `key` of `owner` in `counters`' table (and, for a
+    /// windowed key, to the bucket of now).
     ///
     /// Keys and owners are checked here, so a bad one fails before any SQL
     /// is sent; a fold that leaves `i64` is [`CounterError::Overflow`].
@@ -82,32 +91,51 @@ impl DeltaBatch {
         key: K,
         delta: i64,
     ) -> Result<()> {
+        self.add_at(counters, owner, key, delta, Utc::now())
+    }
+
+    /// [`DeltaBatch::add`] of an event that happened `at`: a windowed key
+    /// counts it in the bucket of `at` (a backfill, an imported log). Its
+    /// all-time total counts it either way.
+    pub fn add_at<I: OwnerId, K: CounterKey>(
+        &mut self,
+        counters: &Counters<I>,
+        owner: I,
+        key: K,
+        delta: i64,
+        at: DateTime<Utc>,
+    ) -> Result<()> {
         let key = key.as_key_str();
         validate_key(key)?;
         owner.check()?;
         let table = counters.table();
         let value: Value = owner.into();
         let sort = SortOwner::of(&value);
-        let pending = self
+        let deltas = self
             .tables
             .entry(table.name().to_owned())
             .or_insert_with(|| TableDeltas {
                 table: table.clone(),
                 deltas: BTreeMap::new(),
-            })
+                buckets: BTreeMap::new(),
+            });
+        let pending = |map_value: Value| Pending {
+            owner: map_value,
+            delta: 0,
+        };
+        if let Some(window) = table.window_for(key) {
+            let bucket = window.bucket_of(at);
+            let slot = deltas
+                .buckets
+                .entry((sort.clone(), key.to_owned(), bucket))
+                .or_insert_with(|| pending(value.clone()));
+            fold(&mut slot.delta, delta, key)?;
+        }
+        let slot = deltas
             .deltas
             .entry((sort, key.to_owned()))
-            .or_insert(Pending {
-                owner: value,
-                delta: 0,
-            });
-        pending.delta = pending
-            .delta
-            .checked_add(delta)
-            .ok_or_else(|| CounterError::Overflow {
-                context: format!("the folded batch delta of `{key}`"),
-            })?;
-        Ok(())
+            .or_insert_with(|| pending(value));
+        fold(&mut slot.delta, delta, key)
     }
 
     /// [`DeltaBatch::add`] with an entity's typed key.
@@ -122,9 +150,9 @@ impl DeltaBatch {
 
     /// Whether no counter would change.
     pub fn is_empty(&self) -> bool {
-        self.tables
-            .values()
-            .all(|t| t.deltas.values().all(|p| p.delta == 0))
+        self.tables.values().all(|t| {
+            t.deltas.values().all(|p| p.delta == 0) && t.buckets.values().all(|p| p.delta == 0)
+        })
     }
 
     /// Sends the batch on `db`: one multi-row upsert per table and chunk of
@@ -133,7 +161,10 @@ impl DeltaBatch {
     ///
     /// Give it a transaction when the deltas must be all or nothing: each
     /// statement is atomic by itself, but on a pool a batch of several
-    /// statements is not (conflicts are retried per statement there).
+    /// statements is not (conflicts are retried per statement there). That
+    /// includes a windowed key, whose total and bucket are two statements:
+    /// on a pool use [`Counters::add_many`](crate::Counters::add_many), which
+    /// opens a transaction for you.
     pub async fn apply<C: ConnectionTrait>(self, db: &C) -> Result<BatchOutcome> {
         if self.is_empty() {
             return Ok(BatchOutcome::default());
@@ -154,26 +185,59 @@ impl DeltaBatch {
     ) -> (BatchOutcome, Vec<(String, Statement)>) {
         let mut outcome = BatchOutcome::default();
         let mut statements = Vec::new();
-        for (name, TableDeltas { table, deltas }) in self.tables {
-            let mut rows = deltas
+        let mut push = |name: &str, rows: Vec<UpsertRow>| {
+            for chunk in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {
+                outcome.rows += chunk.len();
+                outcome.statements += 1;
+                statements.push((
+                    name.to_owned(),
+                    sql::add_rows(dialect, name, chunk.to_vec()),
+                ));
+            }
+        };
+        for (name, t) in self.tables {
+            let rows = t
+                .deltas
                 .into_iter()
                 .filter(|(_, pending)| pending.delta != 0)
                 .map(|((sort, key), pending)| UpsertRow {
-                    slot: table.next_slot(&sort, &key),
+                    slot: t.table.next_slot(&sort, &key),
                     owner: pending.owner,
                     key,
+                    bucket: None,
                     delta: pending.delta,
                 })
-                .peekable();
-            while rows.peek().is_some() {
-                let chunk: Vec<_> = rows.by_ref().take(sql::UPSERT_ROWS_PER_STATEMENT).collect();
-                outcome.rows += chunk.len();
-                outcome.statements += 1;
-                statements.push((name.clone(), sql::add_rows(dialect, &name, chunk)));
-            }
+                .collect();
+            push(&name, rows);
+            let Some(bucket_table) = t.table.bucket_table() else {
+                continue;
+            };
+            let rows = t
+                .buckets
+                .into_iter()
+                .filter(|(_, pending)| pending.delta != 0)
+                .map(|((sort, key, bucket), pending)| UpsertRow {
+                    slot: t.table.next_bucket_slot(&sort, &key),
+                    owner: pending.owner,
+                    key,
+                    bucket: Some(bucket),
+                    delta: pending.delta,
+                })
+                .collect();
+            push(&bucket_table, rows);
         }
         (outcome, statements)
     }
+}
+
+/// Adds `delta` to a folded delta, checked.
+fn fold(total: &mut i64, delta: i64, key: &str) -> Result<()> {
+    *total = total
+        .checked_add(delta)
+        .ok_or_else(|| CounterError::Overflow {
+            context: format!("the folded batch delta of `{key}`"),
+        })?;
+    Ok(())
 }
 
 /// An owner id in the order its typed form sorts in (integers numerically,

@@ -2,11 +2,15 @@
 
 use std::{collections::HashMap, future::Future};
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, TransactionTrait};
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, Iterable, PrimaryKeyToColumn,
+    QueryFilter, TransactionTrait,
+};
 
 use crate::{
-    BatchOutcome, CountMap, CountSet, Counters, KeySet, OwnerId, Reconcile, ReconcileReport,
-    Result, Truth, key::CounterKey,
+    BatchOutcome, Compact, CompactReport, CountMap, CountSet, Counters, KeySet, OwnerId, Ranked,
+    Reconcile, ReconcileReport, Result, Series, Truth, key::CounterKey,
 };
 
 /// An entity whose rows own counters in a companion table.
@@ -71,7 +75,7 @@ pub trait SlottedCounter: EntityTrait {
     fn owner_id(model: &Self::Model) -> Self::OwnerId;
 
     /// Adds `delta` (which may be negative). See [`Counters::add`].
-    fn add<C: ConnectionTrait>(
+    fn add<C: ConnectionTrait + TransactionTrait>(
         db: &C,
         owner: Self::OwnerId,
         key: Self::Key,
@@ -81,7 +85,7 @@ pub trait SlottedCounter: EntityTrait {
     }
 
     /// Adds 1. See [`Counters::increment`].
-    fn increment<C: ConnectionTrait>(
+    fn increment<C: ConnectionTrait + TransactionTrait>(
         db: &C,
         owner: Self::OwnerId,
         key: Self::Key,
@@ -90,7 +94,7 @@ pub trait SlottedCounter: EntityTrait {
     }
 
     /// Subtracts 1. See [`Counters::decrement`].
-    fn decrement<C: ConnectionTrait>(
+    fn decrement<C: ConnectionTrait + TransactionTrait>(
         db: &C,
         owner: Self::OwnerId,
         key: Self::Key,
@@ -107,6 +111,18 @@ pub trait SlottedCounter: EntityTrait {
         It::IntoIter: Send,
     {
         Self::counters().add_many(db, deltas)
+    }
+
+    /// Adds `delta` as of `at`: a windowed key counts it in the bucket of
+    /// `at`. See [`Counters::add_at`].
+    fn add_at<C: ConnectionTrait + TransactionTrait>(
+        db: &C,
+        owner: Self::OwnerId,
+        key: Self::Key,
+        delta: i64,
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        Self::counters().add_at(db, owner, key, delta, at)
     }
 
     /// The total of one counter. See [`Counters::get`].
@@ -186,6 +202,93 @@ pub trait SlottedCounter: EntityTrait {
                 })
                 .collect())
         }
+    }
+
+    /// A windowed key's count over the buckets starting in `[from, to)`.
+    /// See [`Counters::range`].
+    fn range<'a, C: ConnectionTrait>(
+        db: &'a C,
+        owner: &'a Self::OwnerId,
+        key: Self::Key,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl Future<Output = Result<i64>> + Send + 'a {
+        Self::counters().range(db, owner, key, from, to)
+    }
+
+    /// A windowed key's zero-filled count per bucket in `[from, to)`. See
+    /// [`Counters::series`].
+    fn series<'a, C: ConnectionTrait>(
+        db: &'a C,
+        owner: &'a Self::OwnerId,
+        key: Self::Key,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Series>> + Send + 'a {
+        Self::counters().series(db, owner, key, from, to)
+    }
+
+    /// [`SlottedCounter::series`] of many owners, one query per chunk. See
+    /// [`Counters::series_many`].
+    fn series_many<'a, C: ConnectionTrait>(
+        db: &'a C,
+        owners: &'a [Self::OwnerId],
+        key: Self::Key,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl Future<Output = Result<HashMap<Self::OwnerId, Series>>> + Send + 'a {
+        Self::counters().series_many(db, owners, key, from, to)
+    }
+
+    /// The `n` owners with the highest totals of `key`, ties by id. See
+    /// [`Counters::top`].
+    fn top<'a, C: ConnectionTrait>(
+        db: &'a C,
+        key: Self::Key,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<Ranked<Self::OwnerId>>>> + Send + 'a {
+        Self::counters().top(db, key, n)
+    }
+
+    /// [`SlottedCounter::top`] with the owners' models, loaded in one more
+    /// query: the "most liked posts" list. Owners whose row no longer
+    /// exists are left out, so a page may be shorter than `n`.
+    fn top_models<'a, C: ConnectionTrait>(
+        db: &'a C,
+        key: Self::Key,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<(Self::Model, i64)>>> + Send + 'a
+    where
+        Self::Model: Send + Sync,
+    {
+        async move {
+            let ranked = Self::counters().top(db, key, n).await?;
+            let Some(primary_key) = Self::PrimaryKey::iter().next() else {
+                return Ok(Vec::new());
+            };
+            let ids = ranked.iter().map(|r| r.owner.clone());
+            let models = Self::find()
+                .filter(primary_key.into_column().is_in(ids))
+                .all(db)
+                .await?;
+            let mut by_id: HashMap<Self::OwnerId, Self::Model> = models
+                .into_iter()
+                .map(|m| (Self::owner_id(&m), m))
+                .collect();
+            Ok(ranked
+                .into_iter()
+                .filter_map(|r| by_id.remove(&r.owner).map(|m| (m, r.total)))
+                .collect())
+        }
+    }
+
+    /// Folds each counter's slot rows into slot 0 while writes go on. See
+    /// [`Counters::compact`].
+    fn compact<'a>(
+        db: &'a DatabaseConnection,
+        options: &'a Compact<Self::OwnerId>,
+    ) -> impl Future<Output = Result<CompactReport>> + Send + 'a {
+        Self::counters().compact(db, options)
     }
 
     /// Recounts `key` from `truth` and repairs each owner's drift. See

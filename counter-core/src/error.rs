@@ -156,12 +156,65 @@ pub enum CounterError {
         table: String,
     },
 
+    /// A time range that is reversed, or a series longer than
+    /// [`MAX_SERIES_BUCKETS`](crate::MAX_SERIES_BUCKETS).
+    #[error("invalid time range: {reason}")]
+    InvalidRange {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A range or series read of a key that has no time window, so no
+    /// buckets to read.
+    #[error(
+        "counter `{key}` of table `{table}` has no time window: declare it as \
+         `keys({key}(window = day))` (or `CounterTable::with_key_window`) to count it in buckets"
+    )]
+    NotWindowed {
+        /// The counter table.
+        table: String,
+        /// The key read.
+        key: String,
+    },
+
+    /// A page size or batch size outside its allowed range.
+    #[error("{what} {value} is out of range: it must be between {min} and {max}")]
+    OutOfRange {
+        /// Which setting.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// The smallest allowed.
+        min: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+
     /// Any other database error, unchanged.
     #[error("database error: {0}")]
     Database(#[from] DbErr),
 }
 
 impl CounterError {
+    /// `Ok` if `min <= value <= max`, else [`CounterError::OutOfRange`].
+    pub(crate) fn check_range(
+        what: &'static str,
+        value: usize,
+        min: usize,
+        max: usize,
+    ) -> Result<()> {
+        if (min..=max).contains(&value) {
+            Ok(())
+        } else {
+            Err(Self::OutOfRange {
+                what,
+                value,
+                min,
+                max,
+            })
+        }
+    }
+
     /// Splits an error for [`retry::run`](crate::retry): a database error
     /// goes back as the `DbErr` it was (`Err`), so a deadlock is still seen
     /// as one and retried; the crate's own errors stay typed (`Ok`).

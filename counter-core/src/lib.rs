@@ -13,8 +13,13 @@
 //!   chosen at run time ([`CounterKey`] is implemented for `str`/`String`).
 //! * [`SlottedCounter`] binds an owner entity to its counters, with typed keys;
 //!   `#[derive(SlottedCounter)]` implements it for you.
-//! * Every function takes any `&C: ConnectionTrait`: a pool, or the caller's
-//!   transaction, with which the counter then commits or rolls back.
+//! * Every function takes a pool or the caller's transaction, with which the
+//!   counter then commits or rolls back.
+//! * Around the core: counter caches ([`CounterCache`]) and recounts
+//!   ([`Counters::reconcile`]); lossless online compaction
+//!   ([`Counters::compact`]); per-hour or per-day buckets of a key with range
+//!   sums and zero-filled series ([`Window`], [`Counters::series`]); exact
+//!   rankings ([`Counters::top`]).
 //!
 //! SQLite, PostgreSQL and MySQL/MariaDB are supported alike; enable the
 //! matching `sqlx-*` feature as you would on sea-orm.
@@ -22,11 +27,14 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod buckets;
 pub mod cache;
+mod compact;
 mod entity;
 mod error;
 pub mod key;
 mod owner;
+mod rank;
 mod read;
 pub mod reconcile;
 mod retry;
@@ -38,23 +46,29 @@ mod sql;
 mod strategy;
 mod table;
 mod typed;
+mod walk;
+mod window;
 mod write;
 
 pub use batch::DeltaBatch;
+pub use buckets::Series;
 pub use cache::{CacheRule, CounterCache};
+pub use compact::{Compact, CompactReport, CompactStats, MAX_COMPACT_BATCH};
 pub use entity::SlottedCounter;
 pub use error::{CounterError, Result};
 pub use key::{CounterKey, MAX_KEY_LEN, validate_key};
 pub use owner::{MAX_STRING_OWNER_LEN, OwnerColumn, OwnerId};
+pub use rank::{MAX_RANK_PAGE, Ranked};
 pub use read::CountMap;
 pub use reconcile::{Drift, MAX_RECONCILE_BATCH, Reconcile, ReconcileReport, Truth};
 #[cfg(feature = "migration")]
-pub use schema::migration::CounterTableMigration;
+pub use schema::migration::{CounterTableMigration, CounterTableUpgrade};
 pub use slots::Slots;
 pub use sql::UPSERT_ROWS_PER_STATEMENT;
 pub use strategy::SlotStrategy;
 pub use table::{CounterTable, Counters, MAX_TABLE_NAME_LEN, OwnerTable, validate_table_name};
 pub use typed::{CountSet, KeySet};
+pub use window::{MAX_SERIES_BUCKETS, Window};
 pub use write::BatchOutcome;
 
 /// ```
@@ -159,12 +173,14 @@ pub mod __private {
     /// The counters of a derived entity. The derive has already checked
     /// every name and slot count at compile time, so this cannot fail.
     /// With `cascade_column`, the table references the owner entity `E`.
+    /// `key_windows` are the keys also counted in time buckets.
     /// `strategy` is the `slot_strategy` option; without it the table keeps
     /// [`SlotStrategy::default()`].
     pub fn derived_counters<I: OwnerId, E: sea_orm::EntityName>(
         table: &'static str,
         slots: u16,
         key_slots: &[(&str, u16)],
+        key_windows: &[(&str, crate::Window)],
         cascade_column: Option<&'static str>,
         strategy: Option<SlotStrategy>,
     ) -> Counters<I> {
@@ -172,6 +188,9 @@ pub mod __private {
             let mut config = CounterTable::new(table)?.with_slots(slots)?;
             for &(key, slots) in key_slots {
                 config = config.with_key_slots(key, slots)?;
+            }
+            for &(key, window) in key_windows {
+                config = config.with_key_window(key, window)?;
             }
             if let Some(column) = cascade_column {
                 let owner = E::default();

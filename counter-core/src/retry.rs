@@ -31,7 +31,19 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, DbErr>>,
 {
-    run_with(db, table, Some(table), op).await
+    run_with(db, table, &[table], op).await
+}
+
+/// [`run`] for statements on several counter tables (a windowed key's
+/// totals and buckets), named `label` in a conflict; a missing table is
+/// reported as whichever of `tables` the database named.
+pub(crate) async fn run_on<C, T, F, Fut>(db: &C, label: &str, tables: &[&str], op: F) -> Result<T>
+where
+    C: ConnectionTrait + ?Sized,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, DbErr>>,
+{
+    run_with(db, label, tables, op).await
 }
 
 /// [`run`] for a whole transaction (`op` begins and commits it) that writes
@@ -46,13 +58,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, DbErr>>,
 {
-    run_with(db, label, None, op).await
+    run_with(db, label, &[], op).await
 }
 
 async fn run_with<C, T, F, Fut>(
     _db: &C,
     table: &str,
-    counter_table: Option<&str>,
+    counter_tables: &[&str],
     mut op: F,
 ) -> Result<T>
 where
@@ -87,18 +99,18 @@ where
                     source: err,
                 });
             }
-            Classified::MissingTable => match counter_table {
-                // Only when the message names the counter table: a
-                // recount's truth query reads other tables.
-                Some(counter) if names_table(&err, counter) => {
-                    return Err(CounterError::MissingTable {
-                        table: counter.to_owned(),
+            Classified::MissingTable => {
+                // Only when the message names a counter table: a recount's
+                // truth query reads other tables.
+                return Err(match counter_tables.iter().find(|t| names_table(&err, t)) {
+                    Some(counter) => CounterError::MissingTable {
+                        table: (*counter).to_owned(),
                         source: err,
-                    });
-                }
-                _ => return Err(CounterError::Database(err)),
-            },
-            Classified::Overflow if counter_table.is_some() => {
+                    },
+                    None => CounterError::Database(err),
+                });
+            }
+            Classified::Overflow if !counter_tables.is_empty() => {
                 return Err(CounterError::Overflow {
                     context: format!("a slot value or total in table `{table}`"),
                 });
@@ -113,14 +125,19 @@ where
 /// doesn't exist`), SQLite names it last (`no such table: t`).
 fn names_table(err: &DbErr, table: &str) -> bool {
     let message = err.to_string();
-    [
-        format!("\"{table}\""),
-        format!(".{table}'"),
-        format!("'{table}'"),
-        format!("no such table: {table}"),
-    ]
-    .iter()
-    .any(|form| message.contains(form.as_str()))
+    let sqlite = format!("no such table: {table}");
+    // SQLite's form is unquoted: `t` must not match `t_buckets`.
+    let sqlite_names = message.match_indices(&sqlite).any(|(at, _)| {
+        !message[at + sqlite.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    });
+    sqlite_names
+        || [
+            format!("\"{table}\""),
+            format!(".{table}'"),
+            format!("'{table}'"),
+        ]
+        .iter()
+        .any(|form| message.contains(form.as_str()))
 }
 
 /// Whether `C` is a connection pool (`DatabaseConnection`, or sea-orm's

@@ -11,25 +11,45 @@ use crate::{
 };
 
 impl<I: OwnerId> Counters<I> {
-    /// Creates the companion table if it does not exist. Applications with
+    /// Creates the companion table, its key index and (with a windowed
+    /// key) its bucket table, where they do not exist. Applications with
     /// migrations use [`Counters::migration`] instead.
     pub async fn create_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
-        let stmt = sql::create_table(Dialect::of(db)?, self.table(), I::COLUMN);
-        retry::run(db, self.table().name(), || db.execute_raw(stmt.clone())).await?;
+        for stmt in sql::create_table(Dialect::of(db)?, self.table(), I::COLUMN) {
+            retry::run(db, self.table().name(), || db.execute_raw(stmt.clone())).await?;
+        }
         Ok(())
     }
 
-    /// Drops the companion table if it exists, and every count in it.
+    /// Drops the companion table and its bucket table if they exist, and
+    /// every count in them.
     pub async fn drop_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
-        let stmt = sql::drop_table(Dialect::of(db)?, self.table().name());
-        retry::run(db, self.table().name(), || db.execute_raw(stmt.clone())).await?;
+        let dialect = Dialect::of(db)?;
+        let tables = self.table().bucket_table().into_iter();
+        for table in tables.chain([self.table().name().to_owned()]) {
+            let stmt = sql::drop_table(dialect, &table);
+            retry::run(db, &table, || db.execute_raw(stmt.clone())).await?;
+        }
         Ok(())
     }
 
-    /// The migration creating this companion table, for a `Migrator`.
+    /// The migration creating this companion table (and its bucket table,
+    /// if a key is windowed), for a `Migrator`.
     #[cfg(feature = "migration")]
     pub fn migration(&self) -> migration::CounterTableMigration {
         migration::CounterTableMigration::new(self.clone())
+    }
+
+    /// The migration that brings a companion table created by an earlier
+    /// version up to date: it adds the key index that rankings read
+    /// through and, if a key is windowed now, the bucket table. Append it to
+    /// the `Migrator` after [`Counters::migration`] when a table already
+    /// exists; on a table that [`Counters::migration`] just created it
+    /// changes nothing. Its name, `counter_core_upgrade_<table>_v2`, is
+    /// stable.
+    #[cfg(feature = "migration")]
+    pub fn upgrade_migration(&self) -> migration::CounterTableUpgrade {
+        migration::CounterTableUpgrade::new(self.clone())
     }
 }
 
@@ -79,11 +99,11 @@ pub mod migration {
                 owner: I::COLUMN,
             }
         }
+    }
 
-        fn dialect(manager: &SchemaManager) -> Result<Dialect, DbErr> {
-            Dialect::from_backend(manager.get_database_backend())
-                .map_err(|e| DbErr::Migration(e.to_string()))
-        }
+    fn dialect(manager: &SchemaManager) -> Result<Dialect, DbErr> {
+        Dialect::from_backend(manager.get_database_backend())
+            .map_err(|e| DbErr::Migration(e.to_string()))
     }
 
     impl MigrationName for CounterTableMigration {
@@ -95,13 +115,73 @@ pub mod migration {
     #[async_trait]
     impl MigrationTrait for CounterTableMigration {
         async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-            let stmt = sql::create_table(Self::dialect(manager)?, &self.table, self.owner);
-            manager.get_connection().execute_raw(stmt).await.map(drop)
+            for stmt in sql::create_table(dialect(manager)?, &self.table, self.owner) {
+                manager.get_connection().execute_raw(stmt).await?;
+            }
+            Ok(())
         }
 
         async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-            let stmt = sql::drop_table(Self::dialect(manager)?, self.table.name());
-            manager.get_connection().execute_raw(stmt).await.map(drop)
+            let dialect = dialect(manager)?;
+            let tables = self.table.bucket_table().into_iter();
+            for table in tables.chain([self.table.name().to_owned()]) {
+                let stmt = sql::drop_table(dialect, &table);
+                manager.get_connection().execute_raw(stmt).await?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Brings a companion table created by an earlier version up to date
+    /// (see [`Counters::upgrade_migration`]).
+    pub struct CounterTableUpgrade {
+        name: String,
+        table: CounterTable,
+        owner: OwnerColumn,
+    }
+
+    impl CounterTableUpgrade {
+        /// The upgrade of `counters`' table.
+        pub fn new<I: OwnerId>(counters: Counters<I>) -> Self {
+            let table = counters.table().clone();
+            Self {
+                name: format!("counter_core_upgrade_{}_v2", table.name()),
+                table,
+                owner: I::COLUMN,
+            }
+        }
+    }
+
+    impl MigrationName for CounterTableUpgrade {
+        fn name(&self) -> &str {
+            &self.name
+        }
+    }
+
+    #[async_trait]
+    impl MigrationTrait for CounterTableUpgrade {
+        async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            let dialect = dialect(manager)?;
+            let table = self.table.name();
+            let db = manager.get_connection();
+            if !manager
+                .has_index(table, &sql::key_index_name(table))
+                .await?
+            {
+                db.execute_raw(sql::create_key_index(dialect, table, false))
+                    .await?;
+            }
+            if let Some(buckets) = self.table.bucket_table() {
+                let stmt = sql::create_bucket_table(dialect, &self.table, &buckets, self.owner);
+                db.execute_raw(stmt).await?;
+            }
+            Ok(())
+        }
+
+        /// Leaves the index and the bucket table: the counter table's own
+        /// migration drops them with it.
+        async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
+            Ok(())
         }
     }
 }

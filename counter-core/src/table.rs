@@ -8,6 +8,7 @@ use crate::{
     owner::OwnerId,
     slots::Slots,
     strategy::SlotStrategy,
+    window::Window,
 };
 
 /// The longest table name accepted (PostgreSQL truncates identifiers past 63 bytes).
@@ -39,6 +40,8 @@ struct TableConfig {
     name: Cow<'static, str>,
     slots: Slots,
     key_slots: HashMap<String, Slots>,
+    /// Keys also counted in time buckets, and their window.
+    key_windows: HashMap<String, Window>,
     strategy: SlotStrategy,
     cascade: Option<OwnerTable>,
 }
@@ -73,6 +76,7 @@ impl CounterTable {
                 name,
                 slots: Slots::DEFAULT,
                 key_slots: HashMap::new(),
+                key_windows: HashMap::new(),
                 strategy: SlotStrategy::default(),
                 cascade: None,
             }),
@@ -93,6 +97,49 @@ impl CounterTable {
             .key_slots
             .insert(key.to_owned(), slots);
         Ok(self)
+    }
+
+    /// Counts `key` in time buckets too, of `window`'s width: see [`Window`].
+    ///
+    /// The buckets live in a second table, [`CounterTable::bucket_table`]
+    /// (`<name>_buckets`), created with the counter table. Fails if that
+    /// name would be longer than [`MAX_TABLE_NAME_LEN`].
+    pub fn with_key_window(mut self, key: &str, window: Window) -> Result<Self> {
+        validate_key(key)?;
+        let buckets = format!("{}{BUCKET_TABLE_SUFFIX}", self.name());
+        validate_table_name(&buckets).map_err(|_| CounterError::InvalidTableName {
+            name: preview(&buckets),
+            reason: "the bucket table of a windowed key is the counter table's name plus \
+                     `_buckets`, at most 63 bytes: choose a shorter counter table name",
+        })?;
+        Arc::make_mut(&mut self.inner)
+            .key_windows
+            .insert(key.to_owned(), window);
+        Ok(self)
+    }
+
+    /// The time window of `key`, if it is counted in buckets.
+    pub fn window_for(&self, key: &str) -> Option<Window> {
+        self.inner.key_windows.get(key).copied()
+    }
+
+    /// The windowed keys and their windows, in key order.
+    pub fn windows(&self) -> Vec<(&str, Window)> {
+        let mut windows: Vec<_> = self
+            .inner
+            .key_windows
+            .iter()
+            .map(|(k, w)| (k.as_str(), *w))
+            .collect();
+        windows.sort();
+        windows
+    }
+
+    /// The table of time buckets, `<name>_buckets`
+    /// `(owner_id, count_key, bucket, slot, value)`, if any key is windowed.
+    pub fn bucket_table(&self) -> Option<String> {
+        (!self.inner.key_windows.is_empty())
+            .then(|| format!("{}{BUCKET_TABLE_SUFFIX}", self.name()))
     }
 
     /// Sets how writes pick a slot (default [`SlotStrategy::Rotating`]).
@@ -167,7 +214,20 @@ impl CounterTable {
             .strategy
             .pick(self.slots_for(key), (self.name(), owner, key))
     }
+
+    /// The slot the next bucket write of `(owner, key)` goes to: a rotor of
+    /// its own, so the table's and the bucket table's rows both take every
+    /// slot in turn.
+    pub(crate) fn next_bucket_slot(&self, owner: &impl std::hash::Hash, key: &str) -> i16 {
+        self.inner.strategy.pick(
+            self.slots_for(key),
+            ((self.name(), BUCKET_TABLE_SUFFIX), owner, key),
+        )
+    }
 }
+
+/// What a counter table's name gets to name its bucket table.
+const BUCKET_TABLE_SUFFIX: &str = "_buckets";
 
 /// Checks a companion table name (see [`CounterTable::new`]).
 pub fn validate_table_name(name: &str) -> Result<()> {

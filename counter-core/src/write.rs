@@ -1,5 +1,6 @@
 //! Increments: one slot row per write, many rows per statement in a batch.
 
+use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, TransactionSession, TransactionTrait};
 
 use crate::{
@@ -30,9 +31,33 @@ impl<I: OwnerId> Counters<I> {
     /// retried; in a transaction, the counter commits or rolls back with it,
     /// and a failed write leaves the transaction as the database does (on
     /// PostgreSQL, aborted: roll it back).
+    ///
+    /// A windowed key (see [`Window`](crate::Window)) is also counted in the
+    /// bucket of now: two upserts, in a transaction of their own (a
+    /// savepoint inside the caller's), so the total and the buckets never
+    /// disagree.
     pub async fn add<C, K>(&self, db: &C, owner: I, key: K, delta: i64) -> Result<()>
     where
-        C: ConnectionTrait,
+        C: ConnectionTrait + TransactionTrait,
+        K: CounterKey,
+    {
+        self.add_at(db, owner, key, delta, Utc::now()).await
+    }
+
+    /// [`Counters::add`] of an event that happened `at`: a windowed key
+    /// counts it in the bucket of `at` instead of now (a backfill, an
+    /// imported log, a test of bucket boundaries). Every key counts it in
+    /// its all-time total.
+    pub async fn add_at<C, K>(
+        &self,
+        db: &C,
+        owner: I,
+        key: K,
+        delta: i64,
+        at: DateTime<Utc>,
+    ) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
         K: CounterKey,
     {
         let key = key.as_key_str();
@@ -41,12 +66,18 @@ impl<I: OwnerId> Counters<I> {
         if delta == 0 {
             return Ok(());
         }
+        if self.table().window_for(key).is_some() {
+            let mut batch = DeltaBatch::new();
+            batch.add_at(self, owner, key, delta, at)?;
+            return self.apply_all_or_nothing(db, batch).await.map(drop);
+        }
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
         let row = UpsertRow {
             slot: self.table().next_slot(&owner, key),
             owner: owner.into(),
             key: key.to_owned(),
+            bucket: None,
             delta,
         };
         let stmt = sql::add_one(dialect, table, row);
@@ -55,7 +86,7 @@ impl<I: OwnerId> Counters<I> {
     }
 
     /// Adds 1.
-    pub async fn increment<C: ConnectionTrait, K: CounterKey>(
+    pub async fn increment<C: ConnectionTrait + TransactionTrait, K: CounterKey>(
         &self,
         db: &C,
         owner: I,
@@ -65,7 +96,7 @@ impl<I: OwnerId> Counters<I> {
     }
 
     /// Subtracts 1. Totals may go below zero: a counter is a sum of deltas.
-    pub async fn decrement<C: ConnectionTrait, K: CounterKey>(
+    pub async fn decrement<C: ConnectionTrait + TransactionTrait, K: CounterKey>(
         &self,
         db: &C,
         owner: I,
@@ -111,16 +142,25 @@ impl<I: OwnerId> Counters<I> {
         for (owner, key, delta) in deltas {
             batch.add(self, owner, key, delta)?;
         }
+        self.apply_all_or_nothing(db, batch).await
+    }
+
+    /// Sends `batch`: one statement alone, several in a transaction of
+    /// their own (retried whole on a pool).
+    async fn apply_all_or_nothing<C>(&self, db: &C, batch: DeltaBatch) -> Result<BatchOutcome>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
         if batch.is_empty() {
             return Ok(BatchOutcome::default());
         }
-        let table = self.table().name();
         let (outcome, statements) = batch.into_statements(Dialect::of(db)?);
-        if let [(_, stmt)] = statements.as_slice() {
+        if let [(table, stmt)] = statements.as_slice() {
             retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
         } else {
             let statements = &statements;
-            retry::run(db, table, || async move {
+            let tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
+            retry::run_on(db, self.table().name(), &tables, || async move {
                 let txn = db.begin().await?;
                 for (_, stmt) in statements {
                     txn.execute_raw(stmt.clone()).await?;

@@ -19,8 +19,10 @@ const SLOT_STRATEGIES: &[(&str, SlotStrategy)] = &[
     ("rotating", SlotStrategy::Rotating),
     ("random", SlotStrategy::Random),
 ];
-/// The options of one key, `views(slots = 64)`.
-const KEY_OPTIONS: &[&str] = &["slots"];
+/// The options of one key, `views(slots = 64, window = day)`.
+const KEY_OPTIONS: &[&str] = &["slots", "window"];
+/// The values of `window = ...`, counter-core's `Window`.
+const WINDOWS: &[(&str, Window)] = &[("hour", Window::Hour), ("day", Window::Day)];
 /// The most slots a key may have (counter-core's `Slots::MAX`).
 const MAX_SLOTS: u64 = 1024;
 /// The longest key (counter-core's `MAX_KEY_LEN`).
@@ -47,13 +49,27 @@ pub(crate) enum SlotStrategy {
     Random,
 }
 
-/// One declared key, `likes` or `views(slots = 64)`.
+/// `window = hour` or `day`: counter-core's `Window` variant of that name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Window {
+    Hour,
+    Day,
+}
+
+/// One declared key, `likes` or `views(slots = 64, window = day)`.
 pub(crate) struct KeyAttr {
     /// As written (its span is the user's).
     pub ident: Ident,
     /// The stored name: the identifier without `r#`.
     pub name: String,
+    pub options: KeyOptions,
+}
+
+/// What a key's parentheses said.
+#[derive(Default)]
+pub(crate) struct KeyOptions {
     pub slots: Option<u16>,
+    pub window: Option<Window>,
 }
 
 /// Parses every `#[counter]` attribute. Errors are collected, not returned,
@@ -114,13 +130,17 @@ fn parse_keys(
             return skip_value(&key);
         };
         let name = ident.unraw().to_string();
-        let slots = parse_key_options(&key, &name, errors)?;
+        let options = parse_key_options(&key, &name, errors)?;
         if let Some(problem) = key_name_problem(&name) {
             errors.at(ident.span(), format!("invalid key `{name}`: {problem}"));
         } else if keys.iter().any(|k| k.name == name) {
             errors.at(ident.span(), format!("duplicate key `{name}`"));
         } else {
-            keys.push(KeyAttr { ident, name, slots });
+            keys.push(KeyAttr {
+                ident,
+                name,
+                options,
+            });
         }
         Ok(())
     })?;
@@ -130,13 +150,13 @@ fn parse_keys(
     Ok(())
 }
 
-/// The options of one key: `(slots = 64)`.
+/// The options of one key: `(slots = 64, window = day)`.
 fn parse_key_options(
     key: &ParseNestedMeta,
     name: &str,
     errors: &mut Errors,
-) -> syn::Result<Option<u16>> {
-    let mut slots = None;
+) -> syn::Result<KeyOptions> {
+    let mut out = KeyOptions::default();
     if key.input.peek(Token![=]) {
         errors.at(
             key.path.span(),
@@ -146,13 +166,46 @@ fn parse_key_options(
     } else if key.input.peek(syn::token::Paren) {
         let mut options = Options::new("key option", KEY_OPTIONS);
         key.parse_nested_meta(|option| {
-            if options.next(&option, errors)?.is_some() {
-                slots = parse_slots(&option, errors)?;
+            match options.next(&option, errors)? {
+                Some("slots") => out.slots = parse_slots(&option, errors)?,
+                Some("window") => out.window = parse_window(&option, errors)?,
+                // Reported and skipped; `KEY_OPTIONS` has no other name.
+                _ => {}
             }
             Ok(())
         })?;
     }
-    Ok(slots)
+    Ok(out)
+}
+
+/// `window = day` or `window = hour` (a bare word, or the same in quotes).
+fn parse_window(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<Window>> {
+    let Some(expr) = option_value(meta, "`window = day`", errors)? else {
+        return Ok(None);
+    };
+    let written = match &expr {
+        Expr::Path(path) => path.path.get_ident().map(|i| i.to_string()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Some(s.value()),
+        _ => None,
+    };
+    let names: Vec<&str> = WINDOWS.iter().map(|&(name, _)| name).collect();
+    let Some(written) = written else {
+        errors.at(
+            expr.span(),
+            "`window` is one of `hour` or `day`, as in `views(window = day)`",
+        );
+        return Ok(None);
+    };
+    let window = WINDOWS
+        .iter()
+        .find(|(name, _)| *name == written)
+        .map(|&(_, window)| window);
+    if window.is_none() {
+        errors.at(expr.span(), unknown("window", &written, &names));
+    }
+    Ok(window)
 }
 
 /// `slots = N`: an integer literal in `1..=1024`.

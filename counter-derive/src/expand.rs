@@ -6,7 +6,7 @@ use quote::{ToTokens, quote};
 use syn::DeriveInput;
 
 use crate::{
-    attr::SlotStrategy,
+    attr::{SlotStrategy, Window},
     entity::OwnerKind,
     model::{self, CounterModel},
 };
@@ -61,6 +61,10 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
         let name = &k.name;
         k.slots.map(|slots| quote!((#name, #slots)))
     });
+    let key_windows = model.keys.iter().filter_map(|k| {
+        let name = &k.name;
+        k.window.map(|window| quote!((#name, #window)))
+    });
     let cascade = if model.cascade {
         quote! {
             ::core::option::Option::Some(
@@ -88,6 +92,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
                             counters::TABLE,
                             #slots,
                             &[#(#key_slots),*],
+                            &[#(#key_windows),*],
                             #cascade,
                             #strategy,
                         )
@@ -111,6 +116,17 @@ impl ToTokens for SlotStrategy {
             SlotStrategy::Random => quote!(Random),
         };
         tokens.extend(quote!(::counter_core::SlotStrategy::#variant));
+    }
+}
+
+/// `::counter_core::Window::Day` and so on.
+impl ToTokens for Window {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        let variant = match self {
+            Window::Hour => quote!(Hour),
+            Window::Day => quote!(Day),
+        };
+        tokens.extend(quote!(::counter_core::Window::#variant));
     }
 }
 
@@ -299,7 +315,7 @@ mod tests {
         let input = parse_quote! {
             #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
             #[sea_orm(table_name = "posts")]
-            #[counter(keys(likes, comments, views(slots = 64)), slots = 8)]
+            #[counter(keys(likes, comments, views(slots = 64, window = day)), slots = 8)]
             pub struct Model {
                 #[sea_orm(primary_key)]
                 pub id: i64,
@@ -342,7 +358,8 @@ mod tests {
         let input = parse_quote! {
             #[sea_orm(table_name = "posts")]
             #[counter(
-                keys(likes, likes, Views), slots = 0, slot = 3, table = "no-dash",
+                keys(likes, likes, Views, hits(window = week), runs(window = 3)), slots = 0, slot = 3,
+                table = "no-dash",
                 slot_strategy = "rotatin"
             )]
             pub struct Model {

@@ -34,7 +34,7 @@ use proc_macro::TokenStream;
 ///
 /// | option | meaning | default |
 /// |---|---|---|
-/// | `keys(a, b, c(slots = N))` | the counters; each key is a lowercase snake_case identifier (at most 64 bytes) and may set its own slot count | required |
+/// | `keys(a, b, c(slots = N, window = day))` | the counters; each key is a lowercase snake_case identifier (at most 64 bytes) and may set its own slot count and a time window, `hour` or `day` (UTC), to be counted in buckets too (see counter-core's `Window`) | required |
 /// | `slots = N` | slot rows per counter, `1..=1024`: more slots, less contention on a hot counter, more rows to sum on read | `16` |
 /// | `table = "name"` | the companion table | `"<table_name>_counters"` |
 /// | `slot_strategy = "rotating"` or `"random"` | how a write picks one of a counter's slots, a [`SlotStrategy`]: successive writes of a counter take successive slots, or each takes a random one | counter-core's `SlotStrategy::default()` (rotating) |

@@ -7,7 +7,7 @@ use proc_macro2::Span;
 use syn::{DeriveInput, Ident};
 
 use crate::{
-    attr::{self, SlotStrategy, table_name_problem},
+    attr::{self, SlotStrategy, Window, table_name_problem},
     diagnostics::Errors,
     entity::{self, PrimaryKey, Target},
 };
@@ -38,6 +38,8 @@ pub(crate) struct Key {
     pub name: String,
     /// Its own slot count, if it has one.
     pub slots: Option<u16>,
+    /// Its time window, if it is counted in buckets too.
+    pub window: Option<Window>,
 }
 
 /// Reads and checks everything; `Ok(None)` means there is nothing to
@@ -78,7 +80,8 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
                 variant,
                 field: field_ident(&k.name, k.ident.span()),
                 name: k.name,
-                slots: k.slots,
+                slots: k.options.slots,
+                window: k.options.window,
             })
         })
         .collect();
@@ -128,6 +131,18 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CounterModel>> {
         }
         (None, None) => None,
     };
+    if let (Some(table), Some(key)) = (&table, keys.iter().find(|k| k.window.is_some())) {
+        let buckets = format!("{table}_buckets");
+        if let Some(problem) = table_name_problem(&buckets) {
+            errors.at(
+                key.field.span(),
+                format!(
+                    "a windowed key keeps its buckets in {buckets:?}, an invalid name ({problem}); \
+                     choose a shorter counter table with `#[counter(table = \"...\")]`"
+                ),
+            );
+        }
+    }
     match (table, entity.primary_key) {
         (Some(table), Some(primary_key)) => {
             errors.finish()?;

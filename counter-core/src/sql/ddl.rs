@@ -1,26 +1,100 @@
-//! Creating and dropping a companion table.
+//! Creating and dropping a companion table, its index and its bucket table.
 
 use sea_orm::{
     Statement,
-    sea_query::{Alias, ColumnDef, ForeignKey, ForeignKeyAction, Index, Table},
+    sea_query::{
+        Alias, ColumnDef, ForeignKey, ForeignKeyAction, Index, IndexCreateStatement, Table,
+        TableCreateStatement,
+    },
 };
 
-use super::{Dialect, col};
+use super::{Dialect, Layout, col};
 use crate::{MAX_TABLE_NAME_LEN, owner::OwnerColumn, table::CounterTable};
 
-/// `CREATE TABLE IF NOT EXISTS t (owner_id, count_key, slot, value, PRIMARY KEY (owner_id, count_key, slot))`.
+/// Every statement that creates `table`'s storage, idempotently:
+///
+/// * `CREATE TABLE IF NOT EXISTS t (owner_id, count_key, slot, value,
+///   PRIMARY KEY (owner_id, count_key, slot))`;
+/// * the key index `(count_key, owner_id)`, which lets a ranking
+///   ([`Counters::top`](crate::Counters::top)) read one key's rows instead of
+///   the whole table (inline on MySQL, which has no `CREATE INDEX IF NOT
+///   EXISTS`);
+/// * with a windowed key, the bucket table
+///   `(owner_id, count_key, bucket, slot, value)`.
 ///
 /// No surrogate id (every conflicting upsert would burn a sequence value), no
-/// index on `value` (PostgreSQL updates stay HOT), and no foreign key unless
-/// the table opted into [`CounterTable::with_cascade`] (on InnoDB the check
-/// share-locks the owner row and brings some contention back).
-/// On MySQL the string columns compare byte-wise (`_bin` collations), so keys
-/// and string owner ids are case-sensitive and exact, as on the other backends.
+/// index on `value` (PostgreSQL updates stay HOT: the key index holds only
+/// columns no write changes), and no foreign key unless the table opted into
+/// [`CounterTable::with_cascade`] (on InnoDB the check share-locks the owner
+/// row and brings some contention back). On MySQL the string columns compare
+/// byte-wise (`_bin` collations), so keys and string owner ids are
+/// case-sensitive and exact, as on the other backends.
 pub(crate) fn create_table(
     dialect: Dialect,
     table: &CounterTable,
     owner: OwnerColumn,
+) -> Vec<Statement> {
+    let mut create = table_def(dialect, table, table.name(), Layout::Totals, owner);
+    let mut statements = Vec::new();
+    if dialect == Dialect::MySql {
+        create.index(&mut key_index_def(table.name()));
+        statements.push(dialect.backend().build(&create));
+    } else {
+        statements.push(dialect.backend().build(&create));
+        statements.push(create_key_index(dialect, table.name(), true));
+    }
+    if let Some(buckets) = table.bucket_table() {
+        statements.push(create_bucket_table(dialect, table, &buckets, owner));
+    }
+    statements
+}
+
+/// `CREATE TABLE IF NOT EXISTS <t>_buckets (owner_id, count_key, bucket,
+/// slot, value, PRIMARY KEY (owner_id, count_key, bucket, slot))`.
+pub(crate) fn create_bucket_table(
+    dialect: Dialect,
+    table: &CounterTable,
+    buckets: &str,
+    owner: OwnerColumn,
 ) -> Statement {
+    dialect
+        .backend()
+        .build(&table_def(dialect, table, buckets, Layout::Buckets, owner))
+}
+
+/// The name of a counter table's key index.
+pub(crate) fn key_index_name(table: &str) -> String {
+    let mut name = format!("{table}_by_key");
+    name.truncate(MAX_TABLE_NAME_LEN);
+    name
+}
+
+fn key_index_def(table: &str) -> IndexCreateStatement {
+    Index::create()
+        .name(key_index_name(table))
+        .table(Alias::new(table))
+        .col(Alias::new(col::COUNT_KEY))
+        .col(Alias::new(col::OWNER_ID))
+        .to_owned()
+}
+
+/// `CREATE INDEX [IF NOT EXISTS] <t>_by_key ON t (count_key, owner_id)`
+/// (MySQL knows no `IF NOT EXISTS` here: check first).
+pub(crate) fn create_key_index(dialect: Dialect, table: &str, if_not_exists: bool) -> Statement {
+    let mut index = key_index_def(table);
+    if if_not_exists && dialect != Dialect::MySql {
+        index.if_not_exists();
+    }
+    dialect.backend().build(&index)
+}
+
+fn table_def(
+    dialect: Dialect,
+    table: &CounterTable,
+    name: &str,
+    layout: Layout,
+    owner: OwnerColumn,
+) -> TableCreateStatement {
     let mysql = dialect == Dialect::MySql;
     let mut owner_id = ColumnDef::new(Alias::new(col::OWNER_ID));
     match owner {
@@ -41,10 +115,19 @@ pub(crate) fn create_table(
         count_key.string_len(64);
     }
     let mut create = Table::create()
-        .table(Alias::new(table.name()))
+        .table(Alias::new(name))
         .if_not_exists()
         .col(owner_id.not_null())
         .col(count_key.not_null())
+        .to_owned();
+    if layout == Layout::Buckets {
+        create.col(
+            ColumnDef::new(Alias::new(col::BUCKET))
+                .big_integer()
+                .not_null(),
+        );
+    }
+    create
         .col(
             ColumnDef::new(Alias::new(col::SLOT))
                 .small_integer()
@@ -54,23 +137,21 @@ pub(crate) fn create_table(
             ColumnDef::new(Alias::new(col::VALUE))
                 .big_integer()
                 .not_null(),
-        )
-        .primary_key(
-            Index::create()
-                .col(Alias::new(col::OWNER_ID))
-                .col(Alias::new(col::COUNT_KEY))
-                .col(Alias::new(col::SLOT)),
-        )
-        .to_owned();
+        );
+    let mut primary_key = Index::create();
+    for column in layout.primary_key() {
+        primary_key.col(Alias::new(*column));
+    }
+    create.primary_key(&mut primary_key);
     if let Some(owner) = table.cascade() {
         // Constraint names share the 63/64-byte identifier limit of
         // PostgreSQL and MySQL; table names are ASCII, so cutting is safe.
-        let mut name = format!("{}_owner_fk", table.name());
-        name.truncate(MAX_TABLE_NAME_LEN);
+        let mut fk_name = format!("{name}_owner_fk");
+        fk_name.truncate(MAX_TABLE_NAME_LEN);
         let owner_table = Alias::new(owner.table.as_ref());
         let owner_column = Alias::new(owner.column.as_ref());
         let mut fk = ForeignKey::create();
-        fk.name(name)
+        fk.name(fk_name)
             .from_col(Alias::new(col::OWNER_ID))
             .on_delete(ForeignKeyAction::Cascade);
         match &owner.schema {
@@ -79,7 +160,7 @@ pub(crate) fn create_table(
         };
         create.foreign_key(&mut fk);
     }
-    dialect.backend().build(&create)
+    create
 }
 
 /// `DROP TABLE IF EXISTS t`.
@@ -100,12 +181,12 @@ mod tests {
     #[test]
     fn companion_table_ddl() {
         let table = CounterTable::new("post_counters").unwrap();
-        let pg = create_table(Dialect::Postgres, &table, OwnerColumn::BigInteger);
+        let pg = create_table(Dialect::Postgres, &table, OwnerColumn::BigInteger).remove(0);
         assert_eq!(
             pg.sql,
             r#"CREATE TABLE IF NOT EXISTS "post_counters" ( "owner_id" bigint NOT NULL, "count_key" varchar(64) NOT NULL, "slot" smallint NOT NULL, "value" bigint NOT NULL, PRIMARY KEY ("owner_id", "count_key", "slot") )"#
         );
-        let my = create_table(Dialect::MySql, &table, OwnerColumn::String);
+        let my = create_table(Dialect::MySql, &table, OwnerColumn::String).remove(0);
         assert!(
             my.sql.contains(
                 "`owner_id` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
@@ -133,7 +214,8 @@ mod tests {
             Dialect::Postgres,
             &table.clone().with_cascade(owner(None)),
             OwnerColumn::BigInteger,
-        );
+        )
+        .remove(0);
         assert!(
             pg.sql.contains(
                 r#"CONSTRAINT "post_counters_owner_fk" FOREIGN KEY ("owner_id") REFERENCES "posts" ("id") ON DELETE CASCADE"#
@@ -145,7 +227,8 @@ mod tests {
             Dialect::Postgres,
             &table.with_cascade(owner(Some("blog"))),
             OwnerColumn::BigInteger,
-        );
+        )
+        .remove(0);
         assert!(
             qualified
                 .sql
@@ -156,7 +239,7 @@ mod tests {
         let long = CounterTable::new("t".repeat(63))
             .unwrap()
             .with_cascade(owner(None));
-        let my = create_table(Dialect::MySql, &long, OwnerColumn::BigInteger);
+        let my = create_table(Dialect::MySql, &long, OwnerColumn::BigInteger).remove(0);
         assert!(
             my.sql.contains(&format!("CONSTRAINT `{}`", "t".repeat(63))),
             "{}",

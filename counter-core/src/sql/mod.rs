@@ -5,18 +5,28 @@
 //! fragments) come from validated table names and fixed column names; values
 //! are always bound parameters.
 
+mod buckets;
+mod compact;
 mod ddl;
 mod errors;
 mod lock;
+mod range;
+mod rank;
 mod reconcile;
 mod sum;
 mod upsert;
 
+pub(crate) use buckets::{bucket_sums, prune_buckets};
+pub(crate) use compact::{SlotRow, Victims, delete_slots, lock_slots};
+#[cfg_attr(not(feature = "migration"), allow(unused_imports))]
+pub(crate) use ddl::{create_bucket_table, create_key_index, key_index_name};
 pub(crate) use ddl::{create_table, drop_table};
 pub(crate) use errors::{Classified, classify};
 pub(crate) use lock::RecountLock;
+pub(crate) use range::{OwnerRange, nth_row_owner};
+pub(crate) use rank::ranked;
 pub(crate) use reconcile::{
-    OwnerIndex, OwnerRange, SNAPSHOT_TOTALS, TruthSql, cache_truth, nth_owners, snapshot,
+    OwnerIndex, SNAPSHOT_TOTALS, TruthSql, cache_truth, nth_owners, snapshot,
 };
 pub(crate) use sum::{SumRow, parse_total, sums};
 pub(crate) use upsert::{UpsertRow, add_one, add_rows};
@@ -31,8 +41,37 @@ pub(crate) mod col {
     pub const COUNT_KEY: &str = "count_key";
     pub const SLOT: &str = "slot";
     pub const VALUE: &str = "value";
+    /// The bucket's start, in Unix seconds (bucket tables only).
+    pub const BUCKET: &str = "bucket";
     /// The alias of a summed total in read queries.
     pub const TOTAL: &str = "total";
+}
+
+/// The two kinds of table a counter table has: its totals
+/// `(owner_id, count_key, slot, value)` and, with windowed keys, its time
+/// buckets `(owner_id, count_key, bucket, slot, value)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    Totals,
+    Buckets,
+}
+
+impl Layout {
+    /// The columns one counter (or one bucket of it) is identified by.
+    pub(crate) fn group(self) -> &'static [&'static str] {
+        match self {
+            Self::Totals => &[col::OWNER_ID, col::COUNT_KEY],
+            Self::Buckets => &[col::OWNER_ID, col::COUNT_KEY, col::BUCKET],
+        }
+    }
+
+    /// The primary key: the group, then the slot.
+    pub(crate) fn primary_key(self) -> &'static [&'static str] {
+        match self {
+            Self::Totals => &[col::OWNER_ID, col::COUNT_KEY, col::SLOT],
+            Self::Buckets => &[col::OWNER_ID, col::COUNT_KEY, col::BUCKET, col::SLOT],
+        }
+    }
 }
 
 /// The SQL dialects this crate speaks.

@@ -9,20 +9,7 @@ use sea_orm::{
     },
 };
 
-use super::{Dialect, col, text_type};
-
-/// The owners one snapshot covers.
-pub(crate) enum OwnerRange {
-    /// Owners in key order after `after` (`None`: from the first), up to
-    /// and including `upto` (`None`: no bound), at most `limit` of them.
-    Keyset {
-        after: Option<Value>,
-        upto: Option<Value>,
-        limit: u64,
-    },
-    /// Exactly these owners.
-    In(Vec<Value>),
-}
+use super::{Dialect, OwnerRange, col, range::restrict, text_type};
 
 /// A recount's truth: the query, and where its owners can be listed in
 /// order cheaply, if known.
@@ -116,23 +103,6 @@ pub(crate) fn snapshot(
         outer.limit(*limit);
     }
     dialect.backend().build(&outer.with(truth_cte(truth_query)))
-}
-
-/// Keeps the owners of `range` (`owner` is the column that holds them).
-fn restrict(select: &mut SelectStatement, owner: Expr, range: &OwnerRange) {
-    match range {
-        OwnerRange::Keyset { after, upto, .. } => {
-            if let Some(after) = after {
-                select.and_where(owner.clone().gt(after.clone()));
-            }
-            if let Some(upto) = upto {
-                select.and_where(owner.lte(upto.clone()));
-            }
-        }
-        OwnerRange::In(owners) => {
-            select.and_where(owner.is_in(owners.iter().cloned()));
-        }
-    }
 }
 
 /// `WITH counter_truth (owner_id, total) AS (<truth>)`: the truth's first

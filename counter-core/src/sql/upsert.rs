@@ -5,15 +5,27 @@ use sea_orm::{
     sea_query::{Alias, Expr, ExprTrait, OnConflict, Query},
 };
 
-use super::{Dialect, NEW_ROWS, col, quote};
+use super::{Dialect, Layout, NEW_ROWS, col, quote};
 
-/// One slot row to add to: `(owner_id, count_key, slot) += delta`.
+/// One slot row to add to: `(owner_id, count_key, [bucket,] slot) += delta`.
+/// Rows of one statement are all of one table, so all have a bucket or none.
 #[derive(Debug, Clone)]
 pub(crate) struct UpsertRow {
     pub owner: Value,
     pub key: String,
+    /// The bucket start, for a row of a bucket table.
+    pub bucket: Option<i64>,
     pub slot: i16,
     pub delta: i64,
+}
+
+impl UpsertRow {
+    fn layout(&self) -> Layout {
+        match self.bucket {
+            Some(_) => Layout::Buckets,
+            None => Layout::Totals,
+        }
+    }
 }
 
 /// `INSERT .. VALUES (o, k, s, d) ON CONFLICT .. DO UPDATE SET value = t.value + d`,
@@ -21,6 +33,7 @@ pub(crate) struct UpsertRow {
 /// `VALUES()` is deprecated and there is no portable `excluded`).
 pub(crate) fn add_one(dialect: Dialect, table: &str, row: UpsertRow) -> Statement {
     let delta = row.delta;
+    let layout = row.layout();
     let new_value = match dialect {
         Dialect::Sqlite => Expr::cust_with_values(sqlite_checked_add(table, "?"), [delta]),
         Dialect::Postgres | Dialect::MySql => old_value(table).add(delta),
@@ -28,10 +41,10 @@ pub(crate) fn add_one(dialect: Dialect, table: &str, row: UpsertRow) -> Statemen
     let mut insert = Query::insert();
     insert
         .into_table(Alias::new(table))
-        .columns(columns())
+        .columns(columns(layout))
         .values_panic(row_exprs(row))
         .on_conflict(
-            OnConflict::columns(key_columns())
+            OnConflict::columns(key_columns(layout))
                 .value(Alias::new(col::VALUE), new_value)
                 .to_owned(),
         );
@@ -42,8 +55,10 @@ pub(crate) fn add_one(dialect: Dialect, table: &str, row: UpsertRow) -> Statemen
 /// sorts by primary key first: PostgreSQL refuses to touch a row twice in one
 /// statement, and a fixed order keeps concurrent batches from deadlocking.
 pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> Statement {
+    let layout = rows.first().map_or(Layout::Totals, UpsertRow::layout);
+    debug_assert!(rows.iter().all(|r| r.layout() == layout));
     match dialect {
-        Dialect::MySql => mysql_add_rows(table, rows),
+        Dialect::MySql => mysql_add_rows(table, layout, rows),
         Dialect::Sqlite | Dialect::Postgres => {
             let excluded = format!(
                 "{}.{}",
@@ -56,12 +71,14 @@ pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> S
                 old_value(table).add(Expr::cust(excluded))
             };
             let mut insert = Query::insert();
-            insert.into_table(Alias::new(table)).columns(columns());
+            insert
+                .into_table(Alias::new(table))
+                .columns(columns(layout));
             for row in rows {
                 insert.values_panic(row_exprs(row));
             }
             insert.on_conflict(
-                OnConflict::columns(key_columns())
+                OnConflict::columns(key_columns(layout))
                     .value(Alias::new(col::VALUE), new_value)
                     .to_owned(),
             );
@@ -73,18 +90,22 @@ pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> S
 /// MySQL/MariaDB: the new rows come from a derived table, so the update can
 /// name them (`excluded.value`, as on the other backends) without the deprecated `VALUES()` function; MariaDB
 /// rejects MySQL 8's `AS new` row alias, and this form works on both.
-fn mysql_add_rows(table: &str, rows: Vec<UpsertRow>) -> Statement {
+fn mysql_add_rows(table: &str, layout: Layout, rows: Vec<UpsertRow>) -> Statement {
     let t = quote(Dialect::MySql, table);
     let new = quote(Dialect::MySql, NEW_ROWS);
-    let [o, k, s, v] =
-        [col::OWNER_ID, col::COUNT_KEY, col::SLOT, col::VALUE].map(|c| quote(Dialect::MySql, c));
-    let mut sql = format!("INSERT INTO {t} ({o}, {k}, {s}, {v}) SELECT * FROM (");
-    let mut values = Vec::with_capacity(rows.len() * 4);
+    let names: Vec<String> = column_names(layout)
+        .map(|c| quote(Dialect::MySql, c))
+        .collect();
+    let v = quote(Dialect::MySql, col::VALUE);
+    let mut sql = format!("INSERT INTO {t} ({}) SELECT * FROM (", names.join(", "));
+    let first: Vec<String> = names.iter().map(|n| format!("? AS {n}")).collect();
+    let rest = vec!["?"; names.len()].join(", ");
+    let mut values = Vec::with_capacity(rows.len() * names.len());
     for (i, row) in rows.into_iter().enumerate() {
         if i == 0 {
-            sql.push_str(&format!("SELECT ? AS {o}, ? AS {k}, ? AS {s}, ? AS {v}"));
+            sql.push_str(&format!("SELECT {}", first.join(", ")));
         } else {
-            sql.push_str(" UNION ALL SELECT ?, ?, ?, ?");
+            sql.push_str(&format!(" UNION ALL SELECT {rest}"));
         }
         values.extend(row_values(row));
     }
@@ -110,22 +131,37 @@ fn old_value(table: &str) -> Expr {
     Expr::col((Alias::new(table), Alias::new(col::VALUE)))
 }
 
-fn columns() -> [Alias; 4] {
-    [col::OWNER_ID, col::COUNT_KEY, col::SLOT, col::VALUE].map(Alias::new)
+/// The inserted columns: the primary key, then `value`.
+fn column_names(layout: Layout) -> impl Iterator<Item = &'static str> {
+    layout.primary_key().iter().copied().chain([col::VALUE])
 }
 
-fn key_columns() -> [Alias; 3] {
-    [col::OWNER_ID, col::COUNT_KEY, col::SLOT].map(Alias::new)
+fn columns(layout: Layout) -> Vec<Alias> {
+    column_names(layout).map(Alias::new).collect()
 }
 
-fn row_values(row: UpsertRow) -> [Value; 4] {
-    [row.owner, row.key.into(), row.slot.into(), row.delta.into()]
+fn key_columns(layout: Layout) -> Vec<Alias> {
+    layout
+        .primary_key()
+        .iter()
+        .map(|c| Alias::new(*c))
+        .collect()
 }
 
-/// Four values for the four `columns()`: both are arrays of length 4, so
-/// sea-query's `values_panic` arity check cannot fail.
-fn row_exprs(row: UpsertRow) -> [Expr; 4] {
-    row_values(row).map(Expr::val)
+/// The values of `column_names(row.layout())`, in that order.
+fn row_values(row: UpsertRow) -> Vec<Value> {
+    let mut values = vec![row.owner, row.key.into()];
+    if let Some(bucket) = row.bucket {
+        values.push(bucket.into());
+    }
+    values.extend([row.slot.into(), row.delta.into()]);
+    values
+}
+
+/// One value per column of `columns(row.layout())`, so sea-query's
+/// `values_panic` arity check cannot fail.
+fn row_exprs(row: UpsertRow) -> Vec<Expr> {
+    row_values(row).into_iter().map(Expr::val).collect()
 }
 
 #[cfg(test)]
@@ -136,6 +172,7 @@ mod tests {
         UpsertRow {
             owner: owner.into(),
             key: "likes".into(),
+            bucket: None,
             slot: 3,
             delta,
         }
@@ -172,6 +209,19 @@ mod tests {
         assert_eq!(
             my.sql,
             "INSERT INTO `c` (`owner_id`, `count_key`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?) AS `excluded` ON DUPLICATE KEY UPDATE `value` = `c`.`value` + `excluded`.`value`"
+        );
+        let bucketed = UpsertRow {
+            bucket: Some(86_400),
+            ..row(1, 1)
+        };
+        let my = add_rows(
+            Dialect::MySql,
+            "c_buckets",
+            vec![bucketed.clone(), bucketed],
+        );
+        assert_eq!(
+            my.sql,
+            "INSERT INTO `c_buckets` (`owner_id`, `count_key`, `bucket`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `bucket`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?, ?) AS `excluded` ON DUPLICATE KEY UPDATE `value` = `c_buckets`.`value` + `excluded`.`value`"
         );
         let lite = add_rows(Dialect::Sqlite, "c", vec![row(1, 1)]);
         assert!(

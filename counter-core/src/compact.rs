@@ -1,0 +1,404 @@
+//! Lossless online compaction: folding a counter's slot rows into slot 0
+//! while increments keep arriving.
+
+use std::collections::BTreeSet;
+
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
+};
+
+use crate::{
+    Counters,
+    error::{CounterError, Result},
+    key::{CounterKey, validate_key},
+    owner::OwnerId,
+    retry,
+    sql::{self, Dialect, Layout, OwnerRange, SlotRow, UpsertRow, Victims},
+    walk,
+};
+
+/// The largest [`Compact::batch_rows`].
+pub const MAX_COMPACT_BATCH: usize = 10_000;
+
+/// Rows per `DELETE`: three to five binds a row, under every bind limit.
+const DELETE_ROWS_PER_STATEMENT: usize = 1_000;
+
+/// What [`Counters::compact`] folds, and in what steps.
+///
+/// The scope is every owner (walked in primary-key order), or the owners
+/// given, optionally narrowed to some keys; within it, a counter (or one
+/// bucket of a windowed key) is folded when it has at least
+/// [`Compact::min_rows`] slot rows. There is no age threshold: the table
+/// keeps no write times (a timestamp would be one more column to write on
+/// every increment), and the row count is what a read pays for, so it is
+/// what selects a counter.
+///
+/// ```
+/// use counter_core::Compact;
+///
+/// let options = Compact::<i64>::new().owners([7, 8]).keys(["views"]).min_rows(4);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Compact<I> {
+    owners: Option<Vec<I>>,
+    keys: Option<Vec<String>>,
+    min_rows: usize,
+    batch_rows: usize,
+    buckets: bool,
+}
+
+impl<I> Default for Compact<I> {
+    fn default() -> Self {
+        Self {
+            owners: None,
+            keys: None,
+            min_rows: 2,
+            batch_rows: 1_000,
+            buckets: true,
+        }
+    }
+}
+
+impl<I: OwnerId> Compact<I> {
+    /// Every owner and key; counters with 2 or more slot rows; 1,000 rows
+    /// per batch; bucket tables included.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only these owners.
+    pub fn owners(mut self, owners: impl IntoIterator<Item = I>) -> Self {
+        self.owners = Some(owners.into_iter().collect());
+        self
+    }
+
+    /// Only these keys.
+    pub fn keys<K: CounterKey>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
+        self.keys = Some(
+            keys.into_iter()
+                .map(|k| k.as_key_str().to_owned())
+                .collect(),
+        );
+        self
+    }
+
+    /// Folds a counter only when it has at least this many slot rows
+    /// (at least 2; default 2).
+    pub fn min_rows(mut self, rows: usize) -> Self {
+        self.min_rows = rows;
+        self
+    }
+
+    /// Slot rows locked per batch transaction, `1..=`[`MAX_COMPACT_BATCH`]
+    /// (default 1,000): a batch holds its rows' locks until it commits, so
+    /// writers of those counters wait at most one batch.
+    pub fn batch_rows(mut self, rows: usize) -> Self {
+        self.batch_rows = rows;
+        self
+    }
+
+    /// Whether the bucket table of windowed keys is compacted too (default
+    /// yes: a past bucket is never written again, and folds to one row).
+    pub fn buckets(mut self, yes: bool) -> Self {
+        self.buckets = yes;
+        self
+    }
+}
+
+/// What one table's compaction saw and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    /// Slot rows in scope when their batch locked them.
+    pub rows_before: u64,
+    /// Slot rows in scope when their batch committed.
+    pub rows_after: u64,
+    /// Counters (or buckets) folded into slot 0.
+    pub counters_folded: u64,
+    /// Batch transactions committed.
+    pub batches: u64,
+}
+
+/// What [`Counters::compact`] did, per table. Rows written by concurrent
+/// increments after a batch committed are not in its figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// The counter table.
+    pub totals: CompactStats,
+    /// The bucket table (all zero without windowed keys).
+    pub buckets: CompactStats,
+}
+
+impl<I: OwnerId> Counters<I> {
+    /// Folds the slot rows of each counter in scope into its slot 0, so a
+    /// read sums one row where it summed up to a slot count's worth, while
+    /// increments keep arriving. Totals never change, not even for an
+    /// instant.
+    ///
+    /// Each batch is one transaction that:
+    /// 1. reads a stretch of slot rows in primary-key order, locking them
+    ///    (`SELECT ... FOR UPDATE`; `BEGIN IMMEDIATE` on SQLite);
+    /// 2. deletes the rows outside slot 0 of the counters with
+    ///    [`Compact::min_rows`] rows or more: on PostgreSQL and SQLite with
+    ///    `DELETE ... RETURNING`, and what comes back, as deleted, is what is
+    ///    folded; on MySQL, whose `DELETE` returns nothing, exactly the rows
+    ///    read and locked in step 1, by primary key, checked to be all gone;
+    /// 3. adds each counter's sum to its slot 0 with the upsert an increment
+    ///    uses.
+    ///
+    /// An increment that arrives meanwhile either waits for the batch's lock
+    /// and then lands on top of the folded rows, or writes a row the batch
+    /// leaves alone, or (on PostgreSQL and SQLite, if it committed before the
+    /// `DELETE`) a row the batch deletes and therefore also folds: it is
+    /// counted once in every case. A batch that fails (a killed connection, a
+    /// deadlock) rolls back whole and changes nothing; on a pool, a deadlock
+    /// runs it again.
+    pub async fn compact(
+        &self,
+        db: &DatabaseConnection,
+        options: &Compact<I>,
+    ) -> Result<CompactReport> {
+        CounterError::check_range(
+            "compaction batch_rows",
+            options.batch_rows,
+            1,
+            MAX_COMPACT_BATCH,
+        )?;
+        // A counter of one row has nothing to fold.
+        CounterError::check_range("compaction min_rows", options.min_rows, 2, usize::MAX)?;
+        for key in options.keys.iter().flatten() {
+            validate_key(key)?;
+        }
+        let mut report = CompactReport::default();
+        let table = self.table().name().to_owned();
+        report.totals = self
+            .compact_table(db, &table, Layout::Totals, options)
+            .await?;
+        if let (true, Some(buckets)) = (options.buckets, self.table().bucket_table()) {
+            report.buckets = self
+                .compact_table(db, &buckets, Layout::Buckets, options)
+                .await?;
+        }
+        Ok(report)
+    }
+
+    async fn compact_table(
+        &self,
+        db: &DatabaseConnection,
+        table: &str,
+        layout: Layout,
+        options: &Compact<I>,
+    ) -> Result<CompactStats> {
+        let mut stats = CompactStats::default();
+        match &options.owners {
+            Some(owners) => {
+                let mut owners = owners.clone();
+                for owner in &owners {
+                    owner.check()?;
+                }
+                owners.sort();
+                owners.dedup();
+                // Owners are not rows: a chunk's rows are bounded by the
+                // owners' keys and slots, as with an explicit owner list anywhere.
+                for chunk in owners.chunks(options.batch_rows) {
+                    let range = OwnerRange::In(chunk.iter().cloned().map(Into::into).collect());
+                    stats.add(
+                        self.compact_batch(db, table, layout, &range, options)
+                            .await?,
+                    );
+                }
+            }
+            None => {
+                let mut stretches = walk::Stretches::new(table, options.batch_rows as u64);
+                while let Some(range) = stretches.next::<I, _>(db).await? {
+                    stats.add(
+                        self.compact_batch(db, table, layout, &range, options)
+                            .await?,
+                    );
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// One batch transaction (see [`Counters::compact`]).
+    async fn compact_batch(
+        &self,
+        db: &DatabaseConnection,
+        table: &str,
+        layout: Layout,
+        range: &OwnerRange,
+        options: &Compact<I>,
+    ) -> Result<CompactStats> {
+        let dialect = Dialect::of(db)?;
+        let txn_options = TransactionOptions {
+            // Row locks only: no gap locks for MySQL's REPEATABLE READ to
+            // hold against inserts of new slot rows.
+            isolation_level: (dialect != Dialect::Sqlite).then_some(IsolationLevel::ReadCommitted),
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        };
+        let batch = Batch {
+            dialect,
+            table,
+            layout,
+            range,
+            options,
+        };
+        retry::run(db, table, || async {
+            let txn = db.begin_with_options(txn_options).await?;
+            let stats = batch.fold(&txn).await?;
+            txn.commit().await?;
+            Ok(stats)
+        })
+        .await
+    }
+}
+
+/// One batch of a compaction: a stretch of one table's owners.
+struct Batch<'a, I> {
+    dialect: Dialect,
+    table: &'a str,
+    layout: Layout,
+    range: &'a OwnerRange,
+    options: &'a Compact<I>,
+}
+
+impl<I: OwnerId> Batch<'_, I> {
+    /// Inside the batch transaction: lock, delete what may be folded, add
+    /// what was deleted to slot 0.
+    async fn fold<C: ConnectionTrait>(&self, txn: &C) -> Result<CompactStats, DbErr> {
+        let (table, layout) = (self.table, self.layout);
+        let keys = self.options.keys.as_deref();
+        let lock = sql::lock_slots(self.dialect, table, layout, self.range, keys);
+        let locked = txn
+            .query_all_raw(lock)
+            .await?
+            .iter()
+            .map(|row| SlotRow::<I>::decode(row, layout))
+            .collect::<Result<Vec<_>>>()
+            .map_err(CounterError::into_db_err)?;
+        let mut stats = CompactStats {
+            rows_before: locked.len() as u64,
+            rows_after: locked.len() as u64,
+            batches: 1,
+            ..CompactStats::default()
+        };
+        // Rows come in primary-key order, so a counter's rows are adjacent.
+        let mut victims: Vec<SlotRow<I>> = Vec::new();
+        // Folded counters that have no slot 0 row yet: folding creates one.
+        let mut without_slot_zero = BTreeSet::new();
+        for group in locked.chunk_by(same_counter) {
+            if group.len() >= self.options.min_rows {
+                victims.extend(group.iter().filter(|r| r.slot != 0).cloned());
+                if group.iter().all(|r| r.slot != 0) {
+                    without_slot_zero.insert(owned_group(&group[0]));
+                }
+            }
+        }
+        if victims.is_empty() {
+            return Ok(stats);
+        }
+        let mut deleted = self.delete(txn, &victims).await?;
+        deleted.sort_by(|a, b| group_key(a).cmp(&group_key(b)));
+        let mut rows = Vec::new();
+        for group in deleted.chunk_by(same_counter) {
+            let sum = group
+                .iter()
+                .try_fold(0i64, |sum, r| sum.checked_add(r.value))
+                .ok_or_else(|| {
+                    CounterError::Overflow {
+                        context: format!("the folded slots of `{}` in `{table}`", group[0].key),
+                    }
+                    .into_db_err()
+                })?;
+            stats.counters_folded += 1;
+            // A row written after the lock read can be deleted (and
+            // folded) too, so the figure is kept from going below zero.
+            stats.rows_after = stats.rows_after.saturating_sub(group.len() as u64);
+            if sum != 0 {
+                if without_slot_zero.contains(&owned_group(&group[0])) {
+                    stats.rows_after += 1;
+                }
+                rows.push(UpsertRow {
+                    owner: group[0].owner.clone().into(),
+                    key: group[0].key.clone(),
+                    bucket: group[0].bucket,
+                    slot: 0,
+                    delta: sum,
+                });
+            }
+        }
+        for chunk in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {
+            txn.execute_raw(sql::add_rows(self.dialect, table, chunk.to_vec()))
+                .await?;
+        }
+        Ok(stats)
+    }
+
+    /// Deletes the rows to fold and returns them with their values as
+    /// deleted: `DELETE .. RETURNING` of every foldable row on PostgreSQL
+    /// and SQLite; on MySQL, exactly the locked `victims`, checked.
+    async fn delete<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        victims: &[SlotRow<I>],
+    ) -> Result<Vec<SlotRow<I>>, DbErr> {
+        let (dialect, table, layout) = (self.dialect, self.table, self.layout);
+        if dialect != Dialect::MySql {
+            let foldable: Victims<I> = Victims::Foldable {
+                keys: self.options.keys.as_deref(),
+                min_rows: self.options.min_rows,
+            };
+            let stmt = sql::delete_slots(dialect, table, layout, self.range, foldable, true);
+            return txn
+                .query_all_raw(stmt)
+                .await?
+                .iter()
+                .map(|row| SlotRow::decode(row, layout).map_err(CounterError::into_db_err))
+                .collect();
+        }
+        for chunk in victims.chunks(DELETE_ROWS_PER_STATEMENT) {
+            let stmt = sql::delete_slots(
+                dialect,
+                table,
+                layout,
+                self.range,
+                Victims::Exactly(chunk),
+                false,
+            );
+            let done = txn.execute_raw(stmt).await?;
+            if done.rows_affected() != chunk.len() as u64 {
+                // Locked rows cannot vanish; if they did, fold nothing.
+                return Err(DbErr::Custom(format!(
+                    "compaction of `{table}` deleted {} of the {} rows it had locked; rolled back",
+                    done.rows_affected(),
+                    chunk.len()
+                )));
+            }
+        }
+        Ok(victims.to_vec())
+    }
+}
+
+impl CompactStats {
+    fn add(&mut self, batch: CompactStats) {
+        self.rows_before += batch.rows_before;
+        self.rows_after += batch.rows_after;
+        self.counters_folded += batch.counters_folded;
+        self.batches += batch.batches;
+    }
+}
+
+fn same_counter<I: Eq>(a: &SlotRow<I>, b: &SlotRow<I>) -> bool {
+    a.owner == b.owner && a.key == b.key && a.bucket == b.bucket
+}
+
+fn group_key<I: Ord>(row: &SlotRow<I>) -> (&I, &str, Option<i64>) {
+    (&row.owner, &row.key, row.bucket)
+}
+
+fn owned_group<I: Clone>(row: &SlotRow<I>) -> (I, String, Option<i64>) {
+    (row.owner.clone(), row.key.clone(), row.bucket)
+}

@@ -1,0 +1,242 @@
+//! The statements of a compaction: lock a stretch of slot rows, delete
+//! exactly the ones read.
+
+use sea_orm::{
+    QueryResult, Statement, TryGetable, Value,
+    sea_query::{Alias, Expr, ExprTrait, LockType, Order, Query, ReturningClause, ValueTuple},
+};
+
+use super::{Dialect, Layout, OwnerRange, col, range::condition};
+use crate::error::Result;
+
+/// One slot row of a counter table or of its bucket table.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotRow<I> {
+    pub owner: I,
+    pub key: String,
+    /// The bucket start, in a bucket table.
+    pub bucket: Option<i64>,
+    pub slot: i16,
+    pub value: i64,
+}
+
+impl<I: TryGetable> SlotRow<I> {
+    /// A row of [`lock_slots`] (every column) or of [`delete_slots`]'s
+    /// `RETURNING` (no slot: the slot is not needed to fold it).
+    pub(crate) fn decode(row: &QueryResult, layout: Layout) -> Result<Self> {
+        Ok(Self {
+            owner: row.try_get::<I>("", col::OWNER_ID)?,
+            key: row.try_get::<String>("", col::COUNT_KEY)?,
+            bucket: match layout {
+                Layout::Buckets => Some(row.try_get::<i64>("", col::BUCKET)?),
+                Layout::Totals => None,
+            },
+            slot: row.try_get::<i16>("", col::SLOT).unwrap_or(0),
+            value: row.try_get::<i64>("", col::VALUE)?,
+        })
+    }
+}
+
+impl<I: Clone + Into<Value>> SlotRow<I> {
+    /// The primary key, as a tuple of values.
+    fn primary_key(&self) -> ValueTuple {
+        let mut values = vec![self.owner.clone().into(), self.key.clone().into()];
+        if let Some(bucket) = self.bucket {
+            values.push(bucket.into());
+        }
+        values.push(self.slot.into());
+        ValueTuple::Many(values)
+    }
+}
+
+/// Reads and locks the slot rows of a stretch of owners, in primary-key
+/// order (the order every batch write locks in):
+///
+/// ```sql
+/// SELECT owner_id, count_key, [bucket,] slot, value FROM t
+/// WHERE <owners> [AND count_key IN (..)] ORDER BY <primary key> FOR UPDATE
+/// ```
+///
+/// SQLite has no row locks; a compaction there runs under `BEGIN
+/// IMMEDIATE`, which keeps every other writer out until it commits.
+pub(crate) fn lock_slots(
+    dialect: Dialect,
+    table: &str,
+    layout: Layout,
+    range: &OwnerRange,
+    keys: Option<&[String]>,
+) -> Statement {
+    let mut select = Query::select();
+    for column in layout.primary_key().iter().chain(&[col::VALUE]) {
+        select.column(Alias::new(*column));
+    }
+    select.from(Alias::new(table));
+    if let Some(owners) = condition(Expr::col(Alias::new(col::OWNER_ID)), range) {
+        select.and_where(owners);
+    }
+    if let Some(keys) = keys {
+        select.and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys.iter().cloned()));
+    }
+    for column in layout.primary_key() {
+        select.order_by(Alias::new(*column), Order::Asc);
+    }
+    if dialect != Dialect::Sqlite {
+        select.lock(LockType::Update);
+    }
+    dialect.backend().build(&select)
+}
+
+/// Which slot rows a compaction's `DELETE` removes.
+pub(crate) enum Victims<'a, I> {
+    /// Exactly these rows, by primary key (MySQL: there the values folded
+    /// are the ones read with `FOR UPDATE`, so nothing else may go).
+    Exactly(&'a [SlotRow<I>]),
+    /// Every row outside slot 0 of the counters (or buckets) in scope that
+    /// have at least `min_rows` rows. With `RETURNING`, whatever it deletes
+    /// comes back and is folded, so the predicate need not name rows; a
+    /// grouped subquery plans in microseconds where a list of a thousand
+    /// primary keys takes PostgreSQL milliseconds to plan.
+    Foldable {
+        keys: Option<&'a [String]>,
+        min_rows: usize,
+    },
+}
+
+/// Deletes the `victims` within the stretch `range` (which keeps the plan
+/// on the primary key's range on every backend):
+///
+/// ```sql
+/// -- Victims::Exactly
+/// DELETE FROM t WHERE <owners> AND (owner_id, count_key, [bucket,] slot) IN ((?, ?, ?), ..)
+/// -- Victims::Foldable, with RETURNING
+/// DELETE FROM t WHERE <owners> [AND count_key IN (..)] AND slot <> 0
+///   AND (owner_id, count_key[, bucket]) IN (SELECT .. FROM t WHERE <owners> [AND count_key IN (..)]
+///                                           GROUP BY .. HAVING COUNT(*) >= ?)
+/// RETURNING owner_id, count_key, [bucket,] value
+/// ```
+///
+/// With `returning` (PostgreSQL and SQLite), the values come back as
+/// deleted, and those are what the compaction folds; MySQL has no
+/// `RETURNING`, so there the rows were read with `FOR UPDATE` and the
+/// compaction checks that every one of them was deleted.
+pub(crate) fn delete_slots<I: Clone + Into<Value>>(
+    dialect: Dialect,
+    table: &str,
+    layout: Layout,
+    range: &OwnerRange,
+    victims: Victims<'_, I>,
+    returning: bool,
+) -> Statement {
+    let owners = || condition(Expr::col(Alias::new(col::OWNER_ID)), range);
+    let columns = |columns: &[&str]| Expr::tuple(columns.iter().map(|c| Expr::col(Alias::new(*c))));
+    let mut delete = Query::delete();
+    delete.from_table(Alias::new(table));
+    if let Some(owners) = owners() {
+        delete.and_where(owners);
+    }
+    match victims {
+        Victims::Exactly(rows) => {
+            let key = columns(layout.primary_key());
+            delete.and_where(key.in_tuples(rows.iter().map(SlotRow::primary_key)));
+        }
+        Victims::Foldable { keys, min_rows } => {
+            let group: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
+            let mut foldable = Query::select();
+            foldable.columns(group.clone()).from(Alias::new(table));
+            if let Some(owners) = owners() {
+                foldable.and_where(owners);
+            }
+            if let Some(keys) = keys {
+                let keys = Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys.iter().cloned());
+                foldable.and_where(keys.clone());
+                delete.and_where(keys);
+            }
+            foldable
+                .group_by_columns(group)
+                .and_having(Expr::cust("COUNT(*)").gte(min_rows as i64));
+            delete
+                .and_where(Expr::col(Alias::new(col::SLOT)).ne(0))
+                .and_where(columns(layout.group()).in_subquery(foldable));
+        }
+    }
+    if returning {
+        let mut columns: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
+        columns.push(Alias::new(col::VALUE));
+        delete.returning(ReturningClause::Columns(
+            columns.into_iter().map(Into::into).collect(),
+        ));
+    }
+    dialect.backend().build(&delete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(owner: i64, slot: i16) -> SlotRow<i64> {
+        SlotRow {
+            owner,
+            key: "likes".into(),
+            bucket: None,
+            slot,
+            value: 7,
+        }
+    }
+
+    #[test]
+    fn lock_then_delete_what_was_read() {
+        let range = OwnerRange::Keyset {
+            after: Some(0i64.into()),
+            upto: Some(10i64.into()),
+            limit: 0,
+        };
+        let pg = lock_slots(Dialect::Postgres, "c", Layout::Totals, &range, None);
+        assert_eq!(
+            pg.sql,
+            r#"SELECT "owner_id", "count_key", "slot", "value" FROM "c" WHERE "owner_id" > $1 AND "owner_id" <= $2 ORDER BY "owner_id" ASC, "count_key" ASC, "slot" ASC FOR UPDATE"#
+        );
+        let lite = lock_slots(
+            Dialect::Sqlite,
+            "c",
+            Layout::Buckets,
+            &range,
+            Some(&["views".into()]),
+        );
+        assert!(!lite.sql.contains("FOR UPDATE"), "{}", lite.sql);
+        assert!(
+            lite.sql.contains(r#""bucket" ASC, "slot" ASC"#),
+            "{}",
+            lite.sql
+        );
+
+        let rows = [row(1, 3), row(2, 5)];
+        let my = delete_slots(
+            Dialect::MySql,
+            "c",
+            Layout::Totals,
+            &range,
+            Victims::Exactly(&rows),
+            false,
+        );
+        assert_eq!(
+            my.sql,
+            "DELETE FROM `c` WHERE `owner_id` > ? AND `owner_id` <= ? AND (`owner_id`, `count_key`, `slot`) IN ((?, ?, ?), (?, ?, ?))"
+        );
+        let foldable: Victims<i64> = Victims::Foldable {
+            keys: None,
+            min_rows: 2,
+        };
+        let pg = delete_slots(
+            Dialect::Postgres,
+            "c",
+            Layout::Totals,
+            &range,
+            foldable,
+            true,
+        );
+        assert_eq!(
+            pg.sql,
+            r#"DELETE FROM "c" WHERE "owner_id" > $1 AND "owner_id" <= $2 AND "slot" <> $3 AND ("owner_id", "count_key") IN (SELECT "owner_id", "count_key" FROM "c" WHERE "owner_id" > $4 AND "owner_id" <= $5 GROUP BY "owner_id", "count_key" HAVING (COUNT(*)) >= $6) RETURNING "owner_id", "count_key", "value""#
+        );
+    }
+}
