@@ -318,4 +318,18 @@ pub mod raw {
             })
             .collect()
     }
+
+    /// Rows in `table`.
+    pub async fn count_rows(db: &DatabaseConnection, table: &str) -> i64 {
+        let select = Query::select()
+            .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
+            .from(Alias::new(table))
+            .to_owned();
+        let row = db
+            .query_one(&select)
+            .await
+            .expect("count rows")
+            .expect("a count");
+        row.try_get::<i64>("", "n").expect("the count")
+    }
 }

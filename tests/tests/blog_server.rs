@@ -3,8 +3,12 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use blog_server::{MAX_COMMENT_CHARS, MAX_PAGE, PAGE_SIZE};
-use counter_core::SlottedCounter;
+use blog_server::{
+    DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS, MAX_DAILY_DAYS, MAX_MOST_LIKED,
+    MAX_PAGE, PAGE_SIZE,
+};
+use chrono::{DateTime, Datelike, TimeDelta, Utc};
+use counter_core::{SlottedCounter, Window};
 use counter_tests::{TestDb, backends};
 use entity::{
     comment,
@@ -1185,6 +1189,464 @@ async fn comments_on_unknown_posts_are_404() {
         assert_eq!(
             reply.headers.get(ALLOW).and_then(|v| v.to_str().ok()),
             Some("DELETE"),
+            "[{}]",
+            t.backend
+        );
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+/// Views of `post` dated `at`, counted with `add_at` (in the all-time total
+/// and in the daily bucket of `at`).
+async fn views_at(t: &TestDb, post: i64, views: &[(DateTime<Utc>, i64)]) {
+    for &(at, n) in views {
+        post::Entity::add_at(&t.db, post, Key::Views, n, at)
+            .await
+            .unwrap();
+    }
+}
+
+/// `GET path` (a daily views request), which must be 200, with the UTC day
+/// it was answered on. Asked again if midnight UTC passed during the
+/// request, so that expectations built from "today" cannot race the clock.
+async fn daily_views(api: &Api, path: &str) -> (DateTime<Utc>, Value) {
+    loop {
+        let today = Window::Day.start_of(Utc::now());
+        let (status, body) = api.request(Method::GET, path, None).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "[{}] GET {path}: {body}",
+            api.backend
+        );
+        if Window::Day.start_of(Utc::now()) == today {
+            return (today, body);
+        }
+    }
+}
+
+/// The body of `GET /posts/{post}/views/daily?days={days}` answered on
+/// `today`: every day, oldest first, with the views of `views` dated in it.
+/// Days are formatted here by hand, not with the server's code.
+fn expected_days(
+    post: i64,
+    today: DateTime<Utc>,
+    days: i64,
+    views: &[(DateTime<Utc>, i64)],
+) -> Value {
+    let days: Vec<Value> = (0..days)
+        .rev()
+        .map(|back| {
+            let day = today - TimeDelta::days(back);
+            let next = day + TimeDelta::days(1);
+            let n: i64 = views
+                .iter()
+                .filter(|&&(at, _)| day <= at && at < next)
+                .map(|&(_, n)| n)
+                .sum();
+            let date = day.date_naive();
+            json!({
+                "day": format!("{:04}-{:02}-{:02}", date.year(), date.month(), date.day()),
+                "views": n,
+            })
+        })
+        .collect();
+    json!({"post_id": post, "days": days})
+}
+
+/// The `views` of each day of a daily views body, oldest first.
+fn views_of(body: &Value) -> Vec<i64> {
+    body["days"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no days in {body}"))
+        .iter()
+        .map(|day| day["views"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daily_views_are_zero_filled_utc_days() {
+    for t in backends("blog_server_daily_views").await {
+        let ids = blog_with_posts(&t, 3).await;
+        let (a, b, quiet) = (ids[0], ids[1], ids[2]);
+        let today = Window::Day.start_of(Utc::now());
+        let day = |back: i64| today - TimeDelta::days(back);
+        let second = TimeDelta::seconds(1);
+        let views = [
+            // The first of 7 days, from its first second; the second before
+            // it is the day before, out of a 7-day answer.
+            (day(6), 2),
+            (day(6) - second, 100),
+            (day(3) + TimeDelta::hours(12), 5),
+            // Midnight UTC: the last second of yesterday, the first of today.
+            (today - second, 1),
+            (today, 3),
+            // Tomorrow (a clock ahead, a backfill gone wrong): never in a
+            // range ending today.
+            (day(-1), 50),
+        ];
+        views_at(&t, a, &views).await;
+        // Another post's views are not a's.
+        let b_views = [(today, 7)];
+        views_at(&t, b, &b_views).await;
+        let server = Server::start(&t).await;
+
+        let (answered, body) =
+            daily_views(&server, &format!("/posts/{a}/views/daily?days=7")).await;
+        assert_eq!(
+            body,
+            expected_days(a, answered, 7, &views),
+            "[{}]",
+            t.backend
+        );
+        if answered == today {
+            // The same, spelled out: zero-filled days between the views.
+            assert_eq!(views_of(&body), [2, 0, 0, 5, 0, 1, 3], "[{}]", t.backend);
+        }
+
+        // Without `days`: the default, two weeks, the day before included.
+        let (answered, body) = daily_views(&server, &format!("/posts/{a}/views/daily")).await;
+        assert_eq!(
+            body,
+            expected_days(a, answered, i64::from(DEFAULT_DAILY_DAYS), &views),
+            "[{}]",
+            t.backend
+        );
+        for days in [1, 2, MAX_DAILY_DAYS] {
+            let path = format!("/posts/{a}/views/daily?days={days}");
+            let (answered, body) = daily_views(&server, &path).await;
+            assert_eq!(
+                body,
+                expected_days(a, answered, i64::from(days), &views),
+                "[{}] {path}",
+                t.backend
+            );
+        }
+        // Other parameters are ignored.
+        let (answered, body) =
+            daily_views(&server, &format!("/posts/{b}/views/daily?days=3&page=9")).await;
+        assert_eq!(
+            body,
+            expected_days(b, answered, 3, &b_views),
+            "[{}]",
+            t.backend
+        );
+        let (answered, body) = daily_views(&server, &format!("/posts/{quiet}/views/daily")).await;
+        assert_eq!(
+            body,
+            expected_days(quiet, answered, 14, &[]),
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(views_of(&body), [0; 14], "[{}]", t.backend);
+
+        // The all-time total has every view, those outside any range too.
+        let (_, body) = server
+            .request(Method::GET, &format!("/posts/{a}"), None)
+            .await;
+        assert_eq!(body["counts"], counts(0, 0, 161), "[{}]", t.backend);
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daily_views_refuse_bad_days_and_unknown_posts() {
+    for t in backends("blog_server_daily_views_errors").await {
+        let id = blog_with_posts(&t, 1).await[0];
+        let missing = id + 1000;
+        let server = Server::start(&t).await;
+
+        let too_many = MAX_DAILY_DAYS + 1;
+        for days in [
+            "0".to_owned(),
+            too_many.to_string(),
+            "-1".into(),
+            "abc".into(),
+            "1.5".into(),
+            "".into(),
+            "99999999999999999999".into(),
+        ] {
+            let path = format!("/posts/{id}/views/daily?days={days}");
+            let message = server
+                .expect_error(Method::GET, &path, None, StatusCode::BAD_REQUEST)
+                .await;
+            assert_eq!(
+                message,
+                format!(
+                    "invalid days {days:?}: expected a whole number from 1 to {MAX_DAILY_DAYS}"
+                ),
+                "[{}] {path}",
+                t.backend
+            );
+        }
+        let message = server
+            .expect_error(
+                Method::GET,
+                &format!("/posts/{id}/views/daily?days=3&days=4"),
+                None,
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        assert_eq!(message, "`days` is given more than once", "[{}]", t.backend);
+        let message = server
+            .expect_error(
+                Method::GET,
+                "/posts/abc/views/daily",
+                None,
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        assert!(
+            message.starts_with("invalid post id "),
+            "[{}] {message}",
+            t.backend
+        );
+
+        for path in [
+            format!("/posts/{missing}/views/daily"),
+            format!("/posts/{missing}/views/daily?days=1"),
+        ] {
+            let message = server
+                .expect_error(Method::GET, &path, None, StatusCode::NOT_FOUND)
+                .await;
+            assert_eq!(
+                message,
+                format!("post {missing} does not exist"),
+                "[{}] {path}",
+                t.backend
+            );
+        }
+        let reply = server
+            .send(Method::POST, &format!("/posts/{id}/views/daily"), None)
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "[{}]",
+            t.backend
+        );
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+/// `GET path` (a most-liked request), which must be 200: the posts as
+/// `(id, title, likes)` and the `next` cursor.
+async fn most_liked(api: &Api, path: &str) -> (Vec<(i64, String, i64)>, Value) {
+    let (status, body) = api.request(Method::GET, path, None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "[{}] GET {path}: {body}",
+        api.backend
+    );
+    let object = body.as_object().unwrap();
+    assert_eq!(object.len(), 2, "[{}] GET {path}: {body}", api.backend);
+    let posts = body["posts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("[{}] GET {path}: {body}", api.backend))
+        .iter()
+        .map(|post| {
+            assert_eq!(post.as_object().unwrap().len(), 3, "{post}");
+            (
+                post["id"].as_i64().unwrap(),
+                post["title"].as_str().unwrap().to_owned(),
+                post["likes"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    (posts, body["next"].clone())
+}
+
+/// Every page of the most liked posts, `limit` at a time, following `next`
+/// until it is null: the posts in order, and the number of pages.
+async fn all_pages(api: &Api, limit: usize) -> (Vec<(i64, String, i64)>, usize) {
+    let mut posts = Vec::new();
+    let mut path = format!("/posts/most-liked?limit={limit}");
+    for pages in 1..100 {
+        let (page, next) = most_liked(api, &path).await;
+        assert!(page.len() <= limit, "[{}] {path}", api.backend);
+        if next.is_null() {
+            posts.extend(page);
+            return (posts, pages);
+        }
+        // A full page's cursor is its last post (a page missing a deleted
+        // post is short, and its cursor is the deleted post's place).
+        if let (true, Some((id, _, likes))) = (page.len() == limit, page.last()) {
+            assert_eq!(
+                next,
+                json!({"after_likes": likes, "after_id": id}),
+                "[{}] {path}",
+                api.backend
+            );
+        }
+        posts.extend(page);
+        let (likes, id) = (&next["after_likes"], &next["after_id"]);
+        assert!(
+            likes.is_i64() && id.is_i64(),
+            "[{}] {path}: {next}",
+            api.backend
+        );
+        path = format!("/posts/most-liked?limit={limit}&after_likes={likes}&after_id={id}");
+    }
+    panic!(
+        "[{}] limit {limit}: the cursor does not advance",
+        api.backend
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn most_liked_pages_cover_every_liked_post_once() {
+    for t in backends("blog_server_most_liked").await {
+        let ids = blog_with_posts(&t, 7).await;
+        let server = Server::start(&t).await;
+        assert_eq!(
+            server.request(Method::GET, "/posts/most-liked", None).await,
+            (StatusCode::OK, json!({"posts": [], "next": null})),
+            "[{}] nothing liked yet",
+            t.backend
+        );
+
+        // Three posts tie at 5 likes; post 4 is never liked (only viewed),
+        // post 7 is unliked below zero.
+        for (i, likes) in [(0, 3), (1, 5), (2, 5), (4, 1), (5, 5)] {
+            post::Entity::add(&t.db, ids[i], Key::Likes, likes)
+                .await
+                .unwrap();
+        }
+        post::Entity::add(&t.db, ids[3], Key::Views, 100)
+            .await
+            .unwrap();
+        let (status, _) = server
+            .request(Method::DELETE, &format!("/posts/{}/likes", ids[6]), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "[{}]", t.backend);
+        // Most likes first, ties by id.
+        let expected: Vec<(i64, String, i64)> = [(1, 5), (2, 5), (5, 5), (0, 3), (4, 1), (6, -1)]
+            .into_iter()
+            .map(|(i, likes)| (ids[i], format!("post {}", i + 1), likes))
+            .collect();
+
+        // One page, by default up to 10.
+        let (posts, next) = most_liked(&server, "/posts/most-liked").await;
+        assert_eq!(posts, expected, "[{}]", t.backend);
+        assert_eq!(next, Value::Null, "[{}]", t.backend);
+        assert!(DEFAULT_MOST_LIKED > expected.len());
+
+        // Pages of every size: every liked post exactly once, in order, the
+        // cursor crossing the tie at 5 likes.
+        for limit in [1, 2, 3, 4, 6, 7, MAX_MOST_LIKED] {
+            let (posts, pages) = all_pages(&server, limit).await;
+            assert_eq!(posts, expected, "[{}] limit {limit}", t.backend);
+            let listed: HashSet<i64> = posts.iter().map(|(id, _, _)| *id).collect();
+            assert_eq!(listed.len(), expected.len(), "[{}]", t.backend);
+            // A page shorter than the limit ends it; a full last page is
+            // followed by an empty one.
+            assert_eq!(
+                pages,
+                expected.len() / limit + 1,
+                "[{}] limit {limit}",
+                t.backend
+            );
+        }
+        let (posts, next) = most_liked(&server, "/posts/most-liked?limit=2").await;
+        assert_eq!(posts, expected[..2], "[{}]", t.backend);
+        assert_eq!(
+            next,
+            json!({"after_likes": 5, "after_id": ids[2]}),
+            "[{}]",
+            t.backend
+        );
+
+        // A cursor needs no post at its place: after 4 likes comes post 1's 3.
+        let (posts, _) = most_liked(
+            &server,
+            &format!("/posts/most-liked?after_likes=4&after_id={}", ids[6] + 1000),
+        )
+        .await;
+        assert_eq!(posts, expected[3..], "[{}]", t.backend);
+
+        // A deleted post keeps its counter rows, so its place in the
+        // ranking: it is left out of its page, and the cursor steps over it.
+        post::Entity::delete_by_id(ids[2])
+            .exec(&t.db)
+            .await
+            .unwrap();
+        let (posts, next) = most_liked(&server, "/posts/most-liked?limit=2").await;
+        assert_eq!(posts, expected[..1], "[{}]", t.backend);
+        assert_eq!(
+            next,
+            json!({"after_likes": 5, "after_id": ids[2]}),
+            "[{}]",
+            t.backend
+        );
+        let (posts, _) = all_pages(&server, 2).await;
+        let without: Vec<_> = expected
+            .iter()
+            .filter(|(id, _, _)| *id != ids[2])
+            .cloned()
+            .collect();
+        assert_eq!(posts, without, "[{}]", t.backend);
+
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn most_liked_refuses_bad_limits_and_cursors() {
+    for t in backends("blog_server_most_liked_errors").await {
+        blog_with_posts(&t, 1).await;
+        let server = Server::start(&t).await;
+
+        let limit = |raw: &str| {
+            format!("invalid limit {raw:?}: expected a whole number from 1 to {MAX_MOST_LIKED}")
+        };
+        let pair = "`after_likes` and `after_id` go together: give both (the `next` of the \
+                    page before) or neither (the first page)";
+        let too_many = (MAX_MOST_LIKED + 1).to_string();
+        for (query, expected) in [
+            ("limit=0".to_owned(), limit("0")),
+            (format!("limit={too_many}"), limit(&too_many)),
+            ("limit=-1".into(), limit("-1")),
+            ("limit=ten".into(), limit("ten")),
+            ("limit=".into(), limit("")),
+            (
+                "limit=2&limit=3".into(),
+                "`limit` is given more than once".into(),
+            ),
+            ("after_likes=5".into(), pair.into()),
+            ("after_id=3".into(), pair.into()),
+            ("limit=2&after_id=3".into(), pair.into()),
+            (
+                "after_likes=many&after_id=3".into(),
+                "invalid after_likes \"many\": expected an integer".into(),
+            ),
+            (
+                "after_likes=5&after_id=1.5".into(),
+                "invalid after_id \"1.5\": expected an integer".into(),
+            ),
+            (
+                "after_likes=5&after_id=1&after_id=2".into(),
+                "`after_id` is given more than once".into(),
+            ),
+        ] {
+            let path = format!("/posts/most-liked?{query}");
+            let message = server
+                .expect_error(Method::GET, &path, None, StatusCode::BAD_REQUEST)
+                .await;
+            assert_eq!(message, expected, "[{}] {path}", t.backend);
+        }
+        // The ranking is not a post: no "invalid post id", and only GET.
+        let reply = server.send(Method::POST, "/posts/most-liked", None).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::METHOD_NOT_ALLOWED,
             "[{}]",
             t.backend
         );

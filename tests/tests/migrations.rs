@@ -33,7 +33,9 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
                 "m20261122_000001_create_blog",
                 "counter_core_create_post_counters",
                 "counter_core_create_user_counters",
-                "m20261122_000002_create_comments"
+                "m20261122_000002_create_comments",
+                "counter_core_upgrade_post_counters_v2",
+                "counter_core_upgrade_user_counters_v2",
             ],
             "[{}]",
             t.backend
@@ -46,6 +48,26 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
             "[{}] comments after up",
             t.backend
         );
+        // Post views are windowed: their bucket table comes with the counters,
+        // and every counter table has the key index rankings read through.
+        assert!(
+            schema.has_table("post_counters_buckets").await.unwrap(),
+            "[{}]",
+            t.backend
+        );
+        assert!(
+            !schema.has_table("user_counters_buckets").await.unwrap(),
+            "[{}]",
+            t.backend
+        );
+        for table in ["post_counters", "user_counters"] {
+            let index = format!("{table}_by_key");
+            assert!(
+                schema.has_index(table, &index).await.unwrap(),
+                "[{}] {index}",
+                t.backend
+            );
+        }
         posts.increment(&t.db, 1, "likes").await.unwrap();
         users.add(&t.db, 1, "followers", 3).await.unwrap();
         assert_eq!(posts.get(&t.db, &1, "likes").await.unwrap(), 1);
@@ -62,6 +84,11 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
         assert!(
             !schema.has_table("comments").await.unwrap(),
             "[{}] comments after down",
+            t.backend
+        );
+        assert!(
+            !schema.has_table("post_counters_buckets").await.unwrap(),
+            "[{}]",
             t.backend
         );
         let gone = posts.get(&t.db, &1, "likes").await.unwrap_err();
@@ -90,6 +117,63 @@ async fn create_table_is_idempotent_and_drop_table_removes_counts() {
             ),
             "[{}]",
             t.backend
+        );
+        t.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_upgrade_migration_brings_an_old_table_up_to_date() {
+    use migration::MigrationTrait;
+    for t in backends("upgrade_migration").await {
+        let b = t.backend;
+        let old = Counters::<i64>::new(CounterTable::new("legacy").unwrap());
+        old.create_table(&t.db).await.unwrap();
+        old.add(&t.db, 1, "views", 5).await.unwrap();
+        // A table created before the key index existed.
+        let drop_index = match b {
+            counter_tests::Backend::MySql => "DROP INDEX legacy_by_key ON legacy",
+            _ => "DROP INDEX legacy_by_key",
+        };
+        sea_orm::ConnectionTrait::execute_unprepared(&t.db, drop_index)
+            .await
+            .unwrap();
+        let schema = SchemaManager::new(&t.db);
+        assert!(
+            !schema.has_index("legacy", "legacy_by_key").await.unwrap(),
+            "[{b}]"
+        );
+
+        // Now `views` is windowed: the upgrade adds the index and the buckets.
+        let new = Counters::<i64>::new(
+            CounterTable::new("legacy")
+                .unwrap()
+                .with_key_window("views", counter_core::Window::Day)
+                .unwrap(),
+        );
+        let upgrade = new.upgrade_migration();
+        assert_eq!(
+            migration::MigrationName::name(&upgrade),
+            "counter_core_upgrade_legacy_v2"
+        );
+        upgrade.up(&schema).await.unwrap();
+        assert!(
+            schema.has_index("legacy", "legacy_by_key").await.unwrap(),
+            "[{b}]"
+        );
+        assert!(schema.has_table("legacy_buckets").await.unwrap(), "[{b}]");
+        // Twice is fine, and the counts are untouched.
+        upgrade.up(&schema).await.unwrap();
+        new.increment(&t.db, 1, "views").await.unwrap();
+        assert_eq!(new.get(&t.db, &1, "views").await.unwrap(), 6, "[{b}]");
+        let today = counter_core::Window::Day.start_of(chrono::Utc::now());
+        let tomorrow = today + chrono::Duration::days(1);
+        assert_eq!(
+            new.range(&t.db, &1, "views", today, tomorrow)
+                .await
+                .unwrap(),
+            1,
+            "[{b}]"
         );
         t.finish().await;
     }
