@@ -26,6 +26,11 @@ impl MigratorTrait for Migrator {
             Box::new(user::Entity::counter_migration()),
             // The child table of the `comments` counter cache (entity::comment).
             Box::new(m20261122_000002_create_comments::Migration),
+            // Post views got a daily window, and rankings a key index: this
+            // brings `post_counters` of databases migrated before up to date
+            // (and changes nothing on new ones).
+            Box::new(post::Entity::counters().upgrade_migration()),
+            Box::new(user::Entity::counters().upgrade_migration()),
         ]
     }
 }

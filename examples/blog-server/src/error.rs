@@ -19,7 +19,8 @@ use serde::Serialize;
 pub enum ApiError {
     /// 404: no such post or comment, or no such route.
     NotFound(String),
-    /// 400: a malformed id, page or comment body.
+    /// 400: a malformed id, page, `days`, `limit`, ranking cursor or comment
+    /// body.
     BadRequest(String),
     /// 415: a body not declared as `application/json`.
     UnsupportedMediaType(String),
@@ -109,6 +110,11 @@ impl From<DbErr> for ApiError {
 /// strings from the client (keys are the typed `Key`, ids are parsed `i64`s),
 /// so the invalid-input variants would be a bug here, not a bad request;
 /// they are still mapped to 400 in case a route ever passes client input on.
+/// So are a range of days (`InvalidRange`) and a ranking page size
+/// (`OutOfRange`), which do come from the client (`?days=`, `?limit=`) but
+/// are checked against the crate's bounds before counter-core sees them. A
+/// range read of a key without a time window (`NotWindowed`) is a schema
+/// that does not match the entity: ours, a 500.
 ///
 /// The comment endpoints (`insert_counted`, `delete_counted`) fail like the
 /// counter writes, typed even when the failure happened inside a hook: a
@@ -120,7 +126,9 @@ impl From<CounterError> for ApiError {
         match err {
             CounterError::InvalidKey { .. }
             | CounterError::UnknownKey { .. }
-            | CounterError::InvalidOwner { .. } => ApiError::BadRequest(err.to_string()),
+            | CounterError::InvalidOwner { .. }
+            | CounterError::InvalidRange { .. }
+            | CounterError::OutOfRange { .. } => ApiError::BadRequest(err.to_string()),
             CounterError::Overflow { .. } => ApiError::Conflict(err.to_string()),
             CounterError::MissingTable { .. }
             | CounterError::Conflict { .. }

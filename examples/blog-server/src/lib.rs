@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `GET /posts?page=N` | `200 {"page": N, "posts": [{"id", "title", "counts"}, ..]}`: [`PAGE_SIZE`] posts by id, page 1-based (default 1); a page past the end is empty |
 //! | `GET /posts/{id}` | `200 {"id", "title", "counts"}` |
+//! | `GET /posts/{id}/views/daily?days=N` | `200 {"post_id", "days": [{"day": "2026-11-22", "views": 3}, ..]}`: the post's views per UTC day, the last N days (1 to [`MAX_DAILY_DAYS`], default [`DEFAULT_DAILY_DAYS`]) ending today, oldest first, days without views included as 0 |
+//! | `GET /posts/most-liked?limit=N&after_likes=L&after_id=I` | `200 {"posts": [{"id", "title", "likes"}, ..], "next": {"after_likes", "after_id"} or null}`: posts by likes, most first, ties by id; N posts (1 to [`MAX_MOST_LIKED`], default [`DEFAULT_MOST_LIKED`]); the next page is asked for with `next` as `after_likes` and `after_id` (both or neither), and `next` is null on the last page. Posts whose likes were never written (liked or unliked) are not listed |
 //! | `POST /posts/{id}/likes` | `200 {"id", "counts"}`: likes + 1, then the post's counts |
 //! | `DELETE /posts/{id}/likes` | `200 {"id", "counts"}`: likes - 1, then the post's counts |
 //! | `POST /posts/{id}/views` | `200 {"id", "counts"}`: views + 1, then the post's counts |
@@ -23,10 +25,10 @@
 //!
 //! Every failure is a JSON body `{"error": {"status": 404, "message": "post 42
 //! does not exist"}}` (see [`ApiError`]): an unknown post, comment or route is
-//! 404, a malformed id, page or comment 400, a comment body not sent as
-//! `application/json` 415, one over axum's size limit 413, a wrong method
-//! 405, database trouble 503. No handler unwraps, so no request can take a
-//! connection task down.
+//! 404, a malformed id, page, `days`, `limit`, cursor or comment 400, a
+//! comment body not sent as `application/json` 415, one over axum's size
+//! limit 413, a wrong method 405, database trouble 503. No handler unwraps,
+//! so no request can take a connection task down.
 //!
 //! Three simplifications, all deliberate for an example:
 //!
@@ -70,6 +72,19 @@ pub const MAX_PAGE: u64 = i64::MAX as u64 / PAGE_SIZE;
 /// characters (not bytes); an empty body is refused too. Both are 400.
 pub const MAX_COMMENT_CHARS: usize = 2_000;
 
+/// The days `GET /posts/{id}/views/daily` returns without `?days=`: two
+/// weeks, today included.
+pub const DEFAULT_DAILY_DAYS: u32 = 14;
+
+/// The most days `GET /posts/{id}/views/daily` returns: a (leap) year.
+pub const MAX_DAILY_DAYS: u32 = 366;
+
+/// The posts per page of `GET /posts/most-liked` without `?limit=`.
+pub const DEFAULT_MOST_LIKED: usize = 10;
+
+/// The largest page of `GET /posts/most-liked`.
+pub const MAX_MOST_LIKED: usize = 100;
+
 /// The whole service, ready for `axum::serve`.
 ///
 /// `db` is a pool (cloning it is cheap); the schema must be migrated
@@ -79,12 +94,15 @@ pub const MAX_COMMENT_CHARS: usize = 2_000;
 pub fn router(db: DatabaseConnection) -> Router {
     Router::new()
         .route("/posts", get(routes::list_posts))
+        // A static segment wins over `{id}`: this is not post "most-liked".
+        .route("/posts/most-liked", get(routes::most_liked))
         .route("/posts/{id}", get(routes::get_post))
         .route(
             "/posts/{id}/likes",
             post(routes::like).delete(routes::unlike),
         )
         .route("/posts/{id}/views", post(routes::view))
+        .route("/posts/{id}/views/daily", get(routes::daily_views))
         .route("/posts/{id}/comments", post(routes::add_comment))
         .route("/comments/{id}", delete(routes::delete_comment))
         .fallback(routes::no_route)

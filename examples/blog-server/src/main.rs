@@ -2,7 +2,10 @@
 //! `curl -X POST localhost:3000/posts/1/likes` and `curl localhost:3000/posts`;
 //! comments with `curl -X POST localhost:3000/posts/1/comments -H 'content-type:
 //! application/json' -d '{"author_id": 1, "body": "Nice"}'` and
-//! `curl -X DELETE localhost:3000/comments/1`.
+//! `curl -X DELETE localhost:3000/comments/1`; rankings and charts with
+//! `curl 'localhost:3000/posts/most-liked?limit=3'` (then the `next` it
+//! returns: `&after_likes=..&after_id=..`) and
+//! `curl 'localhost:3000/posts/1/views/daily?days=7'`.
 //!
 //! * `DATABASE_URL`: an SQLite file, PostgreSQL or MySQL/MariaDB URL
 //!   (default `sqlite://blog.db?mode=rwc`, a file created on first run).

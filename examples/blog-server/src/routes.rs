@@ -1,14 +1,15 @@
 //! The handlers, and the extractors that turn malformed input into client
 //! errors (400, 413, 415) in the JSON shape.
 
-use std::marker::PhantomData;
+use std::{collections::HashMap, marker::PhantomData};
 
 use axum::{
     Json,
     extract::{FromRequest, FromRequestParts, Path, Query, Request, State},
     http::{HeaderName, Method, StatusCode, Uri, header, request::Parts},
 };
-use counter_core::{CounterCache, CounterError, SlottedCounter};
+use chrono::{TimeDelta, Utc};
+use counter_core::{CounterCache, CounterError, Ranked, SlottedCounter, Window};
 use entity::{
     comment,
     post::{
@@ -16,10 +17,15 @@ use entity::{
         counters::{Counts, Key},
     },
 };
-use sea_orm::{DatabaseConnection, EntityTrait, QueryOrder, QuerySelect, Set};
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::{ApiError, MAX_COMMENT_CHARS, MAX_PAGE, PAGE_SIZE};
+use crate::{
+    ApiError, DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS, MAX_DAILY_DAYS,
+    MAX_MOST_LIKED, MAX_PAGE, PAGE_SIZE,
+};
 
 /// An id from the path, of a `K`. Parsed here rather than with `Path<i64>`,
 /// whose rejection is a plain-text body: a malformed id must be a 400 in the
@@ -131,20 +137,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Page {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        // Name/value pairs, not a struct: other parameters are ignored, and
-        // a repeated `page` gets a message of ours instead of serde's.
-        let Query(params) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| rejected(rejection.status(), rejection.body_text()))?;
-        let mut pages = params.iter().filter(|(name, _)| name == "page");
-        let page = match (pages.next(), pages.next()) {
-            (None, _) => return Ok(Page(1)),
-            (Some((_, raw)), None) => raw,
-            (Some(_), Some(_)) => {
-                return Err(ApiError::BadRequest(
-                    "`page` is given more than once".into(),
-                ));
-            }
+        let params = query_params(parts, state).await?;
+        let Some(page) = single(&params, "page")? else {
+            return Ok(Page(1));
         };
         match page.parse::<u64>() {
             Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(Page(n)),
@@ -153,6 +148,109 @@ impl<S: Send + Sync> FromRequestParts<S> for Page {
                 preview(page)
             ))),
         }
+    }
+}
+
+/// The days of `GET /posts/{id}/views/daily?days=N`: 1 to
+/// [`MAX_DAILY_DAYS`], [`DEFAULT_DAILY_DAYS`] when absent.
+pub(crate) struct Days(u32);
+
+impl<S: Send + Sync> FromRequestParts<S> for Days {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = query_params(parts, state).await?;
+        let Some(days) = single(&params, "days")? else {
+            return Ok(Days(DEFAULT_DAILY_DAYS));
+        };
+        match days.parse::<u32>() {
+            Ok(n) if (1..=MAX_DAILY_DAYS).contains(&n) => Ok(Days(n)),
+            _ => Err(ApiError::BadRequest(format!(
+                "invalid days {:?}: expected a whole number from 1 to {MAX_DAILY_DAYS}",
+                preview(days)
+            ))),
+        }
+    }
+}
+
+/// A page of `GET /posts/most-liked?limit=N&after_likes=L&after_id=I`:
+/// `limit` is 1 to [`MAX_MOST_LIKED`] ([`DEFAULT_MOST_LIKED`] when absent);
+/// `after_likes` and `after_id`, the `next` of the page before, come
+/// together or not at all (the first page).
+pub(crate) struct RankPage {
+    limit: usize,
+    after: Option<Ranked<i64>>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RankPage {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = query_params(parts, state).await?;
+        let limit = match single(&params, "limit")? {
+            None => DEFAULT_MOST_LIKED,
+            Some(raw) => match raw.parse::<usize>() {
+                Ok(n) if (1..=MAX_MOST_LIKED).contains(&n) => n,
+                _ => {
+                    return Err(ApiError::BadRequest(format!(
+                        "invalid limit {:?}: expected a whole number from 1 to {MAX_MOST_LIKED}",
+                        preview(raw)
+                    )));
+                }
+            },
+        };
+        let integer = |name: &str, raw: &str| {
+            raw.parse::<i64>().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "invalid {name} {:?}: expected an integer",
+                    preview(raw)
+                ))
+            })
+        };
+        let after = match (
+            single(&params, "after_likes")?,
+            single(&params, "after_id")?,
+        ) {
+            (None, None) => None,
+            (Some(likes), Some(id)) => Some(Ranked {
+                owner: integer("after_id", id)?,
+                total: integer("after_likes", likes)?,
+            }),
+            _ => {
+                return Err(ApiError::BadRequest(
+                    "`after_likes` and `after_id` go together: give both (the `next` of the \
+                     page before) or neither (the first page)"
+                        .into(),
+                ));
+            }
+        };
+        Ok(RankPage { limit, after })
+    }
+}
+
+/// The query's name/value pairs, in order. Pairs rather than a struct, so
+/// that other parameters are ignored and a repeated one gets a message of
+/// ours (see [`single`]) instead of serde's.
+async fn query_params<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let Query(params) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+        .await
+        .map_err(|rejection| rejected(rejection.status(), rejection.body_text()))?;
+    Ok(params)
+}
+
+/// The value of the parameter `name`, if given; a 400 if it is given more
+/// than once, since which one counts would be a guess.
+fn single<'a>(params: &'a [(String, String)], name: &str) -> Result<Option<&'a str>, ApiError> {
+    let mut values = params.iter().filter(|(n, _)| n == name);
+    match (values.next(), values.next()) {
+        (None, _) => Ok(None),
+        (Some((_, value)), None) => Ok(Some(value)),
+        (Some(_), Some(_)) => Err(ApiError::BadRequest(format!(
+            "`{name}` is given more than once"
+        ))),
     }
 }
 
@@ -190,6 +288,45 @@ pub(crate) struct PostBody {
 pub(crate) struct PageBody {
     page: u64,
     posts: Vec<PostBody>,
+}
+
+/// `GET /posts/{id}/views/daily`: one entry per UTC day, oldest first.
+#[derive(Serialize)]
+pub(crate) struct DailyViewsBody {
+    post_id: i64,
+    days: Vec<DayViews>,
+}
+
+/// A day of [`DailyViewsBody`]: `{"day": "2026-11-22", "views": 3}`.
+#[derive(Serialize)]
+pub(crate) struct DayViews {
+    day: String,
+    views: i64,
+}
+
+/// `GET /posts/most-liked`.
+#[derive(Serialize)]
+pub(crate) struct MostLikedBody {
+    posts: Vec<LikedPost>,
+    /// The cursor of the next page, `None` (null) on the last.
+    next: Option<LikesCursor>,
+}
+
+/// An item of [`MostLikedBody`].
+#[derive(Serialize)]
+pub(crate) struct LikedPost {
+    id: i64,
+    title: String,
+    likes: i64,
+}
+
+/// Where the next page of `GET /posts/most-liked` starts: after this
+/// post's place in the ranking. Sent back as the query parameters of the
+/// same names.
+#[derive(Serialize)]
+pub(crate) struct LikesCursor {
+    after_likes: i64,
+    after_id: i64,
 }
 
 /// The answer to a write: the post's counts just after it.
@@ -250,6 +387,87 @@ pub(crate) async fn get_post(
         title: model.title,
         counts,
     }))
+}
+
+/// `GET /posts/{id}/views/daily?days=N`: the post's views in each of the
+/// last N UTC days, today (so far) last, zero-filled; 404 for a post that
+/// does not exist. Two statements: the post, and the days' buckets
+/// (`series`), whatever N.
+pub(crate) async fn daily_views(
+    State(db): State<DatabaseConnection>,
+    Id(id, _): PostId,
+    Days(days): Days,
+) -> Result<Json<DailyViewsBody>, ApiError> {
+    existing_post(&db, id).await?;
+    let today = Window::Day.start_of(Utc::now());
+    let from = today - TimeDelta::days(i64::from(days) - 1);
+    let to = today + TimeDelta::days(1);
+    let series = post::Entity::series(&db, &id, Key::Views, from, to).await?;
+    let days = series
+        .into_iter()
+        .map(|(day, views)| DayViews {
+            day: day.format("%Y-%m-%d").to_string(),
+            views,
+        })
+        .collect();
+    Ok(Json(DailyViewsBody { post_id: id, days }))
+}
+
+/// `GET /posts/most-liked?limit=N&after_likes=L&after_id=I`: a page of the
+/// posts ranked by likes (most first, ties by id), and the cursor of the
+/// next. Two statements whatever the page: the ranking (`top`, or
+/// `top_after` the cursor: keyset pagination, so a deep page costs what the
+/// first does and every post is listed once while likes stand still) and
+/// the page's titles.
+///
+/// `next` is null when the ranking had fewer than `limit` posts left. A
+/// post deleted after it was liked is ranked but has no title to show: it
+/// is left out of `posts`, and `next` still steps over it, so such a page
+/// may be short without being the last.
+pub(crate) async fn most_liked(
+    State(db): State<DatabaseConnection>,
+    RankPage { limit, after }: RankPage,
+) -> Result<Json<MostLikedBody>, ApiError> {
+    let ranked = match &after {
+        None => post::Entity::top(&db, Key::Likes, limit).await?,
+        Some(last) => {
+            post::Entity::counters()
+                .top_after(&db, Key::Likes, last, limit)
+                .await?
+        }
+    };
+    let next = match ranked.last() {
+        Some(last) if ranked.len() == limit => Some(LikesCursor {
+            after_likes: last.total,
+            after_id: last.owner,
+        }),
+        _ => None,
+    };
+    let mut titles: HashMap<i64, String> = if ranked.is_empty() {
+        HashMap::new()
+    } else {
+        post::Entity::find()
+            .select_only()
+            .columns([post::Column::Id, post::Column::Title])
+            .filter(post::Column::Id.is_in(ranked.iter().map(|r| r.owner)))
+            .into_tuple::<(i64, String)>()
+            .all(&db)
+            .await?
+            .into_iter()
+            .collect()
+    };
+    let posts = ranked
+        .into_iter()
+        .filter_map(|r| {
+            let title = titles.remove(&r.owner)?;
+            Some(LikedPost {
+                id: r.owner,
+                title,
+                likes: r.total,
+            })
+        })
+        .collect();
+    Ok(Json(MostLikedBody { posts, next }))
 }
 
 /// `POST /posts/{id}/likes`.

@@ -1,10 +1,12 @@
 //! The demo's proofs: every write the simulated users were told succeeded is
-//! in the stored totals, no more, no less; and every post's `comments`
-//! counter equals its comment rows.
+//! in the stored totals, no more, no less, and every view in the daily
+//! bucket of its day, both after the simulation and after compaction; and
+//! every post's `comments` counter equals its comment rows.
 
 use std::collections::HashMap;
 
 use counter_core::{ReconcileReport, prelude::*};
+use entity::post::counters::Key as PostKey;
 
 use crate::{report::plural, simulate::Tally};
 
@@ -44,24 +46,51 @@ pub fn mismatches<C: CountSet>(
     mismatches
 }
 
-/// Prints the outcome; an error message when any counter is off, so the run
-/// exits non-zero and a CI job running the demo fails.
-pub fn verdict(mismatches: &[String], tally: &Tally) -> Result<(), String> {
+/// Every post whose views in the chart's daily buckets are not `before`
+/// plus its acknowledged views: each view was dated in one of the chart's
+/// days, so it must be in one of their buckets, as well as in the total.
+pub fn view_buckets(
+    posts: &[i64],
+    before: &HashMap<i64, i64>,
+    after: &HashMap<i64, i64>,
+    deltas: &HashMap<(i64, PostKey), i64>,
+) -> Vec<String> {
+    let mut mismatches = Vec::new();
+    for post in posts {
+        let start = before.get(post).copied().unwrap_or(0);
+        let end = after.get(post).copied().unwrap_or(0);
+        let delta = deltas.get(&(*post, PostKey::Views)).copied().unwrap_or(0);
+        if end != start + delta {
+            mismatches.push(format!(
+                "post {post} views in the chart's daily buckets: {end} stored, {start} before + \
+                 {delta} acknowledged = {}",
+                start + delta
+            ));
+        }
+    }
+    mismatches
+}
+
+/// Prints the outcome of the check `when` (after the simulation, after
+/// compaction); an error message when any counter is off, so the run exits
+/// non-zero and a CI job running the demo fails.
+pub fn verdict(when: &str, mismatches: &[String], tally: &Tally) -> Result<(), String> {
     let (increments, decrements) = tally.writes();
     let writes = increments + decrements;
     if !mismatches.is_empty() {
         for line in mismatches.iter().take(SHOWN) {
-            eprintln!("mismatch: {line}");
+            eprintln!("mismatch {when}: {line}");
         }
         return Err(format!(
-            "{} counters are not their value before plus the {writes} acknowledged writes \
-             (was another run writing to this database at the same time?)",
+            "{when}, {} counters are not their value before plus the {writes} acknowledged \
+             writes (was another run writing to this database at the same time?)",
             mismatches.len()
         ));
     }
     println!(
-        "{writes} counter writes acknowledged ({increments} increments, {decrements} decrements), \
-         all {writes} are in the totals"
+        "{when}: {writes} counter writes acknowledged ({increments} increments, {decrements} \
+         decrements), all {writes} are in the totals, and the {} views in their days' buckets",
+        tally.actions.views
     );
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The blog demo: many concurrent users liking, unliking, commenting on and
-//! viewing posts, a few of which get most of the traffic; then the top posts
-//! with all their counts fetched in one batch read, a recount of the
-//! comments, and how many SQL statements each phase used.
+//! viewing posts, a few of which get most of the traffic; then compaction of
+//! the slot rows they wrote, the most liked, viewed and followed ranked in
+//! SQL, a daily views chart, a recount of the comments, and how many SQL
+//! statements each phase used.
 //!
 //! Why slots: with a `likes` column, every like of a viral post is
 //! `UPDATE posts SET likes = likes + 1 WHERE id = ?` on the same row, so the
@@ -21,10 +22,24 @@
 //! ```
 //!
 //! The run migrates, seeds what is missing (so it can be run again on the same
-//! database: totals add up across runs), simulates, reads, and checks that
-//! every acknowledged write is in the totals: stored counts must equal the
-//! counts read just before the simulation plus the deltas the simulated users
-//! were told succeeded. Statements are counted with sea-orm's metric callback.
+//! database: totals add up across runs), simulates, and checks that every
+//! acknowledged write is in the totals: stored counts must equal the counts
+//! read just before the simulation plus the deltas the simulated users were
+//! told succeeded. Statements are counted with sea-orm's metric callback.
+//!
+//! Views are counted per UTC day too (`views(window = day)`): each simulated
+//! view is dated in the last [`CHART_DAYS`] days, more of them recent, and
+//! counted with `add_at`, in its total and in its day's bucket. The check
+//! covers the buckets as well: every post's views in those days must have
+//! grown by exactly its acknowledged views.
+//!
+//! Then `compact` folds each counter's slot rows (and each day's bucket rows)
+//! into one row, and the same check runs again: compaction must change no
+//! total and no bucket. The report ranks posts by likes and views, and users
+//! by followers, with `top_models` (the ranking is one grouped statement,
+//! whatever the number of posts), charts the most viewed post's daily views
+//! (`series`) and the top posts' (`series_many`), and sums their last week
+//! (`range_many`).
 //!
 //! Comments are rows (`entity::comment`), and a post's `comments` counter is
 //! their counter cache: a comment is inserted with `insert_counted` and
@@ -45,14 +60,16 @@
 
 mod check;
 mod meter;
+mod read;
 mod report;
 mod seed;
 mod simulate;
 
 use std::{collections::HashMap, error::Error, process::ExitCode};
 
+use chrono::{DateTime, TimeDelta, Utc};
 use clap::Parser;
-use counter_core::prelude::*;
+use counter_core::{Compact, CompactReport, Window, prelude::*};
 use entity::{comment, post, user};
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{
@@ -63,7 +80,7 @@ use sea_orm::{
 use crate::{
     meter::{Meter, Phases},
     seed::seed,
-    simulate::simulate,
+    simulate::{Tally, simulate},
 };
 
 /// Any failure ends the run; the demo has nothing to recover.
@@ -117,6 +134,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         args.actions
     );
     let mut phases = Phases::new(&meter);
+    let chart = ChartDays::ending_today(Utc::now(), CHART_DAYS);
 
     Migrator::up(&db, None).await?;
     phases.end("migrate");
@@ -137,22 +155,34 @@ async fn run(args: Args) -> Result<(), BoxError> {
     check::inherited(&inherited);
     let post_ids: Vec<i64> = seeded.posts.iter().map(|p| p.id).collect();
     let user_ids: Vec<i64> = seeded.users.iter().map(|u| u.id).collect();
-    let posts_before = post::Entity::counts_many(&db, &post_ids).await?;
-    let users_before = user::Entity::counts_many(&db, &user_ids).await?;
+    let before = Totals::read(&db, &post_ids, &user_ids, &chart).await?;
     phases.end("snapshot");
 
-    let tally = simulate(&db, &post_ids, &user_ids, args.users, args.actions).await?;
+    let tally = simulate(&db, &post_ids, &user_ids, args.users, args.actions, &chart).await?;
     let simulation = phases.end("simulate");
 
-    // Sorting by a counter in SQL (`ORDER BY likes` over the slot sums) comes
-    // in a later issue; here every post's counts come in one batch read and
-    // are sorted in memory. The posts are the ones `seed` returned: every
-    // post in the database, so they need not be queried again.
-    let before_load = meter.statements();
-    let page = post::Entity::load_counts(&db, seeded.posts).await?;
-    let post_reads = meter.statements() - before_load;
-    let users_after = user::Entity::counts_many(&db, &user_ids).await?;
-    let user_reads = meter.statements() - before_load - post_reads;
+    // Every acknowledged write must be in the totals, no more, no less: every
+    // post's and user's counts, and the views of the chart's days, each read
+    // in one grouped statement per 1,000 owners.
+    let simulated = Totals::read(&db, &post_ids, &user_ids, &chart).await?;
+    let mismatches = before.mismatches(&simulated, &post_ids, &user_ids, &tally);
+    phases.end("check");
+
+    // Folding the slot rows the simulation wrote into slot 0: the reads
+    // below sum fewer rows, and the totals must not change. Checked again,
+    // against the same expectations.
+    let compacted = Compacted {
+        posts: post::Entity::compact(&db, &Compact::new()).await?,
+        users: user::Entity::compact(&db, &Compact::new()).await?,
+    };
+    phases.end("compact");
+    let after_compaction = Totals::read(&db, &post_ids, &user_ids, &chart).await?;
+    let compaction_mismatches = before.mismatches(&after_compaction, &post_ids, &user_ids, &tally);
+    phases.end("recheck");
+
+    // What the report shows: rankings in SQL (`top`), never by reading every
+    // post's counts, and the daily views of the chart's days.
+    let reads = read::Reads::read(&db, &meter, &chart).await?;
     phases.end("read");
 
     // Every post's comments counter against its rows, in one snapshot
@@ -162,30 +192,132 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let comment_rows = comment::Entity::find().count(&db).await?;
     phases.end("reconcile");
 
-    report::top_posts(&page, post_reads);
-    report::top_users(&seeded.users, &users_after, user_reads);
+    report::most_liked(&reads.liked);
+    report::most_viewed(&reads.viewed, &chart);
+    report::daily_views(&reads.viewed, &chart);
+    report::top_users(&reads.users);
+    report::compaction(&compacted);
     report::phases(phases.done());
     report::simulation(&tally, &simulation);
 
-    // Every acknowledged write must be in the totals, no more, no less.
-    let posts_after: HashMap<i64, post::counters::Counts> = page
-        .iter()
-        .map(|(post, counts)| (post.id, *counts))
-        .collect();
-    let mut mismatches =
-        check::mismatches("post", &post_ids, &posts_before, &posts_after, &tally.posts);
-    mismatches.extend(check::mismatches(
-        "user",
-        &user_ids,
-        &users_before,
-        &users_after,
-        &tally.users,
-    ));
-    let totals = check::verdict(&mismatches, &tally);
-    let comments = check::recount(&recount, comment_rows);
-    match (totals, comments) {
-        (Err(totals), Err(comments)) => Err(format!("{totals}; and {comments}").into()),
-        (totals, comments) => Ok(totals.and(comments)?),
+    let mut failures = Vec::new();
+    let checks = [
+        ("after the simulation", &mismatches),
+        ("after compaction", &compaction_mismatches),
+    ];
+    for (when, mismatches) in checks {
+        if let Err(failure) = check::verdict(when, mismatches, &tally) {
+            failures.push(failure);
+        }
+    }
+    if let Err(failure) = check::recount(&recount, comment_rows) {
+        failures.push(failure);
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; and ").into())
+    }
+}
+
+/// Days in the daily views chart, today included.
+const CHART_DAYS: i64 = 14;
+
+/// The days of the daily views chart: whole UTC days, the last of them
+/// today (so far). The simulation dates its views in them, and the check
+/// and the chart read their buckets.
+pub struct ChartDays {
+    /// The start of the first day.
+    pub from: DateTime<Utc>,
+    /// The start of tomorrow: the end of the chart, exclusive.
+    pub to: DateTime<Utc>,
+    /// When the run started: no view is dated after it.
+    pub now: DateTime<Utc>,
+}
+
+impl ChartDays {
+    /// The `days` days up to today, in UTC.
+    fn ending_today(now: DateTime<Utc>, days: i64) -> Self {
+        let today = Window::Day.start_of(now);
+        Self {
+            from: today - TimeDelta::days(days - 1),
+            to: today + TimeDelta::days(1),
+            now,
+        }
+    }
+
+    /// How many days the chart has.
+    pub fn days(&self) -> i64 {
+        (self.to - self.from).num_days()
+    }
+
+    /// The last `days` days of the chart, today included: `[from, to)`.
+    pub fn last(&self, days: i64) -> (DateTime<Utc>, DateTime<Utc>) {
+        (self.to - TimeDelta::days(days), self.to)
+    }
+}
+
+/// What one pass of compaction did, per entity.
+pub struct Compacted {
+    pub posts: CompactReport,
+    pub users: CompactReport,
+}
+
+/// The counts the check compares: every post's and user's totals, and every
+/// post's views in the chart's daily buckets.
+struct Totals {
+    posts: HashMap<i64, post::counters::Counts>,
+    users: HashMap<i64, user::counters::Counts>,
+    views_by_day: HashMap<i64, i64>,
+}
+
+impl Totals {
+    async fn read(
+        db: &DatabaseConnection,
+        post_ids: &[i64],
+        user_ids: &[i64],
+        chart: &ChartDays,
+    ) -> Result<Self, BoxError> {
+        Ok(Self {
+            posts: post::Entity::counts_many(db, post_ids).await?,
+            users: user::Entity::counts_many(db, user_ids).await?,
+            views_by_day: post::Entity::counters()
+                .range_many(
+                    db,
+                    post_ids,
+                    post::counters::Key::Views,
+                    chart.from,
+                    chart.to,
+                )
+                .await?,
+        })
+    }
+
+    /// Every counter of `now` that is not these counts plus what `tally`
+    /// says was acknowledged since, one line each.
+    fn mismatches(
+        &self,
+        now: &Totals,
+        post_ids: &[i64],
+        user_ids: &[i64],
+        tally: &Tally,
+    ) -> Vec<String> {
+        let mut mismatches =
+            check::mismatches("post", post_ids, &self.posts, &now.posts, &tally.posts);
+        mismatches.extend(check::mismatches(
+            "user",
+            user_ids,
+            &self.users,
+            &now.users,
+            &tally.users,
+        ));
+        mismatches.extend(check::view_buckets(
+            post_ids,
+            &self.views_by_day,
+            &now.views_by_day,
+            &tally.posts,
+        ));
+        mismatches
     }
 }
 

@@ -1,7 +1,8 @@
 //! The simulated users: concurrent tasks liking, unliking, commenting on,
 //! deleting their comments, viewing and following, with the traffic skewed
 //! towards a few hot posts and users, and a tally of every write they were
-//! told succeeded.
+//! told succeeded. Views are dated over the days of the daily views chart
+//! ([`CHART_DAYS`](crate::CHART_DAYS)), so it has a history after one run.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -12,6 +13,7 @@ use std::{
     time::Duration,
 };
 
+use chrono::{DateTime, TimeDelta, Utc};
 use counter_core::prelude::*;
 use entity::{comment, post, user};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
@@ -23,7 +25,7 @@ use rand::{
 };
 use sea_orm::{DatabaseConnection, Set};
 
-use crate::BoxError;
+use crate::{BoxError, ChartDays};
 
 type PostKey = post::counters::Key;
 type UserKey = user::counters::Key;
@@ -58,6 +60,42 @@ impl Hot {
 
     fn pick(&self, rng: &mut impl Rng) -> i64 {
         self.ids[self.weights.sample(rng)]
+    }
+}
+
+/// How much less a view is dated on each earlier day than on the day
+/// after it: most views are recent, as on a real site, and the chart shows
+/// the decay.
+const VIEWS_DAY_DECAY: f64 = 0.85;
+
+/// When the simulated views happened: a time in the chart's days, from the
+/// start of its first day up to now, skewed towards the recent days. A view
+/// is counted with `add_at` at that time, as an import of a day's access log
+/// would: in its all-time total, and in the daily bucket of its time.
+struct ViewTimes {
+    first_day: DateTime<Utc>,
+    now: DateTime<Utc>,
+    /// Day index (0 = the first day) by weight.
+    days: WeightedIndex<f64>,
+}
+
+impl ViewTimes {
+    fn new(chart: &ChartDays) -> Result<Self, BoxError> {
+        let days = chart.days();
+        let weights = (0..days).map(|day| VIEWS_DAY_DECAY.powi((days - 1 - day) as i32));
+        Ok(Self {
+            first_day: chart.from,
+            now: chart.now,
+            days: WeightedIndex::new(weights)?,
+        })
+    }
+
+    /// A time in the picked day; today's, not after now.
+    fn pick(&self, rng: &mut impl Rng) -> DateTime<Utc> {
+        let day = self.first_day + TimeDelta::days(self.days.sample(rng) as i64);
+        let end = (day + TimeDelta::days(1)).min(self.now);
+        let span = (end - day).num_milliseconds().max(1);
+        day + TimeDelta::milliseconds(rng.random_range(0..span))
     }
 }
 
@@ -171,17 +209,20 @@ impl Tally {
 }
 
 /// Runs `users` tasks of `actions` actions each, concurrently, so that the
-/// hot posts see concurrent writers: the case slots are for.
+/// hot posts see concurrent writers: the case slots are for. Views are dated
+/// in `chart`'s days.
 pub async fn simulate(
     db: &DatabaseConnection,
     post_ids: &[i64],
     user_ids: &[i64],
     users: u64,
     actions: u64,
+    chart: &ChartDays,
 ) -> Result<Tally, BoxError> {
     let mut rng = StdRng::from_rng(&mut rand::rng());
     let hot_posts = Arc::new(Hot::new(post_ids, &mut rng)?);
     let hot_users = Arc::new(Hot::new(user_ids, &mut rng)?);
+    let view_times = Arc::new(ViewTimes::new(chart)?);
 
     let bar = progress_bar(users * actions);
     let tasks: Vec<_> = user_ids
@@ -193,6 +234,7 @@ pub async fn simulate(
                 me,
                 posts: hot_posts.clone(),
                 users: hot_users.clone(),
+                view_times: view_times.clone(),
                 rng: StdRng::from_rng(&mut rng),
                 bar: bar.clone(),
             };
@@ -245,6 +287,7 @@ struct SimulatedUser {
     me: i64,
     posts: Arc<Hot>,
     users: Arc<Hot>,
+    view_times: Arc<ViewTimes>,
     /// Its own generator, seeded from the run's: the thread-local one is not
     /// `Send`, and a task may move between threads at any `.await`.
     rng: StdRng,
@@ -344,9 +387,11 @@ impl SimulatedUser {
                         *tally.users.entry((them, UserKey::Followers)).or_default() += delta;
                     }
                 }
-                // A view: the most frequent action.
+                // A view: the most frequent action, dated in the chart's
+                // days (its all-time total counts it too).
                 _ => {
-                    let written = post::Entity::increment(db, post, PostKey::Views).await;
+                    let at = self.view_times.pick(&mut self.rng);
+                    let written = post::Entity::add_at(db, post, PostKey::Views, 1, at).await;
                     if acknowledged(written, &mut tally.refused)?.is_some() {
                         tally.actions.views += 1;
                         *tally.posts.entry((post, PostKey::Views)).or_default() += 1;

@@ -300,7 +300,11 @@ async fn transaction(db: &DatabaseConnection, setup: &Setup, owner: i64) -> Resu
 }
 
 /// The increment itself, in the cell's design.
-async fn increment<C: ConnectionTrait>(db: &C, setup: &Setup, owner: i64) -> Result<(), BoxError> {
+async fn increment<C: ConnectionTrait + TransactionTrait>(
+    db: &C,
+    setup: &Setup,
+    owner: i64,
+) -> Result<(), BoxError> {
     match setup.cell.design {
         Design::HotRow => {
             db.execute_raw(setup.hot_update.clone()).await?;
