@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, Statement, Value};
+use sea_orm::{ConnectionTrait, Statement, TransactionSession, TransactionTrait, Value};
 
 use crate::{
     BatchOutcome, CounterTable, Counters, SlottedCounter,
@@ -84,6 +84,9 @@ impl DeltaBatch {
     ///
     /// Keys and owners are checked here, so a bad one fails before any SQL
     /// is sent; a fold that leaves `i64` is [`CounterError::Overflow`].
+    /// Deltas are grouped by table name, and the first [`Counters`] added
+    /// for a name supplies its configuration (slots, windows) for the whole
+    /// batch.
     pub fn add<I: OwnerId, K: CounterKey>(
         &mut self,
         counters: &Counters<I>,
@@ -105,7 +108,32 @@ impl DeltaBatch {
         delta: i64,
         at: DateTime<Utc>,
     ) -> Result<()> {
-        let key = key.as_key_str();
+        self.fold_in(counters, owner, key.as_key_str(), delta, Some(at))
+    }
+
+    /// Adds `delta` to the all-time total only, never to a bucket: a
+    /// recount's repair, which corrects the total and happened at no time.
+    pub(crate) fn add_to_total<I: OwnerId>(
+        &mut self,
+        counters: &Counters<I>,
+        owner: I,
+        key: &str,
+        delta: i64,
+    ) -> Result<()> {
+        self.fold_in(counters, owner, key, delta, None)
+    }
+
+    /// Folds `delta` into the total of `(owner, key)` and, for a windowed
+    /// key and a time, into the bucket of `at`. Both sums are checked
+    /// before either is stored, so an overflow leaves the batch unchanged.
+    fn fold_in<I: OwnerId>(
+        &mut self,
+        counters: &Counters<I>,
+        owner: I,
+        key: &str,
+        delta: i64,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<()> {
         validate_key(key)?;
         owner.check()?;
         let table = counters.table();
@@ -119,23 +147,33 @@ impl DeltaBatch {
                 deltas: BTreeMap::new(),
                 buckets: BTreeMap::new(),
             });
-        let pending = |map_value: Value| Pending {
-            owner: map_value,
-            delta: 0,
-        };
-        if let Some(window) = table.window_for(key) {
-            let bucket = window.bucket_of(at);
-            let slot = deltas
-                .buckets
-                .entry((sort.clone(), key.to_owned(), bucket))
-                .or_insert_with(|| pending(value.clone()));
-            fold(&mut slot.delta, delta, key)?;
-        }
-        let slot = deltas
+        let bucket = at
+            .zip(table.window_for(key))
+            .map(|(at, window)| (sort.clone(), key.to_owned(), window.bucket_of(at)));
+        let total = deltas
             .deltas
-            .entry((sort, key.to_owned()))
-            .or_insert_with(|| pending(value));
-        fold(&mut slot.delta, delta, key)
+            .get(&(sort.clone(), key.to_owned()))
+            .map_or(0, |p| p.delta);
+        let new_total = fold(total, delta, key)?;
+        let new_bucket = match &bucket {
+            Some(b) => Some(fold(
+                deltas.buckets.get(b).map_or(0, |p| p.delta),
+                delta,
+                key,
+            )?),
+            None => None,
+        };
+        let pending = |delta| Pending {
+            owner: value.clone(),
+            delta,
+        };
+        deltas
+            .deltas
+            .insert((sort, key.to_owned()), pending(new_total));
+        if let (Some(bucket), Some(new_bucket)) = (bucket, new_bucket) {
+            deltas.buckets.insert(bucket, pending(new_bucket));
+        }
+        Ok(())
     }
 
     /// [`DeltaBatch::add`] with an entity's typed key.
@@ -155,23 +193,57 @@ impl DeltaBatch {
         })
     }
 
-    /// Sends the batch on `db`: one multi-row upsert per table and chunk of
-    /// [`UPSERT_ROWS_PER_STATEMENT`](crate::UPSERT_ROWS_PER_STATEMENT) rows,
-    /// tables in name order and rows in primary-key order.
-    ///
-    /// Give it a transaction when the deltas must be all or nothing: each
-    /// statement is atomic by itself, but on a pool a batch of several
-    /// statements is not (conflicts are retried per statement there). That
-    /// includes a windowed key, whose total and bucket are two statements:
-    /// on a pool use [`Counters::add_many`](crate::Counters::add_many), which
-    /// opens a transaction for you.
-    pub async fn apply<C: ConnectionTrait>(self, db: &C) -> Result<BatchOutcome> {
+    /// Sends the batch, all or nothing: one multi-row upsert per table and
+    /// chunk of [`UPSERT_ROWS_PER_STATEMENT`](crate::UPSERT_ROWS_PER_STATEMENT)
+    /// rows, tables in name order and rows in primary-key order. One
+    /// statement is sent alone; several run in a transaction of their own (a
+    /// savepoint inside the caller's), retried whole on a pool after a
+    /// deadlock, so a windowed key's total and bucket, or the two sides of a
+    /// move, are never half applied.
+    pub async fn apply<C>(self, db: &C) -> Result<BatchOutcome>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
         if self.is_empty() {
             return Ok(BatchOutcome::default());
         }
         let (outcome, statements) = self.into_statements(Dialect::of(db)?);
-        for (table, stmt) in &statements {
+        if let [(table, stmt)] = statements.as_slice() {
             retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
+            return Ok(outcome);
+        }
+        let statements = &statements;
+        let tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
+        retry::run_on(db, tables[0], &tables, || async move {
+            let txn = db.begin().await?;
+            for (_, stmt) in statements {
+                txn.execute_raw(stmt.clone()).await?;
+            }
+            txn.commit().await
+        })
+        .await?;
+        Ok(outcome)
+    }
+
+    /// Sends the batch on `txn`, a connection that is already inside a
+    /// transaction but cannot open one (the connection a SeaORM
+    /// `ActiveModelBehavior` hook is given): the statements in order, all
+    /// or nothing with that transaction. On a connection known to be a pool
+    /// a batch of more than one statement is refused with
+    /// [`CounterError::BatchNeedsTransaction`] before anything is sent:
+    /// there it could be half applied.
+    pub async fn apply_in<C: ConnectionTrait>(self, txn: &C) -> Result<BatchOutcome> {
+        if self.is_empty() {
+            return Ok(BatchOutcome::default());
+        }
+        let (outcome, statements) = self.into_statements(Dialect::of(txn)?);
+        if statements.len() > 1 && retry::is_pool::<C>() {
+            return Err(CounterError::BatchNeedsTransaction {
+                statements: statements.len(),
+            });
+        }
+        for (table, stmt) in &statements {
+            retry::run(txn, table, || txn.execute_raw(stmt.clone())).await?;
         }
         Ok(outcome)
     }
@@ -230,14 +302,13 @@ impl DeltaBatch {
     }
 }
 
-/// Adds `delta` to a folded delta, checked.
-fn fold(total: &mut i64, delta: i64, key: &str) -> Result<()> {
-    *total = total
+/// `total + delta`, checked.
+fn fold(total: i64, delta: i64, key: &str) -> Result<i64> {
+    total
         .checked_add(delta)
         .ok_or_else(|| CounterError::Overflow {
             context: format!("the folded batch delta of `{key}`"),
-        })?;
-    Ok(())
+        })
 }
 
 /// An owner id in the order its typed form sorts in (integers numerically,

@@ -12,7 +12,7 @@ use crate::{
     Counters,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
-    owner::OwnerId,
+    owner::{self, OwnerId},
     retry,
     sql::{self, Dialect, Layout, OwnerRange, SlotRow, UpsertRow, Victims},
     walk,
@@ -21,7 +21,8 @@ use crate::{
 /// The largest [`Compact::batch_rows`].
 pub const MAX_COMPACT_BATCH: usize = 10_000;
 
-/// Rows per `DELETE`: three to five binds a row, under every bind limit.
+/// Rows per `DELETE` by primary key (MySQL): three or four binds a row,
+/// under every bind limit.
 const DELETE_ROWS_PER_STATEMENT: usize = 1_000;
 
 /// What [`Counters::compact`] folds, and in what steps.
@@ -84,16 +85,20 @@ impl<I: OwnerId> Compact<I> {
         self
     }
 
-    /// Folds a counter only when it has at least this many slot rows
-    /// (at least 2; default 2).
+    /// Folds a counter only when it has at least this many slot rows,
+    /// `2..=65,536` (default 2).
     pub fn min_rows(mut self, rows: usize) -> Self {
         self.min_rows = rows;
         self
     }
 
-    /// Slot rows locked per batch transaction, `1..=`[`MAX_COMPACT_BATCH`]
-    /// (default 1,000): a batch holds its rows' locks until it commits, so
-    /// writers of those counters wait at most one batch.
+    /// The size of a batch transaction, `1..=`[`MAX_COMPACT_BATCH`]
+    /// (default 1,000). Walking the whole table, a batch is a stretch of
+    /// owners holding at least this many slot rows plus the rest of its last
+    /// owner's (the last stretch, whatever is left); with
+    /// [`Compact::owners`], it is this many owners. A batch holds its rows'
+    /// locks until it commits, so writers of those counters wait at most
+    /// one batch.
     pub fn batch_rows(mut self, rows: usize) -> Self {
         self.batch_rows = rows;
         self
@@ -165,8 +170,9 @@ impl<I: OwnerId> Counters<I> {
             1,
             MAX_COMPACT_BATCH,
         )?;
-        // A counter of one row has nothing to fold.
-        CounterError::check_range("compaction min_rows", options.min_rows, 2, usize::MAX)?;
+        // A counter of one row has nothing to fold, and none has more rows
+        // than a SMALLINT has slot numbers.
+        CounterError::check_range("compaction min_rows", options.min_rows, 2, 65_536)?;
         for key in options.keys.iter().flatten() {
             validate_key(key)?;
         }
@@ -175,7 +181,15 @@ impl<I: OwnerId> Counters<I> {
         report.totals = self
             .compact_table(db, &table, Layout::Totals, options)
             .await?;
-        if let (true, Some(buckets)) = (options.buckets, self.table().bucket_table()) {
+        // Only when a key in scope is windowed: else there is nothing to fold.
+        let windowed = |key: &String| self.table().window_for(key).is_some();
+        let any_windowed = match &options.keys {
+            Some(keys) => keys.iter().any(windowed),
+            None => true,
+        };
+        if let (true, true, Some(buckets)) =
+            (options.buckets, any_windowed, self.table().bucket_table())
+        {
             report.buckets = self
                 .compact_table(db, &buckets, Layout::Buckets, options)
                 .await?;
@@ -193,12 +207,7 @@ impl<I: OwnerId> Counters<I> {
         let mut stats = CompactStats::default();
         match &options.owners {
             Some(owners) => {
-                let mut owners = owners.clone();
-                for owner in &owners {
-                    owner.check()?;
-                }
-                owners.sort();
-                owners.dedup();
+                let owners = owner::sorted_unique(owners)?;
                 // Owners are not rows: a chunk's rows are bounded by the
                 // owners' keys and slots, as with an explicit owner list anywhere.
                 for chunk in owners.chunks(options.batch_rows) {

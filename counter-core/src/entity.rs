@@ -216,6 +216,18 @@ pub trait SlottedCounter: EntityTrait {
         Self::counters().range(db, owner, key, from, to)
     }
 
+    /// [`SlottedCounter::range`] of many owners, zero-filled, one query per
+    /// chunk. See [`Counters::range_many`].
+    fn range_many<'a, C: ConnectionTrait>(
+        db: &'a C,
+        owners: &'a [Self::OwnerId],
+        key: Self::Key,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> impl Future<Output = Result<HashMap<Self::OwnerId, i64>>> + Send + 'a {
+        Self::counters().range_many(db, owners, key, from, to)
+    }
+
     /// A windowed key's zero-filled count per bucket in `[from, to)`. See
     /// [`Counters::series`].
     fn series<'a, C: ConnectionTrait>(
@@ -250,6 +262,17 @@ pub trait SlottedCounter: EntityTrait {
         Self::counters().top(db, key, n)
     }
 
+    /// The page of [`SlottedCounter::top`] after `last`. See
+    /// [`Counters::top_after`].
+    fn top_after<'a, C: ConnectionTrait>(
+        db: &'a C,
+        key: Self::Key,
+        last: &'a Ranked<Self::OwnerId>,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<Ranked<Self::OwnerId>>>> + Send + 'a {
+        Self::counters().top_after(db, key, last, n)
+    }
+
     /// [`SlottedCounter::top`] with the owners' models, loaded in one more
     /// query: the "most liked posts" list. Owners whose row no longer
     /// exists are left out, so a page may be shorter than `n`.
@@ -280,6 +303,15 @@ pub trait SlottedCounter: EntityTrait {
                 .filter_map(|r| by_id.remove(&r.owner).map(|m| (m, r.total)))
                 .collect())
         }
+    }
+
+    /// Deletes the time buckets that ended by `before`; totals stay. See
+    /// [`Counters::prune`].
+    fn prune<C: ConnectionTrait>(
+        db: &C,
+        before: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        Self::counters().prune(db, before)
     }
 
     /// Folds each counter's slot rows into slot 0 while writes go on. See

@@ -156,6 +156,18 @@ pub enum CounterError {
         table: String,
     },
 
+    /// [`DeltaBatch::apply_in`](crate::DeltaBatch::apply_in) was given a
+    /// pool and a batch of several statements, which would not be all or
+    /// nothing there. Raised before anything is written.
+    #[error(
+        "a batch of {statements} statements is all or nothing only inside a transaction: \
+         use `DeltaBatch::apply`, or pass a transaction instead of the pool"
+    )]
+    BatchNeedsTransaction {
+        /// The statements the batch would send.
+        statements: usize,
+    },
+
     /// A time range that is reversed, or a series longer than
     /// [`MAX_SERIES_BUCKETS`](crate::MAX_SERIES_BUCKETS).
     #[error("invalid time range: {reason}")]

@@ -13,8 +13,10 @@
 //!   chosen at run time ([`CounterKey`] is implemented for `str`/`String`).
 //! * [`SlottedCounter`] binds an owner entity to its counters, with typed keys;
 //!   `#[derive(SlottedCounter)]` implements it for you.
-//! * Every function takes a pool or the caller's transaction, with which the
-//!   counter then commits or rolls back.
+//! * Every counting call takes a pool or the caller's transaction, with
+//!   which the counter then commits or rolls back; maintenance
+//!   ([`Counters::compact`], [`Counters::reconcile`]) takes the pool and
+//!   runs batch transactions of its own.
 //! * Around the core: counter caches ([`CounterCache`]) and recounts
 //!   ([`Counters::reconcile`]); lossless online compaction
 //!   ([`Counters::compact`]); per-hour or per-day buckets of a key with range

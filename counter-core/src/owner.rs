@@ -42,6 +42,18 @@ pub trait OwnerId:
     }
 }
 
+/// `owners` checked, sorted and without duplicates: the order batches over
+/// a list of owners go in.
+pub(crate) fn sorted_unique<I: OwnerId>(owners: &[I]) -> Result<Vec<I>> {
+    let mut owners = owners.to_vec();
+    for owner in &owners {
+        owner.check()?;
+    }
+    owners.sort();
+    owners.dedup();
+    Ok(owners)
+}
+
 impl OwnerId for i32 {
     const COLUMN: OwnerColumn = OwnerColumn::Integer;
 }

@@ -12,8 +12,10 @@ use crate::{
 
 impl<I: OwnerId> Counters<I> {
     /// Creates the companion table, its key index and (with a windowed
-    /// key) its bucket table, where they do not exist. Applications with
-    /// migrations use [`Counters::migration`] instead.
+    /// key) its bucket table, where they do not exist (on MySQL the key
+    /// index comes with a new table only: an older table gets it from
+    /// [`Counters::upgrade_migration`]). Applications with migrations use
+    /// [`Counters::migration`] instead.
     pub async fn create_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
         for stmt in sql::create_table(Dialect::of(db)?, self.table(), I::COLUMN) {
             retry::run(db, self.table().name(), || db.execute_raw(stmt.clone())).await?;
@@ -46,7 +48,11 @@ impl<I: OwnerId> Counters<I> {
     /// the `Migrator` after [`Counters::migration`] when a table already
     /// exists; on a table that [`Counters::migration`] just created it
     /// changes nothing. Its name, `counter_core_upgrade_<table>_v2`, is
-    /// stable.
+    /// stable. On PostgreSQL, building the index blocks writes to the table
+    /// while it runs (seconds per million rows); on a large live table,
+    /// create it beforehand with `CREATE INDEX CONCURRENTLY` under the same
+    /// name (`<table>_by_key`, columns `count_key, owner_id`) and the
+    /// migration skips it.
     #[cfg(feature = "migration")]
     pub fn upgrade_migration(&self) -> migration::CounterTableUpgrade {
         migration::CounterTableUpgrade::new(self.clone())

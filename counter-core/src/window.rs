@@ -56,7 +56,7 @@ impl Window {
 
     /// The first bucket that starts at or after `at`.
     fn first_at_or_after(self, at: DateTime<Utc>) -> i64 {
-        let floor = bucket_floor(at);
+        let floor = ceil_seconds(at);
         match floor.rem_euclid(self.seconds()) {
             0 => floor,
             past => floor - past + self.seconds(),
@@ -68,7 +68,7 @@ impl Window {
     pub(crate) fn starts(self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<i64>> {
         check_range(from, to)?;
         let first = self.first_at_or_after(from);
-        let end = bucket_bound(to);
+        let end = ceil_seconds(to);
         if first >= end {
             return Ok(Vec::new());
         }
@@ -94,22 +94,13 @@ pub(crate) fn check_range(from: DateTime<Utc>, to: DateTime<Utc>) -> Result<()> 
     Ok(())
 }
 
-/// The exclusive upper bound, in bucket seconds, of buckets starting before
-/// `to`: a bucket starting at `to` itself is out, one starting a nanosecond
-/// before it is in.
-pub(crate) fn bucket_bound(to: DateTime<Utc>) -> i64 {
-    let secs = to.timestamp();
-    if to.timestamp_subsec_nanos() > 0 {
-        secs + 1
-    } else {
-        secs
-    }
-}
-
-/// The lower bound, in bucket seconds, of buckets starting at or after `from`.
-pub(crate) fn bucket_floor(from: DateTime<Utc>) -> i64 {
-    let secs = from.timestamp();
-    if from.timestamp_subsec_nanos() > 0 {
+/// The first whole second at or after `at`. Buckets start on whole
+/// seconds, so those starting in `[from, to)` are those with
+/// `ceil_seconds(from) <= bucket < ceil_seconds(to)`: a bucket starting at
+/// `to` itself is out, one starting a nanosecond before it is in.
+pub(crate) fn ceil_seconds(at: DateTime<Utc>) -> i64 {
+    let secs = at.timestamp();
+    if at.timestamp_subsec_nanos() > 0 {
         secs + 1
     } else {
         secs

@@ -1,7 +1,7 @@
 //! Increments: one slot row per write, many rows per statement in a batch.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, TransactionSession, TransactionTrait};
+use sea_orm::{ConnectionTrait, TransactionTrait};
 
 use crate::{
     Counters, DeltaBatch,
@@ -34,8 +34,10 @@ impl<I: OwnerId> Counters<I> {
     ///
     /// A windowed key (see [`Window`](crate::Window)) is also counted in the
     /// bucket of now: two upserts, in a transaction of their own (a
-    /// savepoint inside the caller's), so the total and the buckets never
-    /// disagree.
+    /// savepoint inside the caller's, rolled back to on failure), so the
+    /// total and the buckets never disagree. That is why `C` must be able to
+    /// open a transaction; inside a SeaORM hook, whose connection cannot,
+    /// use [`DeltaBatch::apply_in`](crate::DeltaBatch::apply_in).
     pub async fn add<C, K>(&self, db: &C, owner: I, key: K, delta: i64) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
@@ -69,7 +71,7 @@ impl<I: OwnerId> Counters<I> {
         if self.table().window_for(key).is_some() {
             let mut batch = DeltaBatch::new();
             batch.add_at(self, owner, key, delta, at)?;
-            return self.apply_all_or_nothing(db, batch).await.map(drop);
+            return batch.apply(db).await.map(drop);
         }
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
@@ -142,33 +144,6 @@ impl<I: OwnerId> Counters<I> {
         for (owner, key, delta) in deltas {
             batch.add(self, owner, key, delta)?;
         }
-        self.apply_all_or_nothing(db, batch).await
-    }
-
-    /// Sends `batch`: one statement alone, several in a transaction of
-    /// their own (retried whole on a pool).
-    async fn apply_all_or_nothing<C>(&self, db: &C, batch: DeltaBatch) -> Result<BatchOutcome>
-    where
-        C: ConnectionTrait + TransactionTrait,
-    {
-        if batch.is_empty() {
-            return Ok(BatchOutcome::default());
-        }
-        let (outcome, statements) = batch.into_statements(Dialect::of(db)?);
-        if let [(table, stmt)] = statements.as_slice() {
-            retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
-        } else {
-            let statements = &statements;
-            let tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
-            retry::run_on(db, self.table().name(), &tables, || async move {
-                let txn = db.begin().await?;
-                for (_, stmt) in statements {
-                    txn.execute_raw(stmt.clone()).await?;
-                }
-                txn.commit().await
-            })
-            .await?;
-        }
-        Ok(outcome)
+        batch.apply(db).await
     }
 }

@@ -80,9 +80,11 @@ use proc_macro::TokenStream;
 ///     `{"likes": 1, "comments": 0, "views": 100}`;
 ///   * `Entity`, `Model`, `Column`, `ActiveModel`, `Relation`: the companion
 ///     table as a SeaORM entity, so `Schema::create_table_from_entity`, schema
-///     sync and `counters::Entity::find()` work on it. On MySQL prefer the
-///     migration or `create_table`: they give `count_key` a binary collation,
-///     which keeps keys case-sensitive as on the other backends;
+///     sync and `counters::Entity::find()` work on it. Prefer the migration
+///     or `create_table`, which also create what the entity cannot describe:
+///     the key index rankings read through, the bucket table of windowed
+///     keys, and on MySQL a binary collation for `count_key` (keys stay
+///     case-sensitive, as on the other backends);
 ///   * `TABLE`, the companion table's name.
 ///
 /// The dense entity format (`#[sea_orm::model]`) works too: the copy of the

@@ -1315,3 +1315,71 @@ async fn tables_without_windowed_keys_have_no_bucket_table() {
         t.finish().await;
     }
 }
+
+#[tokio::test]
+async fn windowed_batches_are_all_or_nothing_and_repairs_touch_no_bucket() {
+    use counter_core::{Reconcile, Truth};
+    for t in backends("windowed_batches_are_all_or_nothing").await {
+        let b = t.backend;
+        let counters = Counters::<i64>::new(
+            CounterTable::new("atomic")
+                .and_then(|c| c.with_key_window("views", Window::Day))
+                .unwrap(),
+        );
+        counters.create_table(&t.db).await.unwrap();
+        let before = Utc::now();
+
+        // The total and the bucket are two statements: refused on a pool by
+        // `apply_in`, before anything is written.
+        let mut batch = DeltaBatch::new();
+        batch.add(&counters, 1, "views", 2).unwrap();
+        let err = batch.apply_in(&t.db).await.unwrap_err();
+        assert!(
+            matches!(err, CounterError::BatchNeedsTransaction { statements: 2 }),
+            "[{b}] {err}"
+        );
+        assert_eq!(counters.get(&t.db, &1, "views").await.unwrap(), 0, "[{b}]");
+        assert_eq!(raw::count_rows(&t.db, "atomic_buckets").await, 0, "[{b}]");
+
+        // `apply` opens its own transaction for them.
+        let mut batch = DeltaBatch::new();
+        batch.add(&counters, 1, "views", 2).unwrap();
+        let outcome = batch.apply(&t.db).await.unwrap();
+        assert_eq!((outcome.rows, outcome.statements), (2, 2), "[{b}]");
+        let after = Utc::now();
+        let days = (
+            Window::Day.start_of(before),
+            Window::Day.start_of(after) + Duration::days(1),
+        );
+        assert_eq!(counters.get(&t.db, &1, "views").await.unwrap(), 2, "[{b}]");
+        let in_buckets = counters
+            .range(&t.db, &1, "views", days.0, days.1)
+            .await
+            .unwrap();
+        assert_eq!(in_buckets, 2, "[{b}]");
+
+        // A recount corrects the total, and no bucket: nothing happened today.
+        t.db.execute_unprepared("CREATE TABLE truth_src (owner_id BIGINT, n BIGINT)")
+            .await
+            .unwrap();
+        t.db.execute_unprepared("INSERT INTO truth_src VALUES (1, 5)")
+            .await
+            .unwrap();
+        let truth = Query::select()
+            .columns([Alias::new("owner_id"), Alias::new("n")])
+            .from(Alias::new("truth_src"))
+            .to_owned();
+        let report = counters
+            .reconcile(&t.db, "views", Truth::statement(truth), &Reconcile::new())
+            .await
+            .unwrap();
+        assert_eq!(report.total_abs_drift, 3, "[{b}] {report:?}");
+        assert_eq!(counters.get(&t.db, &1, "views").await.unwrap(), 5, "[{b}]");
+        let in_buckets = counters
+            .range(&t.db, &1, "views", days.0, days.1)
+            .await
+            .unwrap();
+        assert_eq!(in_buckets, 2, "[{b}] the repair went into a bucket");
+        t.finish().await;
+    }
+}

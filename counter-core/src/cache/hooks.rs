@@ -104,7 +104,10 @@ where
     for (model, sign) in signed {
         E::count_row(model, sign, &mut deltas).map_err(CounterError::into_db_err)?;
     }
-    deltas.apply(db).await.map_err(CounterError::into_db_err)?;
+    deltas
+        .apply_in(db)
+        .await
+        .map_err(CounterError::into_db_err)?;
     Ok(())
 }
 

@@ -80,6 +80,10 @@ use crate::{DeltaBatch, Result};
 /// repair drift from the others with
 /// [`Counters::reconcile`](crate::Counters::reconcile).
 ///
+/// A cached key with a time window counts each change in the bucket of the
+/// moment it is written: deleting a week-old comment takes 1 from today's
+/// bucket, not from last week's. A recount repairs the total only.
+///
 /// ```
 /// mod post {
 ///     use sea_orm::entity::prelude::*;

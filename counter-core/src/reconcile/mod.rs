@@ -31,7 +31,7 @@ use crate::{
     CounterCache, Counters, DeltaBatch,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
-    owner::OwnerId,
+    owner::{self, OwnerId},
     retry,
     sql::{self, Dialect, OwnerIndex, OwnerRange, RecountLock, TruthSql},
 };
@@ -349,12 +349,7 @@ impl<I: OwnerId> Counters<I> {
         };
         match &options.owners {
             Some(owners) => {
-                let mut owners = owners.clone();
-                for owner in &owners {
-                    owner.check()?;
-                }
-                owners.sort();
-                owners.dedup();
+                let owners = owner::sorted_unique(owners)?;
                 for chunk in owners.chunks(options.batch_size) {
                     let range = OwnerRange::In(chunk.iter().cloned().map(Into::into).collect());
                     let seen = self
@@ -469,11 +464,15 @@ impl<I: OwnerId> Counters<I> {
         let drifts = decode::<I>(&rows, table).map_err(CounterError::into_db_err)?;
         let mut deltas = DeltaBatch::new();
         for d in drifts.iter().filter(|d| d.drift != 0) {
+            // A repair corrects the total; no bucket of any time caused it.
             deltas
-                .add(self, d.owner.clone(), key, d.drift)
+                .add_to_total(self, d.owner.clone(), key, d.drift)
                 .map_err(CounterError::into_db_err)?;
         }
-        deltas.apply(txn).await.map_err(CounterError::into_db_err)?;
+        deltas
+            .apply_in(txn)
+            .await
+            .map_err(CounterError::into_db_err)?;
         Ok(drifts)
     }
 }

@@ -17,8 +17,9 @@ use crate::{MAX_TABLE_NAME_LEN, owner::OwnerColumn, table::CounterTable};
 ///   PRIMARY KEY (owner_id, count_key, slot))`;
 /// * the key index `(count_key, owner_id)`, which lets a ranking
 ///   ([`Counters::top`](crate::Counters::top)) read one key's rows instead of
-///   the whole table (inline on MySQL, which has no `CREATE INDEX IF NOT
-///   EXISTS`);
+///   the whole table (inline in `CREATE TABLE` on MySQL, which has no
+///   `CREATE INDEX IF NOT EXISTS`: there a table that already exists gets it
+///   from the upgrade migration only);
 /// * with a windowed key, the bucket table
 ///   `(owner_id, count_key, bucket, slot, value)`.
 ///
@@ -62,11 +63,19 @@ pub(crate) fn create_bucket_table(
         .build(&table_def(dialect, table, buckets, Layout::Buckets, owner))
 }
 
-/// The name of a counter table's key index.
+/// The name of a counter table's key index: `<table>_by_key`, or, when
+/// that would pass the 63-byte identifier limit, the table's first 47 bytes,
+/// a hash of the whole name and `_by_key`, so it never equals the table's
+/// own name (an index and a table share a namespace on PostgreSQL and
+/// SQLite) nor another long table's index.
 pub(crate) fn key_index_name(table: &str) -> String {
-    let mut name = format!("{table}_by_key");
-    name.truncate(MAX_TABLE_NAME_LEN);
-    name
+    const SUFFIX: &str = "_by_key";
+    if table.len() + SUFFIX.len() <= MAX_TABLE_NAME_LEN {
+        return format!("{table}{SUFFIX}");
+    }
+    // Table names are ASCII, so any byte index is a char boundary.
+    let hash = super::fnv1a(table.bytes()) as u32;
+    format!("{}_{hash:08x}{SUFFIX}", &table[..47])
 }
 
 fn key_index_def(table: &str) -> IndexCreateStatement {
@@ -104,6 +113,12 @@ fn table_def(
         OwnerColumn::String if mysql => owner_id.custom(Alias::new(
             "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
         )),
+        // Byte order, as on MySQL (`_bin`) and SQLite (`BINARY`): string
+        // owners rank, walk and lock in the same order on every backend, and
+        // in Rust's.
+        OwnerColumn::String if dialect == Dialect::Postgres => {
+            owner_id.custom(Alias::new(r#"VARCHAR(255) COLLATE "C""#))
+        }
         OwnerColumn::String => owner_id.string_len(255),
     };
     let mut count_key = ColumnDef::new(Alias::new(col::COUNT_KEY));
@@ -199,6 +214,31 @@ mod tests {
                 .contains("`count_key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"),
             "{}",
             my.sql
+        );
+    }
+
+    #[test]
+    fn key_index_names_fit_and_differ_from_the_table() {
+        assert_eq!(key_index_name("post_counters"), "post_counters_by_key");
+        let long = "t".repeat(63);
+        let name = key_index_name(&long);
+        assert_eq!(name.len(), 63, "{name}");
+        assert_ne!(name, long);
+        assert_ne!(key_index_name(&"t".repeat(62)), name);
+        let statements = create_table(
+            Dialect::Postgres,
+            &CounterTable::new("p".repeat(60)).unwrap(),
+            OwnerColumn::String,
+        );
+        assert!(
+            statements[0].sql.contains(r#"VARCHAR(255) COLLATE "C""#),
+            "{}",
+            statements[0].sql
+        );
+        assert!(
+            statements[1].sql.starts_with("CREATE INDEX IF NOT EXISTS"),
+            "{}",
+            statements[1].sql
         );
     }
 

@@ -140,11 +140,7 @@ fn busy(table: &str, key: &str) -> CounterError {
 /// FNV-1a of the table and key: the same in every process and build (the
 /// standard library's hasher is not), so every recounter agrees on the lock.
 fn lock_id(table: &str, key: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in table.bytes().chain([0]).chain(key.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = super::fnv1a(table.bytes().chain([0]).chain(key.bytes()));
     i64::from_ne_bytes(hash.to_ne_bytes())
 }
 

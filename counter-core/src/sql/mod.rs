@@ -141,6 +141,17 @@ fn text_type(dialect: Dialect) -> &'static str {
     }
 }
 
+/// FNV-1a: a hash that is the same in every process and build (the
+/// standard library's is not), for names and lock ids derived from names.
+fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
 /// Quotes a name that is already known to be a plain identifier (validated
 /// table names and the fixed column names).
 fn quote(dialect: Dialect, ident: &str) -> String {
