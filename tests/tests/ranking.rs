@@ -493,3 +493,64 @@ async fn top_models_loads_models_and_skips_deleted_owners() {
         t.finish().await;
     }
 }
+
+#[tokio::test]
+async fn tables_with_the_longest_names_get_their_own_key_index() {
+    for t in backends("tables_with_the_longest_names").await {
+        let b = t.backend;
+        // 63 bytes: `<name>_by_key` would pass the identifier limit, and
+        // cut short it would be the table's own name.
+        let names = ["k".repeat(63), format!("{}x", "k".repeat(62))];
+        let schema = sea_orm_migration::SchemaManager::new(&t.db);
+        let mut indexes = HashSet::new();
+        for name in &names {
+            let table = counter_core::CounterTable::new(name.clone()).unwrap();
+            let long = Counters::<i64>::new(table);
+            long.create_table(&t.db).await.unwrap();
+            long.create_table(&t.db).await.unwrap(); // idempotent
+            long.add_many(&t.db, [(1, "likes", 2), (2, "likes", 5)])
+                .await
+                .unwrap();
+            let top = long.top(&t.db, "likes", 1).await.unwrap();
+            assert_eq!(top, [Ranked { owner: 2, total: 5 }], "[{b}]");
+            let index = indexes_of(&t, name).await;
+            assert_eq!(index.len(), 1, "[{b}] {name}: {index:?}");
+            assert!(
+                schema.has_index(name.as_str(), &index[0]).await.unwrap(),
+                "[{b}]"
+            );
+            assert!(index[0].len() <= 63 && index[0] != *name, "[{b}] {index:?}");
+            indexes.insert(index[0].clone());
+        }
+        assert_eq!(indexes.len(), 2, "[{b}] two tables, two indexes");
+        t.finish().await;
+    }
+}
+
+/// The secondary indexes of `table` (not the primary key).
+async fn indexes_of(t: &TestDb, table: &str) -> Vec<String> {
+    let sql = match t.backend {
+        counter_tests::Backend::Sqlite => format!(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = '{table}' \
+             AND name NOT LIKE 'sqlite_autoindex%'"
+        ),
+        counter_tests::Backend::Postgres => format!(
+            "SELECT indexname AS name FROM pg_indexes WHERE tablename = '{table}' \
+             AND schemaname = current_schema() AND indexdef NOT LIKE 'CREATE UNIQUE%'"
+        ),
+        counter_tests::Backend::MySql => format!(
+            "SELECT DISTINCT index_name AS name FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = '{table}' AND index_name <> 'PRIMARY'"
+        ),
+    };
+    let rows =
+        t.db.query_all_raw(sea_orm::Statement::from_string(
+            t.db.get_database_backend(),
+            sql,
+        ))
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| r.try_get::<String>("", "name").unwrap())
+        .collect()
+}
