@@ -164,14 +164,17 @@ async fn the_upgrade_migration_brings_an_old_table_up_to_date() {
         assert!(schema.has_table("legacy_buckets").await.unwrap(), "[{b}]");
         // Twice is fine, and the counts are untouched.
         upgrade.up(&schema).await.unwrap();
+        // The increment lands in the day bucket of some instant between
+        // these two clock reads: a midnight in between cannot move it out
+        // of the range.
+        let before = chrono::Utc::now();
         new.increment(&t.db, 1, "views").await.unwrap();
+        let after = chrono::Utc::now();
         assert_eq!(new.get(&t.db, &1, "views").await.unwrap(), 6, "[{b}]");
-        let today = counter_core::Window::Day.start_of(chrono::Utc::now());
-        let tomorrow = today + chrono::Duration::days(1);
+        let from = counter_core::Window::Day.start_of(before);
+        let to = counter_core::Window::Day.start_of(after) + chrono::Duration::days(1);
         assert_eq!(
-            new.range(&t.db, &1, "views", today, tomorrow)
-                .await
-                .unwrap(),
+            new.range(&t.db, &1, "views", from, to).await.unwrap(),
             1,
             "[{b}]"
         );

@@ -134,9 +134,10 @@ impl From<CounterError> for ApiError {
             | CounterError::Conflict { .. }
             | CounterError::Database(_) => ApiError::Unavailable(err.to_string()),
             // A recount given a child entity that declares no cache for the
-            // key, a batch size out of range, a hook run on the pool, invalid
-            // table names, slot counts, unsupported backends and any variant
-            // added later: a deployment or code problem.
+            // key, a hook run on the pool, invalid table names, slot counts,
+            // unsupported backends and any variant added later: a deployment
+            // or code problem. (A batch size out of range is `OutOfRange`,
+            // a 400 above.)
             _ => ApiError::Internal(err.to_string()),
         }
     }

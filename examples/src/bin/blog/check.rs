@@ -1,12 +1,14 @@
 //! The demo's proofs: every write the simulated users were told succeeded is
 //! in the stored totals, no more, no less, and every view in the daily
-//! bucket of its day, both after the simulation and after compaction; and
-//! every post's `comments` counter equals its comment rows.
+//! bucket of its day, both after the simulation and after compaction; that
+//! the compaction after the simulation folded the posts table's counters;
+//! and every post's `comments` counter equals its comment rows.
 
 use std::collections::HashMap;
 
-use counter_core::{ReconcileReport, prelude::*};
-use entity::post::counters::Key as PostKey;
+use counter_core::{CompactStats, ReconcileReport, prelude::*};
+use entity::post::{self, counters::Key as PostKey};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement};
 
 use crate::{report::plural, simulate::Tally};
 
@@ -93,6 +95,52 @@ pub fn verdict(when: &str, mismatches: &[String], tally: &Tally) -> Result<(), S
         tally.actions.views
     );
     Ok(())
+}
+
+/// The post counters with two or more slot rows: what a compaction of the
+/// posts table must fold. Counted in SQL of its own, not taken from the
+/// compaction's report.
+pub async fn foldable_post_counters(db: &DatabaseConnection) -> Result<i64, DbErr> {
+    let table = post::Entity::counters().table().name().to_owned();
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM (SELECT owner_id FROM {table} \
+         GROUP BY owner_id, count_key HAVING COUNT(*) >= 2) foldable"
+    );
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await?
+        .ok_or_else(|| DbErr::Custom("no row from COUNT(*)".into()))?;
+    row.try_get("", "n")
+}
+
+/// The compaction's verdict on the posts table: when the simulation left
+/// `foldable` counters with more than one slot row (see
+/// [`foldable_post_counters`]), the compaction must have folded them, so
+/// the table has fewer rows after it than before. A run so short that every
+/// counter it wrote still has one row has nothing to fold.
+pub fn compaction(posts: &CompactStats, foldable: i64, tally: &Tally) -> Result<(), String> {
+    let (increments, decrements) = tally.writes();
+    if foldable == 0 {
+        println!(
+            "compaction: after {} counter writes no post counter had more than one slot row: \
+             nothing to fold",
+            increments + decrements
+        );
+        return Ok(());
+    }
+    if posts.rows_after < posts.rows_before {
+        println!(
+            "compaction: {} post counters had more than one slot row; the posts table went \
+             from {} to {} rows",
+            foldable, posts.rows_before, posts.rows_after
+        );
+        return Ok(());
+    }
+    Err(format!(
+        "the compaction after the simulation folded nothing: {} post counters had more than \
+         one slot row, and the posts table has {} rows after it, {} before",
+        foldable, posts.rows_after, posts.rows_before
+    ))
 }
 
 /// The recount's verdict on the `comments` counter cache. A comment and its

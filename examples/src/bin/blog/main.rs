@@ -166,6 +166,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
     // in one grouped statement per 1,000 owners.
     let simulated = Totals::read(&db, &post_ids, &user_ids, &chart).await?;
     let mismatches = before.mismatches(&simulated, &post_ids, &user_ids, &tally);
+    // What the compaction below has to fold in the posts table, counted
+    // apart from it, so that a compaction folding nothing cannot pass.
+    let foldable = check::foldable_post_counters(&db).await?;
     phases.end("check");
 
     // Folding the slot rows the simulation wrote into slot 0: the reads
@@ -209,6 +212,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         if let Err(failure) = check::verdict(when, mismatches, &tally) {
             failures.push(failure);
         }
+    }
+    if let Err(failure) = check::compaction(&compacted.posts.totals, foldable, &tally) {
+        failures.push(failure);
     }
     if let Err(failure) = check::recount(&recount, comment_rows) {
         failures.push(failure);

@@ -22,7 +22,7 @@ pub fn most_liked(liked: &MostLiked) {
         "\nmost liked posts (`top_models`: {}, the ranking and the posts; their counts and \
          views of the last {RECENT_DAYS} days: {} more):",
         plural(liked.ranked_with, "statement"),
-        liked.counts_with
+        plural(liked.counts_with, "statement")
     );
     println!(
         "{:>6}  {:<40} {:>7} {:>9} {:>7} {:>7}",
