@@ -26,10 +26,7 @@ impl<I: OwnerId> Counters<I> {
     /// Drops the companion table and its bucket table if they exist, and
     /// every count in them.
     pub async fn drop_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
-        let dialect = Dialect::of(db)?;
-        let tables = self.table().bucket_table().into_iter();
-        for table in tables.chain([self.table().name().to_owned()]) {
-            let stmt = sql::drop_table(dialect, &table);
+        for (table, stmt) in sql::drop_table(Dialect::of(db)?, self.table()) {
             retry::run(db, &table, || db.execute_raw(stmt.clone())).await?;
         }
         Ok(())
@@ -128,10 +125,7 @@ pub mod migration {
         }
 
         async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-            let dialect = dialect(manager)?;
-            let tables = self.table.bucket_table().into_iter();
-            for table in tables.chain([self.table.name().to_owned()]) {
-                let stmt = sql::drop_table(dialect, &table);
+            for (_, stmt) in sql::drop_table(dialect(manager)?, &self.table) {
                 manager.get_connection().execute_raw(stmt).await?;
             }
             Ok(())

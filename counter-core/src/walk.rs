@@ -43,7 +43,7 @@ impl<'t> Stretches<'t> {
         let stmt = sql::nth_row_owner(Dialect::of(db)?, self.table, self.after.clone(), self.rows);
         let row = retry::run(db, self.table, || db.query_one_raw(stmt.clone())).await?;
         let upto: Option<Value> = match row {
-            Some(row) => Some(row.try_get::<I>("", "owner_id")?.into()),
+            Some(row) => Some(row.try_get::<I>("", sql::col::OWNER_ID)?.into()),
             None => None,
         };
         let range = OwnerRange::Keyset {

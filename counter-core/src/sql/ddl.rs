@@ -178,14 +178,21 @@ fn table_def(
     create
 }
 
-/// `DROP TABLE IF EXISTS t`.
-pub(crate) fn drop_table(dialect: Dialect, table: &str) -> Statement {
-    dialect.backend().build(
-        &Table::drop()
-            .table(Alias::new(table))
-            .if_exists()
-            .to_owned(),
-    )
+/// `DROP TABLE IF EXISTS` of `table`'s bucket table, if it has one, then
+/// of the table itself: every table [`create_table`] creates.
+pub(crate) fn drop_table(dialect: Dialect, table: &CounterTable) -> Vec<(String, Statement)> {
+    let names = table.bucket_table().into_iter();
+    names
+        .chain([table.name().to_owned()])
+        .map(|name| {
+            let drop = Table::drop()
+                .table(Alias::new(&name))
+                .if_exists()
+                .to_owned();
+            let stmt = dialect.backend().build(&drop);
+            (name, stmt)
+        })
+        .collect()
 }
 
 #[cfg(test)]

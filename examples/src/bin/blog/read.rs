@@ -46,9 +46,6 @@ pub struct MostViewed {
     pub ranked_with: u64,
     /// Statements of the series of all of them (`series_many`).
     pub series_many_with: u64,
-    /// The most viewed post's daily views, read on their own with `series`
-    /// (what a page showing one post's chart reads), and its statements.
-    pub hottest: Option<(Series, u64)>,
 }
 
 /// The most followed users, with their other counts.
@@ -112,8 +109,8 @@ async fn most_liked(
     })
 }
 
-/// `top_models` by views, the daily views of all of them in one
-/// `series_many`, and the hottest post's on its own with `series`.
+/// `top_models` by views, and the daily views of all of them in one
+/// `series_many`.
 async fn most_viewed(
     db: &DatabaseConnection,
     meter: &Meter,
@@ -131,15 +128,6 @@ async fn most_viewed(
         post::Entity::series_many(db, &ids, Key::Views, chart.from, chart.to).await?;
     let series_many_with = meter.statements() - start;
 
-    let hottest = match ids.first() {
-        Some(id) => {
-            let start = meter.statements();
-            let days = post::Entity::series(db, id, Key::Views, chart.from, chart.to).await?;
-            Some((days, meter.statements() - start))
-        }
-        None => None,
-    };
-
     let posts = top
         .into_iter()
         .map(|(post, views)| {
@@ -151,7 +139,6 @@ async fn most_viewed(
         posts,
         ranked_with,
         series_many_with,
-        hottest,
     })
 }
 

@@ -81,17 +81,14 @@ pub fn most_viewed(viewed: &MostViewed, chart: &ChartDays) {
 /// The hottest post's views per UTC day, one bar each, scaled to the
 /// busiest day.
 pub fn daily_views(viewed: &MostViewed, chart: &ChartDays) {
-    let (Some((post, _, _)), Some((series, statements))) =
-        (viewed.posts.first(), viewed.hottest.as_ref())
-    else {
+    let Some((post, _, series)) = viewed.posts.first() else {
         println!("\nno views yet: no daily views chart");
         return;
     };
     println!(
-        "\ndaily views of post {} {:?}, UTC (`series`: {}):",
+        "\ndaily views of post {} {:?}, UTC (its row of the `series_many` above):",
         post.id,
         truncate(&post.title, 40),
-        plural(*statements, "statement")
     );
     let max = series.iter().map(|&(_, n)| n).max().unwrap_or(0);
     let today = chart.to - chrono::TimeDelta::days(1);
