@@ -9,7 +9,7 @@ use crate::{
     BatchOutcome, CounterTable, Counters, SlottedCounter,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
-    owner::OwnerId,
+    owner::{OwnerId, SortOwner},
     retry,
     sql::{self, Dialect, UpsertRow},
 };
@@ -124,8 +124,8 @@ impl DeltaBatch {
     }
 
     /// Folds `delta` into the total of `(owner, key)` and, for a windowed
-    /// key and a time, into the bucket of `at`. Both sums are checked
-    /// before either is stored, so an overflow leaves the batch unchanged.
+    /// key and a time, into the bucket of `at`, after checking the key and
+    /// the owner.
     fn fold_in<I: OwnerId>(
         &mut self,
         counters: &Counters<I>,
@@ -136,9 +136,31 @@ impl DeltaBatch {
     ) -> Result<()> {
         validate_key(key)?;
         owner.check()?;
-        let table = counters.table();
-        let value: Value = owner.into();
-        let sort = SortOwner::of(&value);
+        let bucket = at
+            .zip(counters.table().window_for(key))
+            .map(|(at, window)| (window.bucket_of(at), delta));
+        self.fold_checked(
+            counters.table(),
+            owner.into(),
+            key,
+            delta,
+            bucket.as_slice(),
+        )
+    }
+
+    /// Folds `delta` into the total of `(owner, key)` and each
+    /// `(bucket start, delta)` into its bucket, for a key and an owner
+    /// already checked. Every sum is checked before any is stored, so an
+    /// overflow leaves the batch unchanged.
+    pub(crate) fn fold_checked(
+        &mut self,
+        table: &CounterTable,
+        owner: Value,
+        key: &str,
+        delta: i64,
+        buckets: &[(i64, i64)],
+    ) -> Result<()> {
+        let sort = SortOwner::of(&owner);
         let deltas = self
             .tables
             .entry(table.name().to_owned())
@@ -147,31 +169,32 @@ impl DeltaBatch {
                 deltas: BTreeMap::new(),
                 buckets: BTreeMap::new(),
             });
-        let bucket = at
-            .zip(table.window_for(key))
-            .map(|(at, window)| (sort.clone(), key.to_owned(), window.bucket_of(at)));
-        let total = deltas
-            .deltas
-            .get(&(sort.clone(), key.to_owned()))
-            .map_or(0, |p| p.delta);
-        let new_total = fold(total, delta, key)?;
-        let new_bucket = match &bucket {
-            Some(b) => Some(fold(
-                deltas.buckets.get(b).map_or(0, |p| p.delta),
-                delta,
-                key,
-            )?),
-            None => None,
-        };
+        let total_at = (sort.clone(), key.to_owned());
+        let new_total = fold(
+            deltas.deltas.get(&total_at).map_or(0, |p| p.delta),
+            delta,
+            key,
+        )?;
+        let mut new_buckets = Vec::with_capacity(buckets.len());
+        for &(bucket, delta) in buckets {
+            let at = (sort.clone(), key.to_owned(), bucket);
+            let folded = new_buckets
+                .iter()
+                .rev()
+                .find(|(b, _)| *b == at)
+                .map(|(_, d)| *d)
+                .or_else(|| deltas.buckets.get(&at).map(|p| p.delta))
+                .unwrap_or(0);
+            let sum = fold(folded, delta, key)?;
+            new_buckets.push((at, sum));
+        }
         let pending = |delta| Pending {
-            owner: value.clone(),
+            owner: owner.clone(),
             delta,
         };
-        deltas
-            .deltas
-            .insert((sort, key.to_owned()), pending(new_total));
-        if let (Some(bucket), Some(new_bucket)) = (bucket, new_bucket) {
-            deltas.buckets.insert(bucket, pending(new_bucket));
+        deltas.deltas.insert(total_at, pending(new_total));
+        for (at, sum) in new_buckets {
+            deltas.buckets.insert(at, pending(sum));
         }
         Ok(())
     }
@@ -309,27 +332,4 @@ fn fold(total: i64, delta: i64, key: &str) -> Result<i64> {
         .ok_or_else(|| CounterError::Overflow {
             context: format!("the folded batch delta of `{key}`"),
         })
-}
-
-/// An owner id in the order its typed form sorts in (integers numerically,
-/// UUIDs by bytes, strings by bytes): every batch, [`Counters::add_many`]'s
-/// included, locks rows in the same order.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum SortOwner {
-    Int(i64),
-    Uuid(uuid::Uuid),
-    Str(String),
-}
-
-impl SortOwner {
-    fn of(value: &Value) -> Self {
-        match value {
-            Value::Int(Some(v)) => Self::Int(i64::from(*v)),
-            Value::BigInt(Some(v)) => Self::Int(*v),
-            Value::Uuid(Some(v)) => Self::Uuid(*v),
-            Value::String(Some(v)) => Self::Str(v.clone()),
-            // OwnerId is only implemented for the four types above.
-            other => Self::Str(format!("{other:?}")),
-        }
-    }
 }

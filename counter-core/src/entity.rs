@@ -9,8 +9,8 @@ use sea_orm::{
 };
 
 use crate::{
-    BatchOutcome, Compact, CompactReport, CountMap, CountSet, Counters, KeySet, OwnerId, Ranked,
-    Reconcile, ReconcileReport, Result, Series, Truth, key::CounterKey,
+    BatchOutcome, Compact, CompactReport, CountMap, CountSet, Counters, EntityBatch, KeySet,
+    OwnerId, Ranked, Reconcile, ReconcileReport, Result, Series, Truth, key::CounterKey,
 };
 
 /// An entity whose rows own counters in a companion table.
@@ -337,6 +337,16 @@ pub trait SlottedCounter: EntityTrait {
     ) -> impl Future<Output = Result<ReconcileReport<Self::OwnerId>>> + Send + 'a {
         let truth = truth.into();
         Self::counters().reconcile(db, key, truth, options)
+    }
+
+    /// An empty unit-of-work batch with this entity's typed keys: collect
+    /// deltas, then apply them together in one sorted upsert per chunk,
+    /// inside the caller's transaction if given one. See [`EntityBatch`].
+    fn batch() -> EntityBatch<Self>
+    where
+        Self: Sized,
+    {
+        EntityBatch::default()
     }
 
     /// The migration creating this entity's companion table, for a

@@ -202,6 +202,42 @@ pub enum CounterError {
         max: usize,
     },
 
+    /// A [`CounterBuffer`](crate::CounterBuffer) holds its capacity of
+    /// distinct counters and could not wait for room (its policy is
+    /// [`WhenFull::Fail`](crate::WhenFull::Fail), or the add ran on a
+    /// current-thread runtime, where blocking would stop the flusher). The
+    /// delta was not taken.
+    #[error(
+        "counter buffer full: {capacity} distinct counters are waiting for a flush; \
+         the delta was not taken (write it directly, retry, or raise the capacity)"
+    )]
+    BufferFull {
+        /// The buffer's capacity, in distinct counters.
+        capacity: usize,
+    },
+
+    /// The [`CounterBuffer`](crate::CounterBuffer) is shutting down or has
+    /// stopped; the delta was not taken.
+    #[error("counter buffer closed: it is shutting down or has stopped, and takes no more deltas")]
+    BufferClosed,
+
+    /// A buffered read could not be made exact within 5 seconds: a flush's
+    /// `COMMIT` reply was lost and the buffer is still resolving, through
+    /// its ledger, whether it committed (usually because the database is
+    /// unreachable). Retry the read.
+    #[error(
+        "a counter buffer read could not be made exact: a flush's COMMIT outcome is in doubt \
+         (its reply was lost and the database has not been reachable to resolve it); retry the read"
+    )]
+    FlushInDoubt,
+
+    /// A [`CounterBuffer`](crate::CounterBuffer) was started outside a Tokio
+    /// runtime, which its flusher task needs.
+    #[error(
+        "a counter buffer needs a Tokio runtime for its flusher task; start it from async code on one"
+    )]
+    NoRuntime,
+
     /// Any other database error, unchanged.
     #[error("database error: {0}")]
     Database(#[from] DbErr),

@@ -22,6 +22,11 @@
 //!   ([`Counters::compact`]); per-hour or per-day buckets of a key with range
 //!   sums and zero-filled series ([`Window`], [`Counters::series`]); exact
 //!   rankings ([`Counters::top`]).
+//! * Coalesced writes: a unit of work's deltas sent together in one sorted
+//!   upsert per chunk ([`DeltaBatch`], typed as `post::Entity::batch()`:
+//!   [`EntityBatch`]), and a process-wide write-behind buffer
+//!   ([`CounterBuffer`], feature `buffer`, on by default) whose flushes are
+//!   exactly-once through a [`FlushLedger`].
 //!
 //! SQLite, PostgreSQL and MySQL/MariaDB are supported alike; enable the
 //! matching `sqlx-*` feature as you would on sea-orm.
@@ -30,9 +35,12 @@
 
 mod batch;
 mod buckets;
+#[cfg(feature = "buffer")]
+mod buffer;
 pub mod cache;
 mod compact;
 mod entity;
+mod entity_batch;
 mod error;
 pub mod key;
 mod owner;
@@ -54,9 +62,16 @@ mod write;
 
 pub use batch::DeltaBatch;
 pub use buckets::Series;
+#[cfg(all(feature = "buffer", feature = "migration"))]
+pub use buffer::FlushLedgerMigration;
+#[cfg(feature = "buffer")]
+pub use buffer::{
+    BufferBuilder, BufferStats, CounterBuffer, FlushLedger, MAX_BUFFER_CAPACITY, WhenFull,
+};
 pub use cache::{CacheRule, CounterCache};
 pub use compact::{Compact, CompactReport, CompactStats, MAX_COMPACT_BATCH};
 pub use entity::SlottedCounter;
+pub use entity_batch::EntityBatch;
 pub use error::{CounterError, Result};
 pub use key::{CounterKey, MAX_KEY_LEN, validate_key};
 pub use owner::{MAX_STRING_OWNER_LEN, OwnerColumn, OwnerId};

@@ -89,6 +89,53 @@ impl OwnerId for String {
     }
 }
 
+/// An owner id in the order its typed form sorts in (integers numerically,
+/// UUIDs by bytes, strings by bytes): every batch, [`Counters::add_many`]'s
+/// included, locks rows in the same order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum SortOwner {
+    Int(i64),
+    Uuid(uuid::Uuid),
+    Str(String),
+}
+
+impl SortOwner {
+    pub(crate) fn of(value: &Value) -> Self {
+        match value {
+            Value::Int(Some(v)) => Self::Int(i64::from(*v)),
+            Value::BigInt(Some(v)) => Self::Int(*v),
+            Value::Uuid(Some(v)) => Self::Uuid(*v),
+            Value::String(Some(v)) => Self::Str(v.clone()),
+            // OwnerId is only implemented for the four types above.
+            other => Self::Str(format!("{other:?}")),
+        }
+    }
+
+    /// [`SortOwner::of`], taking the value: a string id is moved, not copied.
+    #[cfg_attr(not(feature = "buffer"), allow(dead_code))]
+    pub(crate) fn from_value(value: Value) -> Self {
+        match value {
+            Value::String(Some(v)) => Self::Str(v),
+            other => Self::of(&other),
+        }
+    }
+
+    /// The id as the value its column binds: the inverse of
+    /// [`SortOwner::of`] for an id of a `column` owner.
+    #[cfg_attr(not(feature = "buffer"), allow(dead_code))]
+    pub(crate) fn to_value(&self, column: OwnerColumn) -> Value {
+        match (self, column) {
+            // An `Integer` owner came from an `i32`, so it fits.
+            (Self::Int(v), OwnerColumn::Integer) => {
+                Value::Int(Some(i32::try_from(*v).unwrap_or_default()))
+            }
+            (Self::Int(v), _) => Value::BigInt(Some(*v)),
+            (Self::Uuid(v), _) => Value::Uuid(Some(*v)),
+            (Self::Str(v), _) => Value::String(Some(v.clone())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 
 pub use sea_orm_migration::prelude::*;
 
-use counter_core::SlottedCounter;
+use counter_core::{FlushLedger, SlottedCounter};
 use entity::{post, user};
 
 mod m20261122_000001_create_blog;
@@ -31,6 +31,9 @@ impl MigratorTrait for Migrator {
             // (and changes nothing on new ones).
             Box::new(post::Entity::counters().upgrade_migration()),
             Box::new(user::Entity::counters().upgrade_migration()),
+            // The ledger that makes `CounterBuffer` flushes exactly-once
+            // (one row per running buffer).
+            Box::new(FlushLedger::default().migration()),
         ]
     }
 }

@@ -21,6 +21,8 @@ use std::{
 use counter_core::{CounterTable, Counters, OwnerId};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 
+pub mod proxy;
+
 /// The environment variable with a PostgreSQL URL to test against.
 pub const POSTGRES_URL_VAR: &str = "COUNTER_TEST_POSTGRES_URL";
 /// The environment variable with a MySQL/MariaDB URL to test against.
@@ -56,6 +58,15 @@ pub struct TestDb {
     pub db: DatabaseConnection,
     /// Connection used to drop the scratch schema/database at the end.
     admin: Option<(DatabaseConnection, String)>,
+    /// How `db` reached its scratch space (none for SQLite).
+    location: Option<Location>,
+}
+
+/// The URL and schema a server-backed [`TestDb`] connected with.
+#[derive(Debug, Clone)]
+struct Location {
+    url: String,
+    schema: Option<String>,
 }
 
 impl TestDb {
@@ -113,6 +124,7 @@ async fn sqlite() -> TestDb {
             .await
             .expect("open in-memory SQLite"),
         admin: None,
+        location: None,
     }
 }
 
@@ -132,6 +144,10 @@ async fn postgres(url: &str, test: &str) -> TestDb {
         backend: Backend::Postgres,
         db,
         admin: Some((admin, format!("DROP SCHEMA \"{schema}\" CASCADE"))),
+        location: Some(Location {
+            url: url.to_owned(),
+            schema: Some(schema),
+        }),
     }
 }
 
@@ -144,13 +160,18 @@ async fn mysql(url: &str, test: &str) -> TestDb {
         .execute_unprepared(&format!("CREATE DATABASE `{database}`"))
         .await
         .expect("create the test database");
-    let db = connect(&with_database(url, &database), POOL_SIZE, None)
+    let scratch_url = with_database(url, &database);
+    let db = connect(&scratch_url, POOL_SIZE, None)
         .await
         .expect("connect to the test database");
     TestDb {
         backend: Backend::MySql,
         db,
         admin: Some((admin, format!("DROP DATABASE `{database}`"))),
+        location: Some(Location {
+            url: scratch_url,
+            schema: None,
+        }),
     }
 }
 
@@ -331,5 +352,109 @@ pub mod raw {
             .expect("count rows")
             .expect("a count");
         row.try_get::<i64>("", "n").expect("the count")
+    }
+}
+
+impl TestDb {
+    /// The URL `db` connected with: on MySQL it names the scratch database;
+    /// on PostgreSQL it is the configured URL (the scratch space is
+    /// [`TestDb::schema`]). `None` for SQLite.
+    pub fn url(&self) -> Option<&str> {
+        self.location.as_ref().map(|l| l.url.as_str())
+    }
+
+    /// PostgreSQL: the scratch schema `db` uses as its `search_path`.
+    pub fn schema(&self) -> Option<&str> {
+        self.location.as_ref().and_then(|l| l.schema.as_deref())
+    }
+
+    /// MySQL: the scratch database named in [`TestDb::url`].
+    pub fn database(&self) -> Option<&str> {
+        match self.backend {
+            Backend::MySql => self.url().and_then(database_of),
+            _ => None,
+        }
+    }
+
+    /// The server's `host:port` (the backend's default port if the URL has
+    /// none). `None` for SQLite.
+    pub fn server_addr(&self) -> Option<String> {
+        let (_, host) = split_authority(self.url()?)?;
+        let default_port = match self.backend {
+            Backend::Postgres => 5432,
+            _ => 3306,
+        };
+        Some(if host.contains(':') {
+            host.to_owned()
+        } else {
+            format!("{host}:{default_port}")
+        })
+    }
+
+    /// A new pool of `pool` connections to this test's scratch space (same
+    /// database, same schema) through `addr` (`host:port`, e.g. a
+    /// [`proxy::Proxy`]) instead of the server's own address. TLS is turned
+    /// off (`sslmode=disable` / `ssl-mode=disabled`) so that a proxy sees
+    /// the protocol in clear.
+    pub async fn connect_via(
+        &self,
+        addr: &str,
+        pool: u32,
+    ) -> Result<DatabaseConnection, sea_orm::DbErr> {
+        let location = self.location.as_ref().ok_or_else(|| {
+            sea_orm::DbErr::Custom(format!("{} has no server to connect to", self.backend))
+        })?;
+        let url = with_host(&location.url, addr).ok_or_else(|| {
+            sea_orm::DbErr::Custom(format!("no host in the {} URL", self.backend))
+        })?;
+        let plain = match self.backend {
+            Backend::Postgres => "sslmode=disable",
+            _ => "ssl-mode=disabled",
+        };
+        let url = format!("{url}{}{plain}", if url.contains('?') { '&' } else { '?' });
+        connect(&url, pool, location.schema.as_deref()).await
+    }
+}
+
+/// `(scheme://user@, host[:port])` of a URL.
+fn split_authority(url: &str) -> Option<(&str, &str)> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host_at = authority.rfind('@').map_or(0, |at| at + 1);
+    Some((&url[..start + host_at], &authority[host_at..]))
+}
+
+/// `url` with its `host[:port]` replaced by `addr`.
+fn with_host(url: &str, addr: &str) -> Option<String> {
+    let (before, host) = split_authority(url)?;
+    let after = &url[before.len() + host.len()..];
+    Some(format!("{before}{addr}{after}"))
+}
+
+#[cfg(test)]
+mod location_tests {
+    use super::*;
+
+    #[test]
+    fn the_host_is_replaced_in_urls() {
+        assert_eq!(
+            with_host("postgres://postgres@127.0.0.1:5432/test", "127.0.0.1:9").as_deref(),
+            Some("postgres://postgres@127.0.0.1:9/test")
+        );
+        assert_eq!(
+            with_host("mysql://root:pw@db/x?ssl-mode=disabled", "h:1").as_deref(),
+            Some("mysql://root:pw@h:1/x?ssl-mode=disabled")
+        );
+        assert_eq!(
+            with_host("mysql://localhost:3306", "h:1").as_deref(),
+            Some("mysql://h:1")
+        );
+        assert_eq!(
+            split_authority("postgres://u@h:5/d"),
+            Some(("postgres://u@", "h:5"))
+        );
+        assert_eq!(with_host("sqlite::memory:", "h:1"), None);
     }
 }

@@ -9,6 +9,8 @@ mod buckets;
 mod compact;
 mod ddl;
 mod errors;
+#[cfg(feature = "buffer")]
+pub(crate) mod ledger;
 mod lock;
 mod range;
 mod rank;

@@ -1,4 +1,7 @@
-//! `--svg`: throughput against clients, one line per design.
+//! `--svg`: throughput against clients, one line per design. `buffered`
+//! cells are listed under the legend rather than drawn: their increments
+//! accepted per second are orders of magnitude above the others and would
+//! flatten every other line.
 //!
 //! Written by hand rather than with a plotting crate: the chart is a few
 //! lines and labels, and plotters' text layout needs a font backend
@@ -6,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use crate::writes::CellResult;
+use crate::{cli::Design, writes::CellResult};
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 520.0;
@@ -20,11 +23,13 @@ const COLORS: [&str; 8] = [
 
 /// An SVG document charting the cells' throughput.
 pub fn svg(backend: &str, cells: &[CellResult]) -> String {
+    let (buffered, cells): (Vec<&CellResult>, Vec<&CellResult>) =
+        cells.iter().partition(|c| c.design == Design::Buffered);
     let mut clients: Vec<usize> = cells.iter().map(|c| c.clients).collect();
     clients.sort_unstable();
     clients.dedup();
     let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
-    for cell in cells {
+    for cell in &cells {
         let name = series_name(cell);
         match series.iter_mut().find(|(n, _)| *n == name) {
             Some((_, points)) => points.push((cell.clients, cell.tx_per_s)),
@@ -108,6 +113,24 @@ pub fn svg(backend: &str, cells: &[CellResult]) -> String {
             lx + 26.0,
             ly + 4.0,
             escape(name)
+        );
+    }
+    let lx = WIDTH - RIGHT + 20.0;
+    let mut ly = TOP + 10.0 + series.len() as f64 * 20.0 + 10.0;
+    if !buffered.is_empty() {
+        let _ = writeln!(
+            out,
+            r#"<text x="{lx}" y="{ly}">not drawn, increments/s accepted:</text>"#
+        );
+    }
+    for cell in buffered {
+        ly += 18.0;
+        let _ = writeln!(
+            out,
+            r#"<text x="{lx}" y="{ly}">{} x{}: {:.0}</text>"#,
+            escape(&series_name(cell)),
+            cell.clients,
+            cell.tx_per_s
         );
     }
     out.push_str("</svg>\n");

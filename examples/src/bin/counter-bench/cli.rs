@@ -5,8 +5,9 @@ use std::{fmt, path::PathBuf};
 use clap::{Parser, ValueEnum};
 use counter_core::SlotStrategy;
 
-/// Measures slotted counters against a hot row, hand-written SQL and the
-/// no-contention ceiling, then batch reads against a naive loop.
+/// Measures slotted counters against a hot row, hand-written SQL, the
+/// no-contention ceiling and the write-behind buffer, then batch reads
+/// against a naive loop.
 ///
 /// Every write cell runs its clients for a warm-up and then for
 /// `--duration` seconds, and checks that the stored total equals the number
@@ -27,9 +28,15 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "hot_row,slotted,slotted_raw,uncontended"
+        default_value = "hot_row,slotted,slotted_raw,uncontended,buffered"
     )]
     pub designs: Vec<Design>,
+
+    /// The flush interval of the `buffered` design's `CounterBuffer`, in
+    /// milliseconds: the lag between an increment and its visibility in the
+    /// database is about half of it on average, plus the flush itself.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub buffer_interval_ms: u64,
 
     /// Slot counts for `slotted` and `slotted_raw` (the others have no slots).
     #[arg(long, value_delimiter = ',', default_value = "16,64")]
@@ -97,6 +104,11 @@ pub enum Design {
     SlottedRaw,
     /// This crate, every client on its own owner: the ceiling.
     Uncontended,
+    /// `CounterBuffer::add` on the hot owner: increments folded in memory
+    /// and written by a background flusher every `--buffer-interval-ms`
+    /// (in `business`, the child row is still inserted in its own
+    /// transaction, and the increment is buffered after it commits).
+    Buffered,
 }
 
 impl Design {

@@ -1,5 +1,6 @@
-//! `counter-bench`: slotted counters against a hot row, hand-written SQL and
-//! the no-contention ceiling, and batch reads against a naive loop.
+//! `counter-bench`: slotted counters against a hot row, hand-written SQL,
+//! the no-contention ceiling and the write-behind buffer (`buffered`), and
+//! batch reads against a naive loop.
 //!
 //! ```text
 //! cargo run --release -p examples --bin counter-bench -- \
@@ -12,6 +13,7 @@
 //! the run prints the ratios the README quotes. A cell whose stored total
 //! differs from its committed increments fails the run (exit code 1).
 
+mod buffered;
 mod chart;
 mod cli;
 mod reads;
@@ -72,14 +74,25 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         cells: Vec::with_capacity(cells.len()),
         reads: Vec::new(),
     };
+    let buffer = buffered::Settings {
+        url: scratch.url().to_owned(),
+        interval: Duration::from_millis(args.buffer_interval_ms),
+    };
     let mut rounds: Vec<Vec<CellResult>> = vec![Vec::new(); cells.len()];
     for round in 1..=args.repeat {
         for (cell, results) in cells.iter().zip(&mut rounds) {
             progress.set_message(format!("round {round}/{}: {}", args.repeat, describe(cell)));
-            let result = writes::run(&db, *cell, timing).await?;
+            let result = writes::run(&db, *cell, timing, &buffer).await?;
             if !result.total_ok {
+                let mut probe = String::new();
+                if let Some(b) = &result.buffered {
+                    probe = format!(
+                        "; lag probe: added {}, stored {}; buffer accepted {}",
+                        b.probe_adds, b.probe_stored, b.adds
+                    );
+                }
                 progress.println(format!(
-                    "MISMATCH in {}: expected {}, stored {} (children {:?})",
+                    "MISMATCH in {}: expected {}, stored {} (children {:?}){probe}",
                     describe(cell),
                     result.expected_total,
                     result.observed_total,
@@ -149,6 +162,9 @@ fn describe(cell: &Cell) -> String {
     let mut text = format!("{} {} x{}", cell.workload, cell.design, cell.clients);
     if let (Some(slots), Some(strategy)) = (cell.slots, cell.strategy) {
         text += &format!(" ({slots} slots, {strategy})");
+    }
+    if cell.design == cli::Design::Buffered {
+        text += " (flushing every --buffer-interval-ms)";
     }
     text
 }

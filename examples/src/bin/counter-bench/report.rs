@@ -1,4 +1,4 @@
-//! What the run prints and writes: a markdown table, the target ratios, JSON.
+//! What the run prints and writes: markdown tables, the target ratios, JSON.
 
 use std::fmt::Write as _;
 
@@ -7,6 +7,15 @@ use crate::{
     reads::ReadResult,
     writes::CellResult,
 };
+
+/// Milliseconds, with more digits below 0.1 ms (a buffered `add`).
+fn ms(v: f64) -> String {
+    if v > 0.0 && v < 0.1 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.2}")
+    }
+}
 
 /// Everything one run measured, as written by `--json`.
 #[derive(Debug, serde::Serialize)]
@@ -17,7 +26,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// The write cells and the reads as markdown tables.
+    /// The write cells, the buffered cells' own figures and the reads as
+    /// markdown tables. A `buffered` row's tx/s is increments accepted per
+    /// second; in `autocommit` its p50/p99 time one `add` call (every 256th).
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         if !self.cells.is_empty() {
@@ -26,7 +37,7 @@ impl Report {
             for c in &self.cells {
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {} | {} | {:.0} | {} | {:.2} | {:.2} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
                     c.workload,
                     c.design,
                     c.slots.map_or("-".into(), |s| s.to_string()),
@@ -38,8 +49,8 @@ impl Report {
                         .map(|r| format!("{r:.0}"))
                         .collect::<Vec<_>>()
                         .join(" "),
-                    c.p50_ms,
-                    c.p99_ms,
+                    ms(c.p50_ms),
+                    ms(c.p99_ms),
                     c.expected_total,
                     c.observed_total,
                     c.errors,
@@ -47,6 +58,7 @@ impl Report {
                 );
             }
         }
+        out += &self.buffered_table();
         if !self.reads.is_empty() {
             out.push_str("\n| read | owners | keys | ms (median) |\n|---|---:|---:|---:|\n");
             for r in &self.reads {
@@ -126,7 +138,95 @@ impl Report {
                 }
             }
         }
-        out + &self.read_ratios()
+        out + &self.buffered_ratios(clients) + &self.read_ratios()
+    }
+
+    /// The `buffered` cells: statements sent and lag until visible.
+    fn buffered_table(&self) -> String {
+        let mut out = String::new();
+        let cells: Vec<_> = self
+            .cells
+            .iter()
+            .filter_map(|c| Some((c, c.buffered.as_ref()?)))
+            .collect();
+        if cells.is_empty() {
+            return out;
+        }
+        out.push_str(
+            "\n| buffered | clients | interval ms | increments/s accepted | adds | flushes \
+             | statements (callback + BEGIN/COMMIT) | per 100k increments \
+             | BufferStats::statements | per 100k | lag p50 ms | lag p99 ms | lag max ms | lag samples |\n",
+        );
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (c, b) in cells {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.0} | {} | {} | {} ({} + {}) | {:.1} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+                c.workload,
+                c.clients,
+                b.interval_ms,
+                c.tx_per_s,
+                b.adds,
+                b.flushes,
+                b.statements,
+                b.callback_statements,
+                b.statements - b.callback_statements,
+                b.statements_per_100k,
+                b.buffer_statements,
+                b.buffer_statements_per_100k,
+                b.lag_p50_ms,
+                b.lag_p99_ms,
+                b.lag_max_ms,
+                b.lag_samples,
+            );
+        }
+        out
+    }
+
+    /// `buffered` against `slotted` at the same clients (the largest count
+    /// measured), per workload, strategy and slot count, and the buffer's
+    /// statements and lag. The targets are the autocommit ones: in
+    /// `business` both designs are bounded by the child-row transaction.
+    fn buffered_ratios(&self, clients: usize) -> String {
+        let mut out = String::new();
+        for b in self
+            .cells
+            .iter()
+            .filter(|c| c.design == Design::Buffered && c.clients == clients)
+        {
+            let autocommit = b.workload == Workload::Autocommit;
+            for s in self.cells.iter().filter(|c| {
+                c.design == Design::Slotted && c.workload == b.workload && c.clients == clients
+            }) {
+                let _ = writeln!(
+                    out,
+                    "{}, {clients} clients, {}: buffered / slotted({}) = {:.1} ({:.0} / {:.0} increments/s){}",
+                    b.workload,
+                    s.slot_strategy.map_or("-".into(), |s| s.to_string()),
+                    s.slots.unwrap_or(1),
+                    b.tx_per_s / s.tx_per_s.max(f64::MIN_POSITIVE),
+                    b.tx_per_s,
+                    s.tx_per_s,
+                    if autocommit { " >= 50" } else { "" },
+                );
+            }
+            if let Some(f) = &b.buffered {
+                let _ = writeln!(
+                    out,
+                    "{}, {clients} clients: buffered sent {:.1} statements per 100,000 increments{} \
+                     (BufferStats: {:.1}); lag p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms at a {} ms interval",
+                    b.workload,
+                    f.statements_per_100k,
+                    if autocommit { " (<= 100)" } else { "" },
+                    f.buffer_statements_per_100k,
+                    f.lag_p50_ms,
+                    f.lag_p99_ms,
+                    f.lag_max_ms,
+                    f.interval_ms,
+                );
+            }
+        }
+        out
     }
 
     fn read_ratios(&self) -> String {
@@ -143,5 +243,76 @@ impl Report {
             let _ = writeln!(out, "reads: batch / raw_sql = {:.2} (<= 1.3)", batch / raw);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffered::BufferedFigures;
+
+    fn cell(design: Design, slots: Option<u16>, tx_per_s: f64) -> CellResult {
+        CellResult {
+            workload: Workload::Autocommit,
+            design,
+            slots,
+            slot_strategy: slots.map(|_| Strategy::Rotating),
+            clients: 64,
+            tx_per_s,
+            rounds: vec![tx_per_s],
+            p50_ms: 0.0001,
+            p99_ms: 2.0,
+            expected_total: 1,
+            observed_total: 1,
+            observed_children: None,
+            errors: 0,
+            last_error: None,
+            total_ok: true,
+            buffered: (design == Design::Buffered).then_some(BufferedFigures {
+                interval_ms: 100,
+                adds: 1_000_000,
+                flushes: 10,
+                failed_attempts: 0,
+                callback_statements: 23,
+                statements: 43,
+                buffer_statements: 40,
+                statements_per_100k: 4.3,
+                buffer_statements_per_100k: 4.0,
+                lag_samples: 100,
+                lag_p50_ms: 55.0,
+                lag_p99_ms: 120.0,
+                lag_max_ms: 130.0,
+                probe_adds: 100,
+                probe_stored: 100,
+            }),
+        }
+    }
+
+    #[test]
+    fn buffered_cells_get_their_table_and_ratio_to_slotted() {
+        let report = Report {
+            backend: "postgres".into(),
+            cells: vec![
+                cell(Design::Slotted, Some(64), 4000.0),
+                cell(Design::Buffered, None, 400_000.0),
+            ],
+            reads: Vec::new(),
+        };
+        let table = report.markdown();
+        assert!(
+            table
+                .contains("| autocommit | 64 | 100 | 400000 | 1000000 | 10 | 43 (23 + 20) | 4.3 |"),
+            "{table}"
+        );
+        assert!(table.contains("| 0.0001 | 2.00 |"), "{table}");
+        let ratios = report.ratios();
+        assert!(
+            ratios.contains("buffered / slotted(64) = 100.0"),
+            "{ratios}"
+        );
+        assert!(
+            ratios.contains("4.3 statements per 100,000 increments"),
+            "{ratios}"
+        );
     }
 }

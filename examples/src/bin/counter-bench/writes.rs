@@ -12,12 +12,15 @@ use sea_orm::{
     sea_query::{Alias, ColumnDef, Expr, ExprTrait, InsertStatement, Query, Table},
 };
 
-use crate::cli::{Design, Strategy, Workload};
+use crate::{
+    buffered::{self, BufferedFigures},
+    cli::{Design, Strategy, Workload},
+};
 
 /// The counted owner every client of a contended design writes.
-const HOT_OWNER: i64 = 1;
+pub const HOT_OWNER: i64 = 1;
 /// The counter's key.
-const KEY: &str = "likes";
+pub const KEY: &str = "likes";
 const HOT_TABLE: &str = "bench_hot";
 const CHILD_TABLE: &str = "bench_children";
 const COUNTER_TABLE: &str = "bench_counters";
@@ -60,6 +63,9 @@ pub struct CellResult {
     /// `observed_total == expected_total` (and the child rows agree), in
     /// every round.
     pub total_ok: bool,
+    /// For `buffered`: statements, flushes and lag (see [`BufferedFigures`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffered: Option<BufferedFigures>,
 }
 
 impl CellResult {
@@ -87,15 +93,15 @@ pub struct Timing {
 }
 
 /// Prepared statements and handles shared by a cell's clients.
-struct Setup {
-    cell: Cell,
-    app_work: Duration,
-    counters: Counters<i64>,
+pub struct Setup {
+    pub cell: Cell,
+    pub app_work: Duration,
+    pub counters: Counters<i64>,
     backend: DbBackend,
     hot_update: Statement,
     /// [`raw_upsert_sql`], built once.
     raw_upsert: String,
-    child_insert: InsertStatement,
+    pub child_insert: InsertStatement,
 }
 
 /// Runs one cell on fresh tables.
@@ -103,8 +109,12 @@ pub async fn run(
     db: &DatabaseConnection,
     cell: Cell,
     timing: Timing,
+    buffer: &buffered::Settings,
 ) -> Result<CellResult, BoxError> {
     let setup = Arc::new(prepare(db, cell, timing.app_work).await?);
+    if cell.design == Design::Buffered {
+        return buffered::run(db, setup, timing, buffer).await;
+    }
     let warm_end = Instant::now() + timing.warmup;
     let end = warm_end + timing.measured;
     let clients: Vec<_> = (0..cell.clients)
@@ -140,6 +150,7 @@ pub async fn run(
         last_error: tally.last_error,
         total_ok: observed_total == expected_total
             && observed_children.is_none_or(|children| children == expected_total),
+        buffered: None,
     })
 }
 
@@ -232,15 +243,15 @@ async fn prepare(
 
 /// Per-client results, merged at the end.
 #[derive(Default)]
-struct Tally {
-    committed: u64,
-    errors: u64,
-    last_error: Option<String>,
-    latencies_ms: Vec<f64>,
+pub struct Tally {
+    pub committed: u64,
+    pub errors: u64,
+    pub last_error: Option<String>,
+    pub latencies_ms: Vec<f64>,
 }
 
 impl Tally {
-    fn merge(&mut self, other: Tally) {
+    pub fn merge(&mut self, other: Tally) {
         self.committed += other.committed;
         self.errors += other.errors;
         self.last_error = other.last_error.or(self.last_error.take());
@@ -309,6 +320,7 @@ async fn increment<C: ConnectionTrait + TransactionTrait>(
         Design::HotRow => {
             db.execute_raw(setup.hot_update.clone()).await?;
         }
+        Design::Buffered => return Err("buffered cells are driven by buffered::run".into()),
         Design::Slotted | Design::Uncontended => {
             setup.counters.increment(db, owner, KEY).await?;
         }
@@ -348,7 +360,10 @@ pub fn placeholder(backend: DbBackend, n: usize) -> String {
 }
 
 /// The stored total (and child rows, for `business`), read after the clients stopped.
-async fn observe(db: &DatabaseConnection, setup: &Setup) -> Result<(i64, Option<i64>), BoxError> {
+pub async fn observe(
+    db: &DatabaseConnection,
+    setup: &Setup,
+) -> Result<(i64, Option<i64>), BoxError> {
     let total = match setup.cell.design {
         Design::HotRow => {
             scalar(
@@ -357,7 +372,9 @@ async fn observe(db: &DatabaseConnection, setup: &Setup) -> Result<(i64, Option<
             )
             .await?
         }
-        Design::Slotted | Design::SlottedRaw => setup.counters.get(db, &HOT_OWNER, KEY).await?,
+        Design::Slotted | Design::SlottedRaw | Design::Buffered => {
+            setup.counters.get(db, &HOT_OWNER, KEY).await?
+        }
         Design::Uncontended => {
             let owners: Vec<i64> = (0..setup.cell.clients as i64)
                 .map(|c| HOT_OWNER + c)
@@ -385,7 +402,7 @@ async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, BoxError> {
 }
 
 /// The value below which a fraction `q` of the sorted samples fall.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -416,6 +433,7 @@ mod tests {
             errors: 1,
             last_error: None,
             total_ok,
+            buffered: None,
         }
     }
 

@@ -1,0 +1,412 @@
+//! The background task: drains the pending deltas every interval (or when
+//! woken), and applies each drain exactly once, retrying until it commits.
+
+use std::{
+    sync::{
+        Arc, Condvar, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, TransactionTrait};
+use tokio::sync::{Notify, watch};
+
+use super::{
+    Config,
+    pending::{CounterId, Delta, Drained, Pending},
+    stats::Meter,
+};
+use crate::{
+    BatchOutcome, DeltaBatch,
+    error::Result,
+    sql::{self, Classified, Dialect, classify},
+};
+
+/// The first pause after a failed flush; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often the ledger is pruned of writers that stopped flushing.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// State shared by the buffer's handles and its flusher.
+pub(super) struct Shared {
+    pub db: DatabaseConnection,
+    pub dialect: Dialect,
+    pub config: Config,
+    /// This buffer's row in the ledger.
+    pub writer: String,
+    pub pending: Pending,
+    /// The drain being flushed, still counted by reads until it commits.
+    pub in_flight: Mutex<Option<Arc<Drained>>>,
+    /// Odd while a read could count a delta twice or not at all: during a
+    /// drain (deltas move from `pending` to `in_flight`) and from a
+    /// `COMMIT` being sent until `in_flight` is cleared. A read that saw the
+    /// same even value before and after is exact.
+    pub epoch: AtomicU64,
+    /// Wakes the flusher before its interval ends.
+    pub wake: Notify,
+    /// Where a blocked `add` waits for a drain.
+    pub room: (Mutex<()>, Condvar),
+    /// `flush()` calls made; a cycle that starts after one covers it.
+    pub requests: AtomicU64,
+    /// The last request a finished cycle covered (`u64::MAX` once stopped).
+    pub flushed: watch::Sender<u64>,
+    pub closing: AtomicBool,
+    pub meter: Meter,
+}
+
+impl Shared {
+    /// Asks the flusher to drain everything and stop.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+        self.room_freed();
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    fn room_freed(&self) {
+        let _guard = self.room.0.lock().unwrap_or_else(PoisonError::into_inner);
+        self.room.1.notify_all();
+    }
+
+    /// Makes `epoch` odd if it is even: a read started now must wait.
+    fn unsettle(&self) {
+        let _ = self
+            .epoch
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+                e.is_multiple_of(2).then_some(e + 1)
+            });
+    }
+
+    /// Makes `epoch` even (and new) if it is odd.
+    fn settle(&self) {
+        let _ = self
+            .epoch
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+                (!e.is_multiple_of(2)).then_some(e + 1)
+            });
+    }
+
+    fn set_in_flight(&self, drained: Option<Arc<Drained>>) {
+        let counters = drained.as_ref().map_or(0, |d| d.counters());
+        *self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = drained;
+        self.meter
+            .in_flight_counters
+            .store(counters, Ordering::Relaxed);
+    }
+}
+
+/// The flusher task: runs until the buffer is closed and nothing is left.
+pub(super) async fn run(shared: Arc<Shared>) {
+    let mut seq = 0u64;
+    let mut next_prune = Instant::now();
+    loop {
+        if !shared.is_closing() {
+            tokio::select! {
+                () = tokio::time::sleep(shared.config.interval) => {}
+                () = shared.wake.notified() => {}
+            }
+        }
+        let closing = shared.is_closing();
+        let request = shared.requests.load(Ordering::SeqCst);
+        // Adds check `closing` under the shard locks, so a closing drain
+        // must run even when nothing was counted pending a moment ago.
+        if closing || shared.pending.counters() > 0 {
+            shared.unsettle();
+            let drained = shared.pending.drain();
+            let drained = (!drained.is_empty()).then(|| Arc::new(drained));
+            shared.set_in_flight(drained.clone());
+            shared.settle();
+            shared.room_freed();
+            if let Some(drained) = drained {
+                flush(&shared, &mut seq, &drained).await;
+                if let Ok(drained) = Arc::try_unwrap(drained) {
+                    shared.pending.recycle(drained);
+                }
+            }
+        }
+        shared.flushed.send_replace(request);
+        // The drain started after `closing` was set, and adds check it
+        // under the shard locks the drain took: nothing is left behind.
+        if closing {
+            break;
+        }
+        if seq > 0 && Instant::now() >= next_prune {
+            prune(&shared).await;
+            next_prune = Instant::now() + PRUNE_EVERY;
+        }
+    }
+    forget(&shared).await;
+    shared.flushed.send_replace(u64::MAX);
+}
+
+/// Applies `drained` exactly once and clears it from the reads. A counter
+/// the database refuses for good (its slot value would leave `i64`) cannot
+/// hold the others back: the flush then goes counter by counter, and each
+/// refused delta is set aside, counted in [`BufferStats::rejected_deltas`]
+/// and logged at `error` with its counter.
+///
+/// [`BufferStats::rejected_deltas`]: super::BufferStats::rejected_deltas
+async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
+    let started = Instant::now();
+    *seq += 1;
+    let everything = statements(shared, drained.iter());
+    if let Err(refused) = apply(shared, *seq, everything, drained).await {
+        tracing::warn!(
+            seq = *seq,
+            %refused,
+            "counter buffer: the database refused the flush for good; flushing its counters one by one"
+        );
+        for (id, delta) in drained.iter() {
+            *seq += 1;
+            let one = statements(shared, std::iter::once((id, delta)));
+            if let Err(refused) = apply(shared, *seq, one, drained).await {
+                Meter::bump(&shared.meter.rejected_deltas, 1);
+                tracing::error!(
+                    table = &*id.table,
+                    owner = ?id.owner,
+                    key = &*id.key,
+                    delta = delta.total,
+                    %refused,
+                    "counter buffer: delta rejected by the database and set aside"
+                );
+            }
+        }
+    }
+    shared.set_in_flight(None);
+    shared.settle();
+    let meter = &shared.meter;
+    Meter::bump(&meter.committed_adds, drained.adds);
+    let elapsed = started.elapsed();
+    meter.last_flush_micros.store(
+        u64::try_from(elapsed.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1),
+        Ordering::Relaxed,
+    );
+    tracing::debug!(
+        seq = *seq,
+        counters = drained.counters(),
+        adds = drained.adds,
+        elapsed_ms = elapsed.as_secs_f64() * 1e3,
+        "counter buffer: flush committed"
+    );
+}
+
+/// Applies `built` as flush number `seq`, retrying with backoff until it
+/// has committed once: its deltas are never dropped, and the ledger keeps a
+/// retry of a flush whose `COMMIT` reply was lost from applying it again.
+/// The one error returned is a refusal that no retry can change (an
+/// overflow, raised before `COMMIT`, so nothing was applied).
+async fn apply(
+    shared: &Shared,
+    seq: u64,
+    built: Result<(BatchOutcome, Vec<(String, Statement)>)>,
+    drained: &Drained,
+) -> Result<(), DbErr> {
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let mut sent = 0u64;
+        let result = match &built {
+            Ok((_, statements)) if statements.is_empty() => Ok(Applied::Nothing),
+            Ok((_, statements)) => apply_once(shared, seq, statements, &mut sent).await,
+            Err(e) => Err(DbErr::Custom(e.to_string())),
+        };
+        Meter::bump(&shared.meter.statements, sent);
+        let meter = &shared.meter;
+        match result {
+            Ok(applied) => {
+                if let (Applied::Now, Ok((outcome, _))) = (&applied, &built) {
+                    Meter::bump(&meter.rows_written, outcome.rows as u64);
+                }
+                if applied != Applied::Nothing {
+                    Meter::bump(&meter.flushes, 1);
+                }
+                if applied == Applied::Before {
+                    Meter::bump(&meter.replays_skipped, 1);
+                    tracing::info!(
+                        seq,
+                        attempt,
+                        "counter buffer: the ledger shows this flush committed already; not applied again"
+                    );
+                }
+                meter.set_error(None);
+                return Ok(());
+            }
+            Err(error) => {
+                Meter::bump(&meter.failed_attempts, 1);
+                meter.set_error(Some(error.to_string()));
+                if classify(&error) == Classified::Overflow {
+                    return Err(error);
+                }
+                let pause = backoff(attempt);
+                tracing::warn!(
+                    seq,
+                    attempt,
+                    counters = drained.counters(),
+                    adds = drained.adds,
+                    retry_in_ms = pause.as_millis() as u64,
+                    %error,
+                    "counter buffer: flush failed; its deltas are kept and it will be retried"
+                );
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
+/// The upserts that apply `counters`: one sorted multi-row upsert per table
+/// and chunk, through [`DeltaBatch`].
+fn statements<'a>(
+    shared: &Shared,
+    counters: impl Iterator<Item = (&'a CounterId, &'a Delta)>,
+) -> Result<(BatchOutcome, Vec<(String, Statement)>)> {
+    let mut batch = DeltaBatch::new();
+    for (id, delta) in counters {
+        // Every pending counter's table was registered by its first add.
+        let Some(known) = shared.pending.table(&id.table) else {
+            continue;
+        };
+        batch.fold_checked(
+            &known.table,
+            id.owner.to_value(known.column),
+            &id.key,
+            delta.total,
+            &delta.buckets,
+        )?;
+    }
+    Ok(batch.into_statements(shared.dialect))
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Applied {
+    /// Committed by this attempt.
+    Now,
+    /// Committed by an earlier attempt whose reply was lost.
+    Before,
+    /// Every delta netted to zero: nothing to write.
+    Nothing,
+}
+
+/// One attempt at flush `seq`, in one transaction: claim `seq` in the
+/// ledger, upsert, commit. If the claim finds `seq` taken, an earlier
+/// attempt committed and this one rolls back.
+async fn apply_once(
+    shared: &Shared,
+    seq: u64,
+    statements: &[(String, Statement)],
+    sent: &mut u64,
+) -> Result<Applied, DbErr> {
+    let (dialect, ledger, writer) = (shared.dialect, shared.config.ledger.name(), &shared.writer);
+    let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+    let now = unix_now();
+    *sent += 1;
+    let txn = shared.db.begin().await?;
+    *sent += 1;
+    let claim = txn
+        .execute_raw(sql::ledger::claim(dialect, ledger, writer, seq, now))
+        .await?;
+    if claim.rows_affected() == 0 {
+        *sent += 1;
+        let row = txn
+            .query_one_raw(sql::ledger::last_flush(dialect, ledger, writer))
+            .await?;
+        match row {
+            Some(row) => {
+                let last: i64 = row.try_get("", sql::ledger::LAST_FLUSH_COLUMN)?;
+                *sent += 1;
+                txn.rollback().await?;
+                if last >= seq {
+                    return Ok(Applied::Before);
+                }
+                return Err(DbErr::Custom(format!(
+                    "flush ledger `{ledger}`: writer {writer} is at flush {last}, \
+                     yet flush {seq} could not be claimed"
+                )));
+            }
+            None => {
+                *sent += 1;
+                txn.execute_raw(sql::ledger::register(dialect, ledger, writer, seq, now))
+                    .await?;
+            }
+        }
+    }
+    for (_, stmt) in statements {
+        *sent += 1;
+        txn.execute_raw(stmt.clone()).await?;
+    }
+    // From here until `in_flight` is cleared, a read may see the rows both
+    // in the table and in flight.
+    shared.unsettle();
+    *sent += 1;
+    txn.commit().await?;
+    Ok(Applied::Now)
+}
+
+/// Deletes the ledger rows of writers idle longer than the retention.
+/// Failures are only logged: pruning is housekeeping.
+async fn prune(shared: &Shared) {
+    let retention = i64::try_from(shared.config.retention.as_secs()).unwrap_or(i64::MAX);
+    let before = unix_now().saturating_sub(retention);
+    let stmt = sql::ledger::prune(
+        shared.dialect,
+        shared.config.ledger.name(),
+        before,
+        &shared.writer,
+    );
+    match shared.db.execute_raw(stmt).await {
+        Ok(done) => tracing::debug!(
+            pruned = done.rows_affected(),
+            "counter buffer: ledger rows of idle writers pruned"
+        ),
+        Err(error) => tracing::warn!(%error, "counter buffer: pruning the flush ledger failed"),
+    }
+}
+
+/// Removes this writer's ledger row once it has stopped with nothing left
+/// to flush: no retry of it can happen any more.
+async fn forget(shared: &Shared) {
+    let stmt = sql::ledger::forget(shared.dialect, shared.config.ledger.name(), &shared.writer);
+    if let Err(error) = shared.db.execute_raw(stmt).await {
+        tracing::warn!(%error, "counter buffer: removing this writer's ledger row failed");
+    }
+}
+
+/// Unix seconds now.
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Half the doubling ceiling, plus a random share of the other half: every
+/// retry waits, and many buffers do not retry in step.
+fn backoff(attempt: u32) -> Duration {
+    use rand::Rng;
+    let ceiling = FIRST_BACKOFF
+        .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF);
+    ceiling / 2 + rand::rng().random_range(Duration::ZERO..=ceiling / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_bounded() {
+        assert!(backoff(1) <= FIRST_BACKOFF && backoff(1) >= FIRST_BACKOFF / 2);
+        for attempt in 1..200 {
+            assert!(backoff(attempt) <= MAX_BACKOFF);
+        }
+        assert!(backoff(30) >= MAX_BACKOFF / 2);
+    }
+}

@@ -1,0 +1,518 @@
+//! The write-behind buffer: increments folded in memory and flushed by a
+//! background task, a handful of statements for any number of increments.
+
+mod flusher;
+mod ledger;
+mod pending;
+mod stats;
+
+use std::{
+    sync::{
+        Arc, Condvar, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use tokio::{
+    runtime::{Handle, RuntimeFlavor},
+    sync::{Notify, watch},
+};
+
+pub use ledger::FlushLedger;
+#[cfg(feature = "migration")]
+pub use ledger::migration::FlushLedgerMigration;
+pub use stats::BufferStats;
+
+use crate::{
+    Counters, SlottedCounter,
+    error::{CounterError, Result},
+    key::{CounterKey, validate_key},
+    owner::{OwnerId, SortOwner},
+    retry,
+    sql::{self, Dialect},
+};
+use flusher::Shared;
+use pending::{CounterRef, Pending, Refused};
+
+/// What [`CounterBuffer::add`] does when `capacity` distinct counters are
+/// pending and the new one does not fit. Adds to a counter that is already
+/// pending always succeed: they take no memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WhenFull {
+    /// Wake the flusher and block the calling thread until its drain makes
+    /// room (back-pressure on the producers). On a multi-thread Tokio runtime
+    /// the wait runs in `block_in_place`, so other tasks keep running; on a
+    /// current-thread runtime, where blocking would stop the flusher itself,
+    /// the add fails with [`CounterError::BufferFull`] instead.
+    #[default]
+    Block,
+    /// Fail the add at once with [`CounterError::BufferFull`]; the delta is
+    /// not taken, and the caller decides (write directly, retry, shed).
+    Fail,
+}
+
+/// A buffer's settings, fixed when it starts.
+#[derive(Debug, Clone)]
+struct Config {
+    interval: Duration,
+    flush_at: usize,
+    capacity: usize,
+    when_full: WhenFull,
+    ledger: FlushLedger,
+    retention: Duration,
+}
+
+/// Longest time [`CounterBuffer::get`] waits for a flush's commit to be
+/// resolved before giving up with [`CounterError::FlushInDoubt`].
+const READ_WAIT: Duration = Duration::from_secs(5);
+/// The shortest ledger retention: an hour, so that one buffer cannot prune
+/// the row of another that is retrying through a short outage.
+const MIN_LEDGER_RETENTION_SECS: usize = 3600;
+/// The most distinct counters a buffer may hold pending.
+pub const MAX_BUFFER_CAPACITY: usize = 10_000_000;
+
+/// Settings for a [`CounterBuffer`]; from [`CounterBuffer::builder`].
+#[derive(Debug, Clone)]
+pub struct BufferBuilder {
+    db: DatabaseConnection,
+    config: Config,
+}
+
+impl BufferBuilder {
+    /// How often the flusher drains (default 1 s): the longest an increment
+    /// waits before its flush starts, when nothing else triggers one.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.config.interval = interval;
+        self
+    }
+
+    /// Flush early once this many distinct counters are pending (default
+    /// 10,000); at most the capacity.
+    pub fn flush_at(mut self, counters: usize) -> Self {
+        self.config.flush_at = counters;
+        self
+    }
+
+    /// The most distinct counters pending at once (default 100,000; at most
+    /// [`MAX_BUFFER_CAPACITY`]). Memory is bounded by twice this (pending, plus
+    /// the flush under way), about 100 bytes a counter plus its key and
+    /// owner.
+    pub fn capacity(mut self, counters: usize) -> Self {
+        self.config.capacity = counters;
+        self
+    }
+
+    /// What an add does when the capacity is reached (default
+    /// [`WhenFull::Block`]).
+    pub fn when_full(mut self, policy: WhenFull) -> Self {
+        self.config.when_full = policy;
+        self
+    }
+
+    /// The ledger table (default [`FlushLedger::default`]).
+    pub fn ledger(mut self, ledger: FlushLedger) -> Self {
+        self.config.ledger = ledger;
+        self
+    }
+
+    /// How long the ledger row of a buffer that stopped flushing (a crashed
+    /// process) is kept before another buffer prunes it (default 7 days).
+    /// It must outlast any outage a buffer retries through: a flush retried
+    /// after its row was pruned could be applied twice. At least an hour.
+    pub fn ledger_retention(mut self, retention: Duration) -> Self {
+        self.config.retention = retention;
+        self
+    }
+
+    /// Checks the settings and the ledger table, and spawns the flusher on
+    /// the current Tokio runtime.
+    ///
+    /// Errors: [`CounterError::OutOfRange`] for an interval outside 1 ms to
+    /// 1 hour, a capacity or threshold out of range, or a retention under
+    /// an hour, [`CounterError::MissingTable`] if the
+    /// ledger table does not exist, [`CounterError::NoRuntime`] outside a
+    /// Tokio runtime.
+    pub async fn start(self) -> Result<CounterBuffer> {
+        let Self { db, config } = self;
+        let millis = usize::try_from(config.interval.as_millis()).unwrap_or(usize::MAX);
+        CounterError::check_range("buffer interval (ms)", millis, 1, 3_600_000)?;
+        CounterError::check_range("buffer capacity", config.capacity, 1, MAX_BUFFER_CAPACITY)?;
+        CounterError::check_range("buffer flush_at", config.flush_at, 1, config.capacity)?;
+        let retention = usize::try_from(config.retention.as_secs()).unwrap_or(usize::MAX);
+        CounterError::check_range(
+            "buffer ledger retention (s)",
+            retention,
+            MIN_LEDGER_RETENTION_SECS,
+            usize::MAX,
+        )?;
+        let runtime = Handle::try_current().map_err(|_| CounterError::NoRuntime)?;
+        let dialect = Dialect::of(&db)?;
+        let writer = uuid::Uuid::new_v4().to_string();
+        let ledger = config.ledger.name().to_owned();
+        let probe = sql::ledger::last_flush(dialect, &ledger, &writer);
+        retry::run(&db, &ledger, || db.query_one_raw(probe.clone())).await?;
+        let shards = std::thread::available_parallelism().map_or(8, |n| n.get() * 4);
+        let (flushed, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            pending: Pending::new(shards, config.capacity),
+            db,
+            dialect,
+            config,
+            writer,
+            in_flight: Mutex::default(),
+            epoch: AtomicU64::new(0),
+            wake: Notify::new(),
+            room: (Mutex::new(()), Condvar::new()),
+            requests: AtomicU64::new(0),
+            flushed,
+            closing: AtomicBool::new(false),
+            meter: Default::default(),
+        });
+        runtime.spawn(flusher::run(shared.clone()));
+        Ok(CounterBuffer {
+            handle: Arc::new(Owner { shared }),
+        })
+    }
+}
+
+/// A write-behind buffer for counters: [`CounterBuffer::add`] folds a delta
+/// into memory without touching the database, and a background task flushes
+/// everything pending every [`interval`](BufferBuilder::interval) (or
+/// sooner, at [`flush_at`](BufferBuilder::flush_at) distinct counters) as
+/// one sorted multi-row upsert per table, in one transaction. A page viewed
+/// 10,000 times a second costs a few statements a second.
+///
+/// Clone it freely (every clone is the same buffer). Any counter table, owner
+/// type and key goes through one buffer.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use counter_core::{CounterBuffer, CounterTable, Counters, FlushLedger};
+///
+/// let db = sea_orm::Database::connect("sqlite::memory:").await?;
+/// let views = Counters::<i64>::new(CounterTable::new("post_counters")?);
+/// views.create_table(&db).await?;
+/// FlushLedger::default().create_table(&db).await?;
+///
+/// let buffer = CounterBuffer::start(&db).await?;
+/// for _ in 0..1_000 {
+///     buffer.add(&views, 7, "views", 1)?; // synchronous, no database
+/// }
+/// assert_eq!(buffer.get(&views, &7, "views").await?, 1_000); // read-your-writes
+/// buffer.flush().await?; // one transaction for the 1,000
+/// assert_eq!(views.get(&db, &7, "views").await?, 1_000);
+/// let stats = buffer.shutdown().await?;
+/// assert_eq!((stats.adds, stats.pending_adds, stats.flushes), (1_000, 0, 1));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Durability contract
+///
+/// * `add` returning `Ok` means **accepted, not stored**. A delta is
+///   stored when the flush holding it commits: [`CounterBuffer::flush`] and
+///   [`CounterBuffer::shutdown`] return after that.
+/// * **A process crash (or a kill, or a runtime dropped without
+///   `shutdown`) loses every accepted delta not yet committed**: those of
+///   the last interval, more while the database is unreachable, at most
+///   twice the capacity in distinct counters. [`BufferStats::pending_adds`]
+///   is that exposure. Call `shutdown().await` before exiting.
+/// * **A failed flush loses nothing**: its deltas are kept and it is retried
+///   with backoff (50 ms doubling to 5 s), for as long as it takes; new adds
+///   keep folding into the next flush meanwhile, up to the capacity.
+/// * **No flush is applied twice**: each claims its number in the
+///   [`FlushLedger`] in its own transaction, so a retry after a lost `COMMIT`
+///   reply finds its number taken and applies nothing.
+/// * A flush is all or nothing: every counter of it, total and buckets, or
+///   none. The one exception is a delta the database refuses for good (a
+///   slot value would leave `i64`): no retry could store it, so the flush
+///   is split counter by counter, the others are stored, and that delta is
+///   set aside, counted in [`BufferStats::rejected_deltas`] and logged at
+///   `error` with its counter.
+/// * A windowed key's delta counts in the bucket of the moment it was
+///   added, not of its flush.
+///
+/// # Reads
+///
+/// [`CounterBuffer::get`] returns the stored total plus the deltas pending
+/// and in flight in this buffer: a process reads its own writes. Other
+/// processes (and [`Counters::get`]) see them after the flush. A read that
+/// overlaps a flush's commit waits for it (the read is exact either way).
+///
+/// # Observability
+///
+/// [`CounterBuffer::stats`] returns a [`BufferStats`]; the flusher emits
+/// `tracing` events: `debug` per committed flush (counters, adds, rows,
+/// elapsed), `warn` per failed attempt (error, next retry), `info` when the
+/// ledger skips a replay.
+#[derive(Clone)]
+pub struct CounterBuffer {
+    handle: Arc<Owner>,
+}
+
+/// Closes the buffer when the last clone of it goes away: its flusher
+/// drains what is left and stops.
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+impl std::fmt::Debug for CounterBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CounterBuffer")
+            .field("writer", &self.shared().writer)
+            .field("config", &self.shared().config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CounterBuffer {
+    /// Settings for a buffer writing through `db` (a pool; the buffer keeps
+    /// a clone of it).
+    pub fn builder(db: &DatabaseConnection) -> BufferBuilder {
+        BufferBuilder {
+            db: db.clone(),
+            config: Config {
+                interval: Duration::from_secs(1),
+                flush_at: 10_000,
+                capacity: 100_000,
+                when_full: WhenFull::Block,
+                ledger: FlushLedger::default(),
+                retention: Duration::from_secs(7 * 24 * 3600),
+            },
+        }
+    }
+
+    /// A buffer with the default settings (see [`BufferBuilder`]).
+    pub async fn start(db: &DatabaseConnection) -> Result<Self> {
+        Self::builder(db).start().await
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.handle.shared
+    }
+
+    /// Adds `delta` to `key` of `owner` in `counters`' table, in memory.
+    /// Never waits on the database; allocates only for a counter that is
+    /// not pending yet.
+    ///
+    /// Errors: a bad key or owner, [`CounterError::Overflow`] if the
+    /// counter's pending sum would leave `i64`, [`CounterError::BufferFull`]
+    /// (see [`WhenFull`]), [`CounterError::BufferClosed`] once
+    /// [`CounterBuffer::shutdown`] has begun. An error means the delta was
+    /// not taken.
+    pub fn add<I: OwnerId, K: CounterKey>(
+        &self,
+        counters: &Counters<I>,
+        owner: I,
+        key: K,
+        delta: i64,
+    ) -> Result<()> {
+        let key = key.as_key_str();
+        validate_key(key)?;
+        owner.check()?;
+        let table = counters.table();
+        let bucket = table.window_for(key).map(|w| w.bucket_of(Utc::now()));
+        let owner = SortOwner::from_value(owner.into());
+        let id = CounterRef {
+            table: table.name(),
+            owner: &owner,
+            key,
+        };
+        let shared = self.shared();
+        loop {
+            match shared
+                .pending
+                .add(table, I::COLUMN, id, delta, bucket, &shared.closing)
+            {
+                Ok(added) => {
+                    if added.new {
+                        let meter = &shared.meter;
+                        meter
+                            .peak_pending
+                            .fetch_max(added.counters, Ordering::Relaxed);
+                        if added.counters >= shared.config.flush_at {
+                            shared.wake.notify_one();
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(Refused::Overflow) => {
+                    return Err(CounterError::Overflow {
+                        context: format!("the buffered delta of `{key}`"),
+                    });
+                }
+                Err(Refused::Closed) => return Err(CounterError::BufferClosed),
+                Err(Refused::Full) => self.wait_for_room()?,
+            }
+        }
+    }
+
+    /// [`CounterBuffer::add`] with an entity's typed key.
+    pub fn add_to<P: SlottedCounter>(
+        &self,
+        owner: P::OwnerId,
+        key: P::Key,
+        delta: i64,
+    ) -> Result<()> {
+        self.add(P::counters(), owner, key, delta)
+    }
+
+    /// Applies the full-buffer policy; `Ok` once there may be room.
+    fn wait_for_room(&self) -> Result<()> {
+        let shared = self.shared();
+        Meter::bump(&shared.meter.full_waits, 1);
+        let full = CounterError::BufferFull {
+            capacity: shared.config.capacity,
+        };
+        if shared.config.when_full == WhenFull::Fail {
+            return Err(full);
+        }
+        shared.wake.notify_one();
+        let wait = || {
+            let guard = shared.room.0.lock().unwrap_or_else(PoisonError::into_inner);
+            // A timeout, too: a drain's wake-up may come between the check
+            // and the wait.
+            let _ = shared
+                .room
+                .1
+                .wait_timeout_while(guard, Duration::from_millis(50), |()| {
+                    shared.pending.is_full() && !shared.is_closing()
+                });
+        };
+        match Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(RuntimeFlavor::CurrentThread) => return Err(full),
+            Ok(_) => tokio::task::block_in_place(wait),
+            Err(_) => wait(),
+        }
+        Ok(())
+    }
+
+    /// The delta this buffer holds for a counter and has not committed yet
+    /// (pending and in flight).
+    pub fn unflushed<I: OwnerId, K: CounterKey>(
+        &self,
+        counters: &Counters<I>,
+        owner: &I,
+        key: K,
+    ) -> i64 {
+        let owner = SortOwner::from_value(owner.clone().into());
+        let id = CounterRef {
+            table: counters.table().name(),
+            owner: &owner,
+            key: key.as_key_str(),
+        };
+        let shared = self.shared();
+        let in_flight = shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let flying = in_flight.map_or(0, |d| shared.pending.get_in(&d, id));
+        shared.pending.get(id).saturating_add(flying)
+    }
+
+    /// The counter's total as this process sees it: stored, plus what this
+    /// buffer holds for it (read-your-writes). Exact: a read that overlaps
+    /// a flush's drain or commit is repeated.
+    ///
+    /// Errors: those of [`Counters::get`]; [`CounterError::FlushInDoubt`] if
+    /// no exact read could be made in 5 seconds (a flush's commit unresolved:
+    /// its reply lost and the database unreachable); [`CounterError::Overflow`] if the sum
+    /// leaves `i64`.
+    pub async fn get<I: OwnerId, K: CounterKey>(
+        &self,
+        counters: &Counters<I>,
+        owner: &I,
+        key: K,
+    ) -> Result<i64> {
+        let key = key.as_key_str();
+        let shared = self.shared();
+        let deadline = Instant::now() + READ_WAIT;
+        loop {
+            let before = shared.epoch.load(Ordering::Acquire);
+            if before.is_multiple_of(2) {
+                let held = self.unflushed(counters, owner, key);
+                let stored = counters.get(&shared.db, owner, key).await?;
+                if shared.epoch.load(Ordering::Acquire) == before {
+                    return stored
+                        .checked_add(held)
+                        .ok_or_else(|| CounterError::Overflow {
+                            context: format!("the total of `{key}` with its buffered delta"),
+                        });
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if Instant::now() >= deadline {
+                return Err(CounterError::FlushInDoubt);
+            }
+        }
+    }
+
+    /// [`CounterBuffer::get`] with an entity's typed key.
+    pub async fn get_of<P: SlottedCounter>(&self, owner: &P::OwnerId, key: P::Key) -> Result<i64> {
+        self.get(P::counters(), owner, key).await
+    }
+
+    /// Flushes now and returns once every delta added before the call has
+    /// committed. While the database is unreachable it waits (the flush is
+    /// being retried); wrap it in `tokio::time::timeout` to bound that.
+    pub async fn flush(&self) -> Result<()> {
+        let shared = self.shared();
+        let target = shared.requests.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.wake.notify_one();
+        let mut flushed = shared.flushed.subscribe();
+        flushed
+            .wait_for(|done| *done >= target)
+            .await
+            .map(drop)
+            .map_err(|_| CounterError::BufferClosed)
+    }
+
+    /// Stops taking adds, flushes everything pending, waits for it to
+    /// commit, and stops the flusher. Later adds fail with
+    /// [`CounterError::BufferClosed`]. Like [`CounterBuffer::flush`] it
+    /// waits out an unreachable database.
+    pub async fn shutdown(&self) -> Result<BufferStats> {
+        let shared = self.shared();
+        shared.close();
+        let mut flushed = shared.flushed.subscribe();
+        flushed
+            .wait_for(|done| *done == u64::MAX)
+            .await
+            .map_err(|_| CounterError::BufferClosed)?;
+        Ok(self.stats())
+    }
+
+    /// What the buffer holds and has done so far.
+    pub fn stats(&self) -> BufferStats {
+        let shared = self.shared();
+        let in_flight = shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let flying = in_flight.map_or(0, |d| d.adds);
+        shared
+            .meter
+            .snapshot(shared.pending.adds(), flying, shared.pending.counters())
+    }
+
+    /// This buffer's id in the [`FlushLedger`] (a UUID, new per start).
+    pub fn writer_id(&self) -> &str {
+        &self.shared().writer
+    }
+}
+
+use stats::Meter;
