@@ -14,8 +14,8 @@ use std::{
 
 use chrono::{DateTime, TimeZone, Utc};
 use counter_core::{
-    CounterBuffer, CounterError, CounterTable, Counters, FlushLedger, MAX_BUFFER_CAPACITY,
-    MAX_STRING_OWNER_LEN, SlottedCounter, WhenFull, Window,
+    BufferBuilder, CounterBuffer, CounterError, CounterTable, Counters, FlushLedger,
+    MAX_BUFFER_CAPACITY, MAX_STRING_OWNER_LEN, SlottedCounter, WhenFull, Window,
 };
 use counter_tests::{Backend, TestDb, backends, raw};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -814,76 +814,44 @@ async fn bad_settings_and_a_missing_ledger_are_typed_errors() {
         ledger(&t).await;
         custom.create_table(&t.db).await.unwrap();
 
-        // Settings out of range.
-        let out_of_range = |err: CounterError, what: &str, value: usize| match err {
-            CounterError::OutOfRange {
-                what: w, value: v, ..
-            } => assert!(w.contains(what) && v == value, "[{b}] {w} {v}"),
-            other => panic!("[{b}] {what}: {other:?}"),
-        };
-        let err = CounterBuffer::builder(&t.db)
-            .interval(Duration::ZERO)
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "interval", 0);
-        let err = CounterBuffer::builder(&t.db)
-            .interval(Duration::from_micros(500))
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "interval", 0);
-        let err = CounterBuffer::builder(&t.db)
-            .interval(Duration::from_secs(3601))
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "interval", 3_601_000);
-        // A retention shorter than an outage could let one buffer prune the
-        // row of another that is still retrying.
-        let err = CounterBuffer::builder(&t.db)
-            .ledger_retention(Duration::from_secs(60))
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "retention", 60);
-        let err = CounterBuffer::builder(&t.db)
-            .capacity(0)
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "capacity", 0);
-        let err = CounterBuffer::builder(&t.db)
-            .capacity(MAX_BUFFER_CAPACITY + 1)
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "capacity", MAX_BUFFER_CAPACITY + 1);
-        let err = CounterBuffer::builder(&t.db)
-            .capacity(10)
-            .flush_at(11)
-            .start()
-            .await
-            .unwrap_err();
-        match err {
-            CounterError::OutOfRange { value, max, .. } => {
-                assert_eq!((value, max), (11, 10), "[{b}]")
+        // Settings out of range: what each names, and the value it reports.
+        type Configure = fn(BufferBuilder) -> BufferBuilder;
+        let cases: [(Configure, &str, usize); 9] = [
+            (|b| b.interval(Duration::ZERO), "interval", 0),
+            (|b| b.interval(Duration::from_micros(500)), "interval", 0),
+            (
+                |b| b.interval(Duration::from_secs(3601)),
+                "interval",
+                3_601_000,
+            ),
+            // A retention shorter than an outage could let one buffer prune
+            // the row of another that is still retrying.
+            (
+                |b| b.ledger_retention(Duration::from_secs(60)),
+                "retention",
+                60,
+            ),
+            (|b| b.capacity(0), "capacity", 0),
+            (
+                |b| b.capacity(MAX_BUFFER_CAPACITY + 1),
+                "capacity",
+                MAX_BUFFER_CAPACITY + 1,
+            ),
+            (|b| b.capacity(10).flush_at(11), "flush_at", 11),
+            (|b| b.flush_at(0), "flush_at", 0),
+            // The default flush_at (10,000) does not fit a smaller capacity.
+            (|b| b.capacity(100), "flush_at", 10_000),
+        ];
+        for (configure, what, value) in cases {
+            match configure(CounterBuffer::builder(&t.db)).start().await {
+                Err(CounterError::OutOfRange {
+                    what: w, value: v, ..
+                }) => {
+                    assert!(w.contains(what) && v == value, "[{b}] {what}: {w} {v}")
+                }
+                other => panic!("[{b}] {what} {value}: {other:?}"),
             }
-            other => panic!("[{b}] {other:?}"),
         }
-        let err = CounterBuffer::builder(&t.db)
-            .flush_at(0)
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "flush_at", 0);
-        // The default flush_at (10,000) does not fit a smaller capacity.
-        let err = CounterBuffer::builder(&t.db)
-            .capacity(100)
-            .start()
-            .await
-            .unwrap_err();
-        out_of_range(err, "flush_at", 10_000);
         let err = start_without_runtime(t.db.clone()).unwrap_err();
         assert!(matches!(err, CounterError::NoRuntime), "[{b}] {err:?}");
 

@@ -186,7 +186,7 @@ pub async fn run(
     pool.close().await?;
     let probe = probe?;
 
-    let (observed_total, observed_children) = writes::observe(db, &setup).await?;
+    let observed = writes::observe(db, &setup).await?;
     let probe_owners: Vec<i64> = (0..PROBES).map(|i| PROBE_OWNER + i).collect();
     let probe_stored: i64 = setup
         .counters
@@ -195,9 +195,6 @@ pub async fn run(
         .values()
         .flat_map(|keys| keys.values())
         .sum();
-    let expected_total = i64::try_from(tally.committed)?;
-    let mut latencies = tally.latencies_ms;
-    latencies.sort_by(f64::total_cmp);
     let mut lags = probe.lags_ms;
     lags.sort_by(f64::total_cmp);
     let tx_per_s = measured as f64 / timing.measured.as_secs_f64();
@@ -206,43 +203,27 @@ pub async fn run(
     let statements = callback_statements + 2 * (stats.flushes + stats.failed_attempts);
     let per_100k = |n: u64| n as f64 * 1e5 / stats.adds.max(1) as f64;
     let accounted = stats.adds == tally.committed + probe.adds as u64 && stats.pending_adds == 0;
-    Ok(CellResult {
-        workload: cell.workload,
-        design: cell.design,
-        slots: cell.slots,
-        slot_strategy: cell.strategy,
-        clients: cell.clients,
-        tx_per_s,
-        rounds: vec![tx_per_s],
-        p50_ms: percentile(&latencies, 0.50),
-        p99_ms: percentile(&latencies, 0.99),
-        expected_total,
-        observed_total,
-        observed_children,
-        errors: tally.errors,
-        last_error: tally.last_error.or(stats.last_error.clone()),
-        total_ok: observed_total == expected_total
-            && observed_children.is_none_or(|children| children == expected_total)
-            && probe_stored == probe.adds
-            && accounted,
-        buffered: Some(BufferedFigures {
-            interval_ms: u64::try_from(settings.interval.as_millis()).unwrap_or(u64::MAX),
-            adds: stats.adds,
-            flushes: stats.flushes,
-            failed_attempts: stats.failed_attempts,
-            callback_statements,
-            statements,
-            buffer_statements: stats.statements,
-            statements_per_100k: per_100k(statements),
-            buffer_statements_per_100k: per_100k(stats.statements),
-            lag_samples: lags.len(),
-            lag_p50_ms: percentile(&lags, 0.50),
-            lag_p99_ms: percentile(&lags, 0.99),
-            lag_max_ms: lags.last().copied().unwrap_or(0.0),
-            probe_adds: probe.adds,
-            probe_stored,
-        }),
-    })
+    let mut result = CellResult::checked(cell, tx_per_s, tally, observed)?;
+    result.last_error = result.last_error.or(stats.last_error.clone());
+    result.total_ok &= probe_stored == probe.adds && accounted;
+    result.buffered = Some(BufferedFigures {
+        interval_ms: u64::try_from(settings.interval.as_millis()).unwrap_or(u64::MAX),
+        adds: stats.adds,
+        flushes: stats.flushes,
+        failed_attempts: stats.failed_attempts,
+        callback_statements,
+        statements,
+        buffer_statements: stats.statements,
+        statements_per_100k: per_100k(statements),
+        buffer_statements_per_100k: per_100k(stats.statements),
+        lag_samples: lags.len(),
+        lag_p50_ms: percentile(&lags, 0.50),
+        lag_p99_ms: percentile(&lags, 0.99),
+        lag_max_ms: lags.last().copied().unwrap_or(0.0),
+        probe_adds: probe.adds,
+        probe_stored,
+    });
+    Ok(result)
 }
 
 /// The buffer's own small pool, every statement on it counted in `sent`.

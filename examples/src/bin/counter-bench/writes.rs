@@ -128,30 +128,44 @@ pub async fn run(
         tally.merge(client.await?);
     }
 
-    let (observed_total, observed_children) = observe(db, &setup).await?;
-    let expected_total = i64::try_from(tally.committed)?;
-    let mut latencies = tally.latencies_ms;
-    latencies.sort_by(f64::total_cmp);
-    let tx_per_s = latencies.len() as f64 / timing.measured.as_secs_f64();
-    Ok(CellResult {
-        workload: cell.workload,
-        design: cell.design,
-        slots: cell.slots,
-        slot_strategy: cell.strategy,
-        clients: cell.clients,
-        tx_per_s,
-        rounds: vec![tx_per_s],
-        p50_ms: percentile(&latencies, 0.50),
-        p99_ms: percentile(&latencies, 0.99),
-        expected_total,
-        observed_total,
-        observed_children,
-        errors: tally.errors,
-        last_error: tally.last_error,
-        total_ok: observed_total == expected_total
-            && observed_children.is_none_or(|children| children == expected_total),
-        buffered: None,
-    })
+    let observed = observe(db, &setup).await?;
+    let tx_per_s = tally.latencies_ms.len() as f64 / timing.measured.as_secs_f64();
+    CellResult::checked(cell, tx_per_s, tally, observed)
+}
+
+impl CellResult {
+    /// A cell's result: `tx_per_s`, the latency percentiles of `tally`, and
+    /// the check of the stored `(total, child rows)` against its committed
+    /// increments.
+    pub fn checked(
+        cell: Cell,
+        tx_per_s: f64,
+        tally: Tally,
+        (observed_total, observed_children): (i64, Option<i64>),
+    ) -> Result<Self, BoxError> {
+        let expected_total = i64::try_from(tally.committed)?;
+        let mut latencies = tally.latencies_ms;
+        latencies.sort_by(f64::total_cmp);
+        Ok(CellResult {
+            workload: cell.workload,
+            design: cell.design,
+            slots: cell.slots,
+            slot_strategy: cell.strategy,
+            clients: cell.clients,
+            tx_per_s,
+            rounds: vec![tx_per_s],
+            p50_ms: percentile(&latencies, 0.50),
+            p99_ms: percentile(&latencies, 0.99),
+            expected_total,
+            observed_total,
+            observed_children,
+            errors: tally.errors,
+            last_error: tally.last_error,
+            total_ok: observed_total == expected_total
+                && observed_children.is_none_or(|children| children == expected_total),
+            buffered: None,
+        })
+    }
 }
 
 /// Drops and recreates the cell's tables, so every total starts at zero.
