@@ -169,6 +169,14 @@ impl DeltaBatch {
                 deltas: BTreeMap::new(),
                 buckets: BTreeMap::new(),
             });
+        if !buckets.is_empty() && deltas.table.window_for(key).is_none() {
+            // Another handle of the same table name, without this window,
+            // came first: its configuration is the batch's.
+            return Err(CounterError::NotWindowed {
+                table: table.name().to_owned(),
+                key: key.to_owned(),
+            });
+        }
         let total_at = (sort.clone(), key.to_owned());
         let new_total = fold(
             deltas.deltas.get(&total_at).map_or(0, |p| p.delta),
@@ -231,6 +239,9 @@ impl DeltaBatch {
             return Ok(BatchOutcome::default());
         }
         let (outcome, statements) = self.into_statements(Dialect::of(db)?);
+        if statements.is_empty() {
+            return Ok(outcome);
+        }
         if let [(table, stmt)] = statements.as_slice() {
             retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
             return Ok(outcome);

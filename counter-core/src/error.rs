@@ -231,6 +231,34 @@ pub enum CounterError {
     )]
     FlushInDoubt,
 
+    /// A [`CounterBuffer`](crate::CounterBuffer) add through a handle whose
+    /// table the buffer already holds with another owner type or another
+    /// window for the key: one buffer keeps one configuration per table
+    /// name. The delta was not taken.
+    #[error(
+        "counter table `{table}` is already in this buffer with another owner type or \
+         another window for key `{key}`; the delta was not taken"
+    )]
+    BufferTableMismatch {
+        /// The table.
+        table: String,
+        /// The key added to.
+        key: String,
+    },
+
+    /// A [`CounterBuffer`](crate::CounterBuffer)'s flusher task stopped
+    /// without flushing everything: it panicked, or the Tokio runtime it ran
+    /// on shut down. Deltas accepted and not yet committed are lost, as in
+    /// a crash.
+    #[error(
+        "the counter buffer's flusher stopped unexpectedly (a panic, or its runtime shut \
+         down); {unflushed} accepted adds were not flushed"
+    )]
+    FlusherStopped {
+        /// Accepted adds left unflushed.
+        unflushed: u64,
+    },
+
     /// A [`CounterBuffer`](crate::CounterBuffer) was started outside a Tokio
     /// runtime, which its flusher task needs.
     #[error(

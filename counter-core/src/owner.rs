@@ -125,10 +125,12 @@ impl SortOwner {
     #[cfg_attr(not(feature = "buffer"), allow(dead_code))]
     pub(crate) fn to_value(&self, column: OwnerColumn) -> Value {
         match (self, column) {
-            // An `Integer` owner came from an `i32`, so it fits.
-            (Self::Int(v), OwnerColumn::Integer) => {
-                Value::Int(Some(i32::try_from(*v).unwrap_or_default()))
-            }
+            // An `Integer` owner came from an `i32`, so it fits; were it
+            // not to, it is bound as it is and the database refuses it.
+            (Self::Int(v), OwnerColumn::Integer) => match i32::try_from(*v) {
+                Ok(v) => Value::Int(Some(v)),
+                Err(_) => Value::BigInt(Some(*v)),
+            },
             (Self::Int(v), _) => Value::BigInt(Some(*v)),
             (Self::Uuid(v), _) => Value::Uuid(Some(*v)),
             (Self::Str(v), _) => Value::String(Some(v.clone())),

@@ -1578,3 +1578,33 @@ async fn a_delta_the_database_refuses_does_not_hold_back_the_others() {
         t.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_table_name_has_one_configuration_per_buffer() {
+    for t in backends("one_table_name_has_one_configuration_per_buffer").await {
+        let b = t.backend;
+        ledger(&t).await;
+        let wide = counter_tests::counters::<i64>("shared_name", 4);
+        let narrow = counter_tests::counters::<i32>("shared_name", 4);
+        let windowed = windowed("shared_name", 4);
+        wide.create_table(&t.db).await.unwrap();
+        let buffer = CounterBuffer::start(&t.db).await.unwrap();
+        buffer.add(&wide, 1, "likes", 1).unwrap();
+        // Another owner type, or a window the first handle did not have:
+        // refused, rather than bound to the wrong column or bucket-less.
+        for err in [
+            buffer.add(&narrow, 2, "likes", 1).unwrap_err(),
+            buffer.add(&windowed, 3, "views", 1).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, CounterError::BufferTableMismatch { table, .. } if table == "shared_name"),
+                "[{b}] {err:?}"
+            );
+        }
+        let stats = buffer.shutdown().await.unwrap();
+        assert_eq!(stats.adds, 1, "[{b}]");
+        assert_eq!(wide.get(&t.db, &1, "likes").await.unwrap(), 1, "[{b}]");
+        assert_eq!(raw::count_rows(&t.db, "shared_name").await, 1, "[{b}]");
+        t.finish().await;
+    }
+}

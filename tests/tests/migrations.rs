@@ -1,6 +1,6 @@
 //! The migration crate and the ready-made companion-table migration.
 
-use counter_core::{CounterError, CounterTable, Counters, SlottedCounter};
+use counter_core::{CounterError, CounterTable, Counters, FlushLedger, SlottedCounter};
 use counter_tests::backends;
 use entity::{post, user};
 use migration::{Migrator, MigratorTrait, SchemaManager};
@@ -36,6 +36,7 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
                 "m20261122_000002_create_comments",
                 "counter_core_upgrade_post_counters_v2",
                 "counter_core_upgrade_user_counters_v2",
+                "counter_core_create_counter_flush_ledger",
             ],
             "[{}]",
             t.backend
@@ -57,6 +58,12 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
         );
         assert!(
             !schema.has_table("user_counters_buckets").await.unwrap(),
+            "[{}]",
+            t.backend
+        );
+        // The ledger a `CounterBuffer` needs.
+        assert!(
+            schema.has_table(FlushLedger::DEFAULT_TABLE).await.unwrap(),
             "[{}]",
             t.backend
         );
@@ -89,6 +96,11 @@ async fn migrator_up_and_down_create_and_drop_counter_tables() {
         assert!(
             !schema.has_table("post_counters_buckets").await.unwrap(),
             "[{}]",
+            t.backend
+        );
+        assert!(
+            !schema.has_table(FlushLedger::DEFAULT_TABLE).await.unwrap(),
+            "[{}] the ledger after down",
             t.backend
         );
         let gone = posts.get(&t.db, &1, "likes").await.unwrap_err();

@@ -6,7 +6,7 @@ use std::{
         Arc, Condvar, Mutex, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, TransactionTrait};
@@ -26,6 +26,9 @@ use crate::{
 /// The first pause after a failed flush; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest one flush attempt may take before it is abandoned (and its
+/// outcome left to the ledger).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the ledger is pruned of writers that stopped flushing.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -53,6 +56,9 @@ pub(super) struct Shared {
     /// The last request a finished cycle covered (`u64::MAX` once stopped).
     pub flushed: watch::Sender<u64>,
     pub closing: AtomicBool,
+    /// Set once the flusher has flushed everything and stopped; a stop
+    /// without it (a panic, a dropped runtime) may have left deltas behind.
+    pub stopped_cleanly: AtomicBool,
     pub meter: Meter,
 }
 
@@ -103,8 +109,19 @@ impl Shared {
     }
 }
 
+/// Spawns the flusher on `runtime`. However its task ends (done, panicked,
+/// or dropped with its runtime, even before it first ran), waiters hear of
+/// it: the guard is part of the task from the start.
+pub(super) fn spawn(runtime: &tokio::runtime::Handle, shared: Arc<Shared>) {
+    let stopped = Stopped(shared.clone());
+    runtime.spawn(async move {
+        let _stopped = stopped;
+        run(shared).await;
+    });
+}
+
 /// The flusher task: runs until the buffer is closed and nothing is left.
-pub(super) async fn run(shared: Arc<Shared>) {
+async fn run(shared: Arc<Shared>) {
     let mut seq = 0u64;
     let mut next_prune = Instant::now();
     loop {
@@ -144,7 +161,20 @@ pub(super) async fn run(shared: Arc<Shared>) {
         }
     }
     forget(&shared).await;
-    shared.flushed.send_replace(u64::MAX);
+    shared.stopped_cleanly.store(true, Ordering::SeqCst);
+}
+
+/// Tells every waiter that the flusher has stopped, however it stopped:
+/// done, panicked, or dropped with its runtime. Whether it stopped cleanly
+/// is in `stopped_cleanly`.
+struct Stopped(Arc<Shared>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.closing.store(true, Ordering::SeqCst);
+        self.0.flushed.send_replace(u64::MAX);
+        self.0.room_freed();
+    }
 }
 
 /// Applies `drained` exactly once and clears it from the reads. A counter
@@ -164,11 +194,16 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
             %refused,
             "counter buffer: the database refused the flush for good; flushing its counters one by one"
         );
+        let mut rejected = None;
         for (id, delta) in drained.iter() {
             *seq += 1;
             let one = statements(shared, std::iter::once((id, delta)));
             if let Err(refused) = apply(shared, *seq, one, drained).await {
                 Meter::bump(&shared.meter.rejected_deltas, 1);
+                rejected = Some(format!(
+                    "delta {} to `{}` of {:?} in `{}` rejected: {refused}",
+                    delta.total, id.key, id.owner, id.table
+                ));
                 tracing::error!(
                     table = &*id.table,
                     owner = ?id.owner,
@@ -178,6 +213,10 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
                     "counter buffer: delta rejected by the database and set aside"
                 );
             }
+        }
+        // The last rejection stays visible until a later flush succeeds.
+        if rejected.is_some() {
+            shared.meter.set_error(rejected);
         }
     }
     shared.set_in_flight(None);
@@ -217,8 +256,21 @@ async fn apply(
         let mut sent = 0u64;
         let result = match &built {
             Ok((_, statements)) if statements.is_empty() => Ok(Applied::Nothing),
-            Ok((_, statements)) => apply_once(shared, seq, statements, &mut sent).await,
-            Err(e) => Err(DbErr::Custom(e.to_string())),
+            Ok((_, statements)) => {
+                let attempt = apply_once(shared, seq, statements, &mut sent);
+                // A connection that hangs is an attempt whose outcome is
+                // unknown: the ledger settles it on the next one.
+                tokio::time::timeout(ATTEMPT_TIMEOUT, attempt)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(DbErr::Custom(format!(
+                            "flush attempt timed out after {ATTEMPT_TIMEOUT:?}"
+                        )))
+                    })
+            }
+            // No retry can build what could not be built (a fold that
+            // leaves `i64`): a refusal.
+            Err(e) => return Err(DbErr::Custom(e.to_string())),
         };
         Meter::bump(&shared.meter.statements, sent);
         let meter = &shared.meter;
@@ -307,12 +359,11 @@ async fn apply_once(
 ) -> Result<Applied, DbErr> {
     let (dialect, ledger, writer) = (shared.dialect, shared.config.ledger.name(), &shared.writer);
     let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-    let now = unix_now();
     *sent += 1;
     let txn = shared.db.begin().await?;
     *sent += 1;
     let claim = txn
-        .execute_raw(sql::ledger::claim(dialect, ledger, writer, seq, now))
+        .execute_raw(sql::ledger::claim(dialect, ledger, writer, seq))
         .await?;
     if claim.rows_affected() == 0 {
         *sent += 1;
@@ -334,7 +385,7 @@ async fn apply_once(
             }
             None => {
                 *sent += 1;
-                txn.execute_raw(sql::ledger::register(dialect, ledger, writer, seq, now))
+                txn.execute_raw(sql::ledger::register(dialect, ledger, writer, seq))
                     .await?;
             }
         }
@@ -355,11 +406,10 @@ async fn apply_once(
 /// Failures are only logged: pruning is housekeeping.
 async fn prune(shared: &Shared) {
     let retention = i64::try_from(shared.config.retention.as_secs()).unwrap_or(i64::MAX);
-    let before = unix_now().saturating_sub(retention);
     let stmt = sql::ledger::prune(
         shared.dialect,
         shared.config.ledger.name(),
-        before,
+        retention,
         &shared.writer,
     );
     match shared.db.execute_raw(stmt).await {
@@ -378,13 +428,6 @@ async fn forget(shared: &Shared) {
     if let Err(error) = shared.db.execute_raw(stmt).await {
         tracing::warn!(%error, "counter buffer: removing this writer's ledger row failed");
     }
-}
-
-/// Unix seconds now.
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Half the doubling ceiling, plus a random share of the other half: every

@@ -44,7 +44,11 @@ use pending::{CounterRef, Pending, Refused};
 #[non_exhaustive]
 pub enum WhenFull {
     /// Wake the flusher and block the calling thread until its drain makes
-    /// room (back-pressure on the producers). On a multi-thread Tokio runtime
+    /// room (back-pressure on the producers), for at most 30 seconds, after
+    /// which the add fails with [`CounterError::BufferFull`]. Do not add
+    /// while holding a pooled connection (inside a transaction) with a pool
+    /// so small that the flusher could find none free: it could not drain
+    /// until that wait ran out. On a multi-thread Tokio runtime
     /// the wait runs in `block_in_place`, so other tasks keep running; on a
     /// current-thread runtime, where blocking would stop the flusher itself,
     /// the add fails with [`CounterError::BufferFull`] instead.
@@ -66,6 +70,11 @@ struct Config {
     retention: Duration,
 }
 
+/// Longest time a [`WhenFull::Block`] add waits for room before it fails
+/// with [`CounterError::BufferFull`]: a flusher that cannot drain (the
+/// database down, or every pooled connection held by blocked callers) must
+/// not hang its producers for good.
+const MAX_BLOCK: Duration = Duration::from_secs(30);
 /// Longest time [`CounterBuffer::get`] waits for a flush's commit to be
 /// resolved before giving up with [`CounterError::FlushInDoubt`].
 const READ_WAIT: Duration = Duration::from_secs(5);
@@ -170,9 +179,10 @@ impl BufferBuilder {
             requests: AtomicU64::new(0),
             flushed,
             closing: AtomicBool::new(false),
+            stopped_cleanly: AtomicBool::new(false),
             meter: Default::default(),
         });
-        runtime.spawn(flusher::run(shared.clone()));
+        flusher::spawn(&runtime, shared.clone());
         Ok(CounterBuffer {
             handle: Arc::new(Owner { shared }),
         })
@@ -224,7 +234,10 @@ impl BufferBuilder {
 ///   is that exposure. Call `shutdown().await` before exiting.
 /// * **A failed flush loses nothing**: its deltas are kept and it is retried
 ///   with backoff (50 ms doubling to 5 s), for as long as it takes; new adds
-///   keep folding into the next flush meanwhile, up to the capacity.
+///   keep folding into the next flush meanwhile, up to the capacity. That
+///   includes a missing table (create it and the flush goes through; until
+///   then `last_error` names it) and an attempt that hangs (abandoned after
+///   60 s, its outcome settled by the ledger).
 /// * **No flush is applied twice**: each claims its number in the
 ///   [`FlushLedger`] in its own transaction, so a retry after a lost `COMMIT`
 ///   reply finds its number taken and applies nothing.
@@ -236,6 +249,10 @@ impl BufferBuilder {
 ///   `error` with its counter.
 /// * A windowed key's delta counts in the bucket of the moment it was
 ///   added, not of its flush.
+/// * If the flusher task dies (a panic, or its runtime shut down without
+///   `shutdown`), adds fail with [`CounterError::BufferClosed`] and `flush`
+///   / `shutdown` with [`CounterError::FlusherStopped`], which says how many
+///   adds were left unflushed.
 ///
 /// # Reads
 ///
@@ -330,6 +347,7 @@ impl CounterBuffer {
             key,
         };
         let shared = self.shared();
+        let mut waited = None;
         loop {
             match shared
                 .pending
@@ -353,7 +371,19 @@ impl CounterBuffer {
                     });
                 }
                 Err(Refused::Closed) => return Err(CounterError::BufferClosed),
-                Err(Refused::Full) => self.wait_for_room()?,
+                Err(Refused::Mismatch) => {
+                    return Err(CounterError::BufferTableMismatch {
+                        table: table.name().to_owned(),
+                        key: key.to_owned(),
+                    });
+                }
+                Err(Refused::Full) => {
+                    let since = *waited.get_or_insert_with(|| {
+                        Meter::bump(&shared.meter.full_waits, 1);
+                        Instant::now()
+                    });
+                    self.wait_for_room(since)?;
+                }
             }
         }
     }
@@ -368,14 +398,14 @@ impl CounterBuffer {
         self.add(P::counters(), owner, key, delta)
     }
 
-    /// Applies the full-buffer policy; `Ok` once there may be room.
-    fn wait_for_room(&self) -> Result<()> {
+    /// Applies the full-buffer policy to an add waiting `since`; `Ok` once
+    /// there may be room.
+    fn wait_for_room(&self, since: Instant) -> Result<()> {
         let shared = self.shared();
-        Meter::bump(&shared.meter.full_waits, 1);
         let full = CounterError::BufferFull {
             capacity: shared.config.capacity,
         };
-        if shared.config.when_full == WhenFull::Fail {
+        if shared.config.when_full == WhenFull::Fail || since.elapsed() >= MAX_BLOCK {
             return Err(full);
         }
         shared.wake.notify_one();
@@ -473,11 +503,25 @@ impl CounterBuffer {
         let target = shared.requests.fetch_add(1, Ordering::SeqCst) + 1;
         shared.wake.notify_one();
         let mut flushed = shared.flushed.subscribe();
-        flushed
+        let done = *flushed
             .wait_for(|done| *done >= target)
             .await
-            .map(drop)
-            .map_err(|_| CounterError::BufferClosed)
+            .map_err(|_| CounterError::BufferClosed)?;
+        if done == u64::MAX {
+            self.stopped()?;
+        }
+        Ok(())
+    }
+
+    /// `Ok` if the flusher stopped after flushing everything.
+    fn stopped(&self) -> Result<()> {
+        if self.shared().stopped_cleanly.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(CounterError::FlusherStopped {
+                unflushed: self.stats().pending_adds,
+            })
+        }
     }
 
     /// Stops taking adds, flushes everything pending, waits for it to
@@ -492,6 +536,7 @@ impl CounterBuffer {
             .wait_for(|done| *done == u64::MAX)
             .await
             .map_err(|_| CounterError::BufferClosed)?;
+        self.stopped()?;
         Ok(self.stats())
     }
 
@@ -516,3 +561,49 @@ impl CounterBuffer {
 }
 
 use stats::Meter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CounterTable;
+
+    #[test]
+    fn a_flusher_that_dies_with_its_runtime_is_reported() {
+        let runtime = |()| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+        };
+        let first = runtime(());
+        let counters = Counters::<i64>::new(CounterTable::new("t").expect("a valid name"));
+        let buffer = first.block_on(async {
+            let db = sea_orm::Database::connect("sqlite::memory:")
+                .await
+                .expect("SQLite");
+            counters.create_table(&db).await.expect("the table");
+            FlushLedger::default()
+                .create_table(&db)
+                .await
+                .expect("the ledger");
+            let buffer = CounterBuffer::builder(&db)
+                .interval(Duration::from_secs(3600))
+                .start()
+                .await
+                .expect("a buffer");
+            buffer.add(&counters, 1, "likes", 1).expect("taken");
+            buffer
+        });
+        // The flusher task goes with its runtime, its delta unflushed.
+        drop(first);
+        let err = runtime(())
+            .block_on(buffer.flush())
+            .expect_err("not flushed");
+        assert!(
+            matches!(err, CounterError::FlusherStopped { unflushed: 1 }),
+            "{err:?}"
+        );
+        let err = buffer.add(&counters, 1, "likes", 1).expect_err("closed");
+        assert!(matches!(err, CounterError::BufferClosed), "{err:?}");
+    }
+}

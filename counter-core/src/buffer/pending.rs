@@ -105,6 +105,9 @@ pub(super) enum Refused {
     Overflow,
     /// The buffer is shutting down.
     Closed,
+    /// The table is registered with another owner column or another
+    /// window for the key.
+    Mismatch,
 }
 
 /// What an accepted `add` left behind.
@@ -206,6 +209,10 @@ impl Pending {
                 new: false,
             });
         }
+        let known = self.known(table, column);
+        if known.column != column || known.table.window_for(id.key).is_some() != bucket.is_some() {
+            return Err(Refused::Mismatch);
+        }
         let mut pending = Delta::default();
         pending.add(delta, bucket).ok_or(Refused::Overflow)?;
         let reserved = self
@@ -214,10 +221,9 @@ impl Pending {
                 (n < self.capacity).then_some(n + 1)
             })
             .map_err(|_| Refused::Full)?;
-        let table = self.known(table, column).name;
         shard.map.insert(
             CounterId {
-                table,
+                table: known.name,
                 owner: id.owner.clone(),
                 key: id.key.into(),
             },
@@ -359,7 +365,7 @@ mod tests {
                 OwnerColumn::BigInteger,
                 id(&two, "likes"),
                 -1,
-                Some(3600),
+                None,
                 &open(),
             )
             .expect("room");
@@ -424,5 +430,31 @@ mod tests {
         }
         assert_eq!(delta.total, 6);
         assert_eq!(delta.buckets, vec![(0, 4), (3600, 2)]);
+    }
+}
+
+#[cfg(test)]
+mod mismatch_tests {
+    use super::*;
+
+    #[test]
+    fn one_configuration_per_table_name() {
+        let pending = Pending::new(2, 10);
+        let open = AtomicBool::new(false);
+        let table = CounterTable::new("t").expect("a valid name");
+        let one = SortOwner::Int(1);
+        let id = |key| CounterRef {
+            table: "t",
+            owner: &one,
+            key,
+        };
+        let add = |column, key, bucket| pending.add(&table, column, id(key), 1, bucket, &open);
+        assert!(add(OwnerColumn::BigInteger, "a", None).is_ok());
+        assert_eq!(add(OwnerColumn::Integer, "b", None), Err(Refused::Mismatch));
+        assert_eq!(
+            add(OwnerColumn::BigInteger, "b", Some(0)),
+            Err(Refused::Mismatch)
+        );
+        assert!(add(OwnerColumn::BigInteger, "b", None).is_ok());
     }
 }
