@@ -41,6 +41,15 @@ fn windowed(name: &str, slots: u16) -> Counters<i64> {
     )
 }
 
+/// `buffer.flush()`, failing the test (with `what`) if it takes longer
+/// than [`PATIENCE`] or fails.
+async fn flush_within_patience(buffer: &CounterBuffer, what: &str) {
+    tokio::time::timeout(PATIENCE, buffer.flush())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: timed out"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
 /// A ledger with the default name, created on `t`.
 async fn ledger(t: &TestDb) {
     FlushLedger::default().create_table(&t.db).await.unwrap();
@@ -505,10 +514,7 @@ async fn reads_through_the_buffer_include_pending_deltas() {
         let noise = noise.await.unwrap();
         let during = buffer.stats();
         assert!(during.flushes > 0, "[{b}] {during:?}");
-        tokio::time::timeout(PATIENCE, buffer.flush())
-            .await
-            .expect("flush in time")
-            .unwrap();
+        flush_within_patience(&buffer, "flush in time").await;
         for (counter, total) in &expected {
             assert_eq!(
                 counters.get(&t.db, &counter.0, counter.1).await.unwrap(),
@@ -649,10 +655,7 @@ async fn when_full_fail_refuses_without_taking_the_delta() {
         assert_eq!(buffer.unflushed(&counters, &5, "likes"), 0, "[{b}]");
 
         counters.create_table(&t.db).await.unwrap();
-        tokio::time::timeout(PATIENCE, buffer.flush())
-            .await
-            .expect("the flush recovers once the table is back")
-            .unwrap();
+        flush_within_patience(&buffer, "the flush recovers once the table is back").await;
         let stats = buffer.stats();
         assert_eq!(stats.last_error, None, "[{b}]");
         assert_eq!(
@@ -689,10 +692,7 @@ async fn a_failing_flush_keeps_its_deltas_until_it_succeeds() {
             buffer.add(&counters, owner, "likes", owner).unwrap();
             *expected.entry((owner, "likes")).or_insert(0) += owner;
         }
-        tokio::time::timeout(PATIENCE, buffer.flush())
-            .await
-            .unwrap()
-            .unwrap();
+        flush_within_patience(&buffer, "flush in time").await;
         counters.drop_table(&t.db).await.unwrap();
 
         for owner in 1..=3i64 {
@@ -730,10 +730,7 @@ async fn a_failing_flush_keeps_its_deltas_until_it_succeeds() {
         assert_eq!(buffer.stats().flushes, 1, "[{b}]");
 
         counters.create_table(&t.db).await.unwrap();
-        tokio::time::timeout(PATIENCE, buffer.flush())
-            .await
-            .expect("the flush recovers once the table is back")
-            .unwrap();
+        flush_within_patience(&buffer, "the flush recovers once the table is back").await;
         let stats = buffer.stats();
         eprintln!("[{b}] {stats:?}");
         assert_eq!(stats.last_error, None, "[{b}]");
@@ -865,10 +862,7 @@ async fn bad_settings_and_a_missing_ledger_are_typed_errors() {
             .await
             .unwrap();
         buffer.add(&counters, 9, "likes", 2).unwrap();
-        tokio::time::timeout(PATIENCE, buffer.flush())
-            .await
-            .unwrap()
-            .unwrap();
+        flush_within_patience(&buffer, "flush in time").await;
         assert_eq!(counters.get(&t.db, &9, "likes").await.unwrap(), 2, "[{b}]");
         buffer.shutdown().await.unwrap();
         assert_eq!(raw::count_rows(&t.db, "my_ledger").await, 0, "[{b}]");
@@ -1508,10 +1502,7 @@ async fn the_ledger_prunes_writers_that_stopped_long_ago() {
             .await
             .unwrap();
         buffer.add(&counters, 1, "likes", 3).unwrap();
-        tokio::time::timeout(PATIENCE, buffer.flush())
-            .await
-            .unwrap()
-            .unwrap();
+        flush_within_patience(&buffer, "flush in time").await;
         // The first committed flush prunes (right after it returns).
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while ledger_rows(&t.db, Some("ghost")).await > 0 {
@@ -1551,10 +1542,7 @@ async fn a_delta_the_database_refuses_does_not_hold_back_the_others() {
         buffer.add(&counters, 1, "likes", 1).unwrap();
         buffer.add(&counters, 2, "likes", 5).unwrap();
         buffer.add(&counters, 3, "views", -2).unwrap();
-        tokio::time::timeout(PATIENCE, buffer.flush())
-            .await
-            .expect("a refused delta must not stall the flush")
-            .unwrap();
+        flush_within_patience(&buffer, "a refused delta must not stall the flush").await;
         let stats = buffer.stats();
         assert_eq!(stats.rejected_deltas, 1, "[{b}] {stats:?}");
         assert_eq!(stats.pending_adds, 0, "[{b}] {stats:?}");

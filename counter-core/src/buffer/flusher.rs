@@ -97,6 +97,14 @@ impl Shared {
             });
     }
 
+    /// The drain being flushed, if any.
+    pub fn in_flight(&self) -> Option<Arc<Drained>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn set_in_flight(&self, drained: Option<Arc<Drained>>) {
         let counters = drained.as_ref().map_or(0, |d| d.counters());
         *self
@@ -321,10 +329,11 @@ fn statements<'a>(
     shared: &Shared,
     counters: impl Iterator<Item = (&'a CounterId, &'a Delta)>,
 ) -> Result<(BatchOutcome, Vec<(String, Statement)>)> {
+    let tables = shared.pending.tables();
     let mut batch = DeltaBatch::new();
     for (id, delta) in counters {
         // Every pending counter's table was registered by its first add.
-        let Some(known) = shared.pending.table(&id.table) else {
+        let Some(known) = tables.iter().find(|t| t.name == id.table) else {
             continue;
         };
         batch.fold_checked(

@@ -36,6 +36,7 @@ use crate::{
 };
 use flusher::Shared;
 use pending::{CounterRef, Pending, Refused};
+use stats::Meter;
 
 /// What [`CounterBuffer::add`] does when `capacity` distinct counters are
 /// pending and the new one does not fit. Adds to a counter that is already
@@ -443,12 +444,9 @@ impl CounterBuffer {
             key: key.as_key_str(),
         };
         let shared = self.shared();
-        let in_flight = shared
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let flying = in_flight.map_or(0, |d| shared.pending.get_in(&d, id));
+        let flying = shared
+            .in_flight()
+            .map_or(0, |d| shared.pending.get_in(&d, id));
         shared.pending.get(id).saturating_add(flying)
     }
 
@@ -543,12 +541,7 @@ impl CounterBuffer {
     /// What the buffer holds and has done so far.
     pub fn stats(&self) -> BufferStats {
         let shared = self.shared();
-        let in_flight = shared
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let flying = in_flight.map_or(0, |d| d.adds);
+        let flying = shared.in_flight().map_or(0, |d| d.adds);
         shared
             .meter
             .snapshot(shared.pending.adds(), flying, shared.pending.counters())
@@ -559,8 +552,6 @@ impl CounterBuffer {
         &self.shared().writer
     }
 }
-
-use stats::Meter;
 
 #[cfg(test)]
 mod tests {

@@ -258,10 +258,12 @@ impl Pending {
         known
     }
 
-    /// The registered table named `name`.
-    pub fn table(&self, name: &str) -> Option<KnownTable> {
-        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-        tables.iter().find(|t| &*t.name == name).cloned()
+    /// Every registered table (a handful: one per counter table name).
+    pub fn tables(&self) -> Vec<KnownTable> {
+        self.tables
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The delta pending for `id`, or 0.

@@ -269,22 +269,9 @@ async fn drive(
             }
             Workload::Business => (business(db, setup, buffer).await, true),
         };
-        match result {
-            Ok(()) => {
-                tally.committed += 1;
-                if started >= warm_end {
-                    measured += 1;
-                    if timed {
-                        tally
-                            .latencies_ms
-                            .push(started.elapsed().as_secs_f64() * 1e3);
-                    }
-                }
-            }
-            Err(e) => {
-                tally.errors += 1;
-                tally.last_error = Some(e.to_string());
-            }
+        let in_window = started >= warm_end;
+        if tally.record(result, started, in_window && timed) && in_window {
+            measured += 1;
         }
         if setup.cell.workload == Workload::Autocommit {
             // `add` never awaits: give the flusher, the probe and the other

@@ -265,6 +265,31 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Counts one transaction that started at `started`; a committed one
+    /// is timed when `timed`. Returns whether it committed.
+    pub fn record<E: std::fmt::Display>(
+        &mut self,
+        result: Result<(), E>,
+        started: Instant,
+        timed: bool,
+    ) -> bool {
+        match result {
+            Ok(()) => {
+                self.committed += 1;
+                if timed {
+                    self.latencies_ms
+                        .push(started.elapsed().as_secs_f64() * 1e3);
+                }
+                true
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.last_error = Some(e.to_string());
+                false
+            }
+        }
+    }
+
     pub fn merge(&mut self, other: Tally) {
         self.committed += other.committed;
         self.errors += other.errors;
@@ -293,20 +318,8 @@ async fn drive(
         if started >= end {
             return tally;
         }
-        match transaction(db, setup, owner).await {
-            Ok(()) => {
-                tally.committed += 1;
-                if started >= warm_end {
-                    tally
-                        .latencies_ms
-                        .push(started.elapsed().as_secs_f64() * 1e3);
-                }
-            }
-            Err(e) => {
-                tally.errors += 1;
-                tally.last_error = Some(e.to_string());
-            }
-        }
+        let result = transaction(db, setup, owner).await;
+        tally.record(result, started, started >= warm_end);
     }
 }
 
