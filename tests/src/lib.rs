@@ -29,6 +29,9 @@ pub const POSTGRES_URL_VAR: &str = "COUNTER_TEST_POSTGRES_URL";
 pub const MYSQL_URL_VAR: &str = "COUNTER_TEST_MYSQL_URL";
 /// The environment variable naming the file that records which backends ran.
 pub const REPORT_VAR: &str = "COUNTER_TEST_REPORT";
+/// The environment variable naming the file that collects the reliability
+/// figures of a run (see [`figures`]); `.ci/run` prints them as a table.
+pub const FIGURES_VAR: &str = "COUNTER_TEST_FIGURES";
 
 /// Connections per test pool: enough for the 32-task concurrency tests, few
 /// enough that two tests in parallel stay under PostgreSQL's default 100.
@@ -238,6 +241,29 @@ fn with_database(url: &str, database: &str) -> String {
         Some(query) => format!("{base}/{database}?{query}"),
         None => format!("{base}/{database}"),
     }
+}
+
+/// Reports what a reliability test did on one backend: operations run,
+/// faults injected, increments lost, and so on, as `name=value` pairs.
+///
+/// Always printed to stderr; also appended as one line
+/// `<test> <backend> name=value ...` to the file named by
+/// `COUNTER_TEST_FIGURES`, from which `.ci/run` prints the run's figures
+/// (RELIABILITY.md quotes the last ones).
+pub fn figures(test: &str, backend: impl fmt::Display, figures: &[(&str, u64)]) {
+    let pairs: Vec<String> = figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let line = format!("{test} {backend} {}\n", pairs.join(" "));
+    eprint!("figures: {line}");
+    let Some(path) = configured(FIGURES_VAR) else {
+        return;
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {FIGURES_VAR}={path}: {e}"));
+    file.write_all(line.as_bytes())
+        .expect("write the figures file");
 }
 
 fn record(backend: Backend, test: &str) {
