@@ -159,6 +159,16 @@ impl<I: OwnerId> Counters<I> {
     /// counted once in every case. A batch that fails (a killed connection, a
     /// deadlock) rolls back whole and changes nothing; on a pool, a deadlock
     /// runs it again.
+    ///
+    /// Lock order: a transaction of your own that writes several counters
+    /// should write them in primary-key order (owner, then key), as
+    /// [`DeltaBatch`](crate::DeltaBatch) and `Entity::batch()` do. Out of
+    /// order, it can deadlock with a batch that holds a stretch of slot rows
+    /// and waits for the next: the database aborts one of the two, your
+    /// transaction with [`CounterError::Conflict`], or the batch, which is
+    /// retried (on PostgreSQL each such deadlock stalls both for
+    /// `deadlock_timeout`, and a batch that keeps losing returns `Conflict`
+    /// once its retries run out, having changed nothing).
     pub async fn compact(
         &self,
         db: &DatabaseConnection,

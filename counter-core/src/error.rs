@@ -84,6 +84,13 @@ pub enum CounterError {
     /// transaction, PostgreSQL has aborted the transaction and MySQL has
     /// rolled it back (deadlock) or undone the statement (lock wait timeout),
     /// and only the caller can run the transaction again.
+    ///
+    /// On MySQL/MariaDB, a deadlock inside a savepoint the crate opened in
+    /// the caller's transaction (a windowed `add`, a batch of several
+    /// statements) has rolled back the whole transaction, but the driver
+    /// still counts the savepoint: the caller's `rollback()` may then fail
+    /// with 1305 "SAVEPOINT does not exist". Nothing is applied either way;
+    /// dropping the transaction is enough.
     #[error(
         "write conflict on counter table `{table}` after {attempts} attempt(s) \
          (deadlock, serialization failure or lock timeout){hint}",

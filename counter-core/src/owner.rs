@@ -67,10 +67,11 @@ impl OwnerId for uuid::Uuid {
 }
 
 /// String ids are at most 255 characters (longer ones would be truncated by
-/// MySQL in non-strict mode, merging owners) and do not end in a space
+/// MySQL in non-strict mode, merging owners), do not end in a space
 /// (MySQL's collations compare `"a"` and `"a "` as equal, so their counts
-/// would merge). Both rules hold on every backend, so an id that works on
-/// SQLite also works on MySQL.
+/// would merge) and contain no NUL character (PostgreSQL text cannot hold
+/// one). Every rule holds on every backend, so an id that works on SQLite
+/// also works on MySQL and PostgreSQL.
 impl OwnerId for String {
     const COLUMN: OwnerColumn = OwnerColumn::String;
 
@@ -79,6 +80,8 @@ impl OwnerId for String {
             "a string owner id is at most 255 characters long"
         } else if self.ends_with(' ') {
             "a string owner id cannot end in a space (MySQL ignores trailing spaces)"
+        } else if self.contains('\0') {
+            "a string owner id cannot contain a NUL character (PostgreSQL cannot store it)"
         } else {
             return Ok(());
         };
@@ -157,5 +160,6 @@ mod tests {
         assert!("a ".to_owned().check().is_err());
         assert!("x".repeat(256).check().is_err());
         assert!(" a\t".to_owned().check().is_ok());
+        assert!("a\0b".to_owned().check().is_err());
     }
 }

@@ -14,6 +14,8 @@ mod cache;
 mod diagnostics;
 mod entity;
 mod expand;
+#[cfg(test)]
+mod fuzz;
 mod model;
 mod options;
 #[cfg(test)]

@@ -22,6 +22,7 @@ use counter_core::{CounterTable, Counters, OwnerId};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 
 pub mod proxy;
+pub mod servers;
 
 /// The environment variable with a PostgreSQL URL to test against.
 pub const POSTGRES_URL_VAR: &str = "COUNTER_TEST_POSTGRES_URL";

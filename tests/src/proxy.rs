@@ -1,4 +1,5 @@
-//! A TCP proxy that can lose a transaction's `COMMIT`, or its reply.
+//! A TCP proxy that can lose a transaction's `COMMIT` or its reply, or cut a
+//! transaction mid-way.
 //!
 //! [`Proxy::start`] listens on `127.0.0.1:0` and forwards every connection
 //! to the real server, both directions, byte for byte. [`Proxy::arm`] sets
@@ -6,6 +7,16 @@
 //! `COMMIT` (any case): sqlx sends `COMMIT` as a plain text query on both
 //! PostgreSQL (a simple `Q` message) and MySQL (`COM_QUERY`), so scanning
 //! what the client sends finds it. Every such packet is logged to stderr.
+//!
+//! [`Proxy::arm_cut_in_transaction`] cuts a transaction mid-way instead: the
+//! proxy splits what the client sends into protocol messages (PostgreSQL's
+//! startup message then typed messages; MySQL's packets), finds the next
+//! `BEGIN`, lets that many commands through after it (a PostgreSQL `Q` or
+//! `Execute`, a MySQL `COM_QUERY` or `COM_STMT_EXECUTE`: each statement run,
+//! `COMMIT` included; parse, bind, prepare and sync messages do not count),
+//! and closes both sockets at the next command instead of forwarding it. The
+//! server has then run part of the transaction and sees the connection drop
+//! inside it.
 
 use std::{
     io,
@@ -43,6 +54,9 @@ const REPLY_WAIT: Duration = Duration::from_secs(10);
 #[derive(Default)]
 struct Control {
     armed: Mutex<Option<Fault>>,
+    /// Commands to let through after the next `BEGIN` before the cut.
+    cut_in_transaction: Mutex<Option<u32>>,
+    cuts: AtomicU64,
     fired: AtomicU64,
     commits_seen: AtomicU64,
     connections: AtomicU64,
@@ -121,6 +135,26 @@ impl Proxy {
             .is_some()
     }
 
+    /// Arms a cut of the next transaction any connection begins: after its
+    /// `BEGIN`, `commands` commands (statements run, see the module doc) are
+    /// forwarded, and both sockets are closed at the next command (which may
+    /// be the `COMMIT`) instead of forwarding it. If the transaction ends
+    /// with fewer commands, nothing is cut and the fault is spent; see
+    /// [`Proxy::cuts`]. Replaces a cut armed earlier and not claimed by a
+    /// `BEGIN` yet.
+    pub fn arm_cut_in_transaction(&self, commands: u32) {
+        *self
+            .control
+            .cut_in_transaction
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(commands);
+    }
+
+    /// Transactions cut mid-way so far (see [`Proxy::arm_cut_in_transaction`]).
+    pub fn cuts(&self) -> u64 {
+        self.control.cuts.load(Ordering::SeqCst)
+    }
+
     /// Faults fired so far.
     pub fn fired(&self) -> u64 {
         self.control.fired.load(Ordering::SeqCst)
@@ -162,6 +196,9 @@ async fn forward(id: u64, mut client: TcpStream, mut server: TcpStream, control:
     // The last bytes of the previous client read: a `COMMIT` split across
     // two reads is still found.
     let mut tail: Vec<u8> = Vec::with_capacity(16);
+    let mut scanner = Scanner::default();
+    // A claimed cut: (commands to let through, commands seen since BEGIN).
+    let mut cut: Option<(u32, u32)> = None;
     loop {
         tokio::select! {
             read = client.read(&mut from_client) => {
@@ -170,6 +207,14 @@ async fn forward(id: u64, mut client: TcpStream, mut server: TcpStream, control:
                     Ok(n) => n,
                 };
                 let packet = &from_client[..n];
+                if let Some(at) = cut_point(id, &mut scanner, packet, &mut cut, control) {
+                    let _ = server.write_all(&packet[..at]).await;
+                    control.cuts.fetch_add(1, Ordering::SeqCst);
+                    eprintln!(
+                        "[proxy #{id}] transaction cut: {at} of {n} bytes forwarded, both sockets closed"
+                    );
+                    return;
+                }
                 let mut scan = std::mem::take(&mut tail);
                 scan.extend_from_slice(packet);
                 let commit = has_commit(&scan);
@@ -231,6 +276,199 @@ async fn forward(id: u64, mut client: TcpStream, mut server: TcpStream, control:
     }
 }
 
+/// Where a claimed transaction cut falls in `packet` (the offset of the
+/// message not to forward), claiming an armed cut at a `BEGIN`.
+fn cut_point(
+    id: u64,
+    scanner: &mut Scanner,
+    packet: &[u8],
+    cut: &mut Option<(u32, u32)>,
+    control: &Control,
+) -> Option<usize> {
+    for (at, message) in scanner.feed(packet) {
+        match message {
+            Message::Begin => {
+                let armed = control
+                    .cut_in_transaction
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if let Some(commands) = armed {
+                    eprintln!("[proxy #{id}] BEGIN: cut after {commands} command(s)");
+                    *cut = Some((commands, 0));
+                }
+            }
+            Message::Command { ends_transaction } => {
+                if let Some((commands, seen)) = cut.as_mut() {
+                    if seen == commands {
+                        return Some(at);
+                    }
+                    *seen += 1;
+                    if ends_transaction {
+                        eprintln!(
+                            "[proxy #{id}] transaction ended after {seen} command(s): nothing cut"
+                        );
+                        *cut = None;
+                    }
+                }
+            }
+            Message::Other => {}
+        }
+    }
+    None
+}
+
+/// What a client message is, as far as a transaction cut cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Message {
+    /// A text query `BEGIN` / `START TRANSACTION`.
+    Begin,
+    /// A statement run: a text query, or the execution of a prepared
+    /// statement; `COMMIT` and `ROLLBACK` end the transaction.
+    Command { ends_transaction: bool },
+    /// Anything else: startup, authentication, parse, bind, prepare, sync.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Postgres,
+    MySql,
+}
+
+/// Splits the client's byte stream into messages, across reads.
+#[derive(Debug, Default)]
+struct Scanner {
+    /// Decided from the first 8 bytes: a PostgreSQL startup, SSL, GSS or
+    /// cancel request has its code at bytes 4..8; anything else is MySQL.
+    wire: Option<Wire>,
+    /// PostgreSQL: the next message is untyped (startup and its requests).
+    typed: bool,
+    /// The first bytes of the current message, until it is classified.
+    head: Vec<u8>,
+    /// Bytes of the current, classified message still to come.
+    remaining: usize,
+}
+
+/// Bytes of a message kept to classify it: header and a query's start.
+const HEAD: usize = 32;
+const PG_CODES: [[u8; 4]; 4] = [
+    [0, 3, 0, 0],             // protocol 3.0 startup
+    [0x04, 0xd2, 0x16, 0x2f], // SSLRequest
+    [0x04, 0xd2, 0x16, 0x30], // GSSENCRequest
+    [0x04, 0xd2, 0x16, 0x2e], // CancelRequest
+];
+
+impl Scanner {
+    /// The messages that start in `chunk`, with their offsets (0 for one
+    /// whose first bytes came in an earlier chunk).
+    fn feed(&mut self, chunk: &[u8]) -> Vec<(usize, Message)> {
+        let mut found = Vec::new();
+        let mut i = 0;
+        while i < chunk.len() {
+            if self.remaining > 0 {
+                let skip = self.remaining.min(chunk.len() - i);
+                self.remaining -= skip;
+                i += skip;
+                continue;
+            }
+            let start = if self.head.is_empty() { i } else { 0 };
+            while i < chunk.len() {
+                self.head.push(chunk[i]);
+                i += 1;
+                if let Some(total) = self.length()
+                    && self.head.len() >= total.min(HEAD)
+                {
+                    break;
+                }
+            }
+            let Some(total) = self.length() else { break };
+            if self.head.len() < total.min(HEAD) {
+                break;
+            }
+            found.push((start, self.classify()));
+            self.remaining = total.saturating_sub(self.head.len());
+            self.head.clear();
+        }
+        found
+    }
+
+    /// The current message's whole length, once its header is in `head`.
+    fn length(&mut self) -> Option<usize> {
+        let h = &self.head;
+        if self.wire.is_none() {
+            if h.len() < 8 {
+                return None;
+            }
+            let code: [u8; 4] = h[4..8].try_into().ok()?;
+            self.wire = Some(if PG_CODES.contains(&code) {
+                Wire::Postgres
+            } else {
+                Wire::MySql
+            });
+        }
+        let h = &self.head;
+        match self.wire? {
+            Wire::Postgres if !self.typed => {
+                let len = u32::from_be_bytes(h.get(0..4)?.try_into().ok()?);
+                Some((len as usize).max(4))
+            }
+            Wire::Postgres => {
+                let len = u32::from_be_bytes(h.get(1..5)?.try_into().ok()?);
+                Some(1 + (len as usize).max(4))
+            }
+            Wire::MySql => {
+                let len = h.get(0..3)?;
+                Some(4 + (len[0] as usize | (len[1] as usize) << 8 | (len[2] as usize) << 16))
+            }
+        }
+    }
+
+    fn classify(&mut self) -> Message {
+        let h = &self.head;
+        match self.wire {
+            Some(Wire::Postgres) if !self.typed => {
+                // The startup message proper ends the untyped part; an SSL
+                // or GSS request is followed by another untyped message.
+                if h.get(4..8) == Some(&PG_CODES[0][..]) {
+                    self.typed = true;
+                }
+                Message::Other
+            }
+            Some(Wire::Postgres) => match h[0] {
+                b'Q' => query(&h[5..]),
+                b'E' => Message::Command {
+                    ends_transaction: false,
+                },
+                _ => Message::Other,
+            },
+            Some(Wire::MySql) => match (h.get(3), h.get(4)) {
+                // A command packet has sequence number 0.
+                (Some(0), Some(0x03)) => query(&h[5..]),
+                (Some(0), Some(0x17)) => Message::Command {
+                    ends_transaction: false,
+                },
+                _ => Message::Other,
+            },
+            None => Message::Other,
+        }
+    }
+}
+
+/// A text query, by its first word.
+fn query(text: &[u8]) -> Message {
+    let text = text.trim_ascii_start();
+    let starts =
+        |word: &[u8]| text.len() >= word.len() && text[..word.len()].eq_ignore_ascii_case(word);
+    if starts(b"BEGIN") || starts(b"START TRANSACTION") {
+        Message::Begin
+    } else {
+        Message::Command {
+            ends_transaction: starts(b"COMMIT") || starts(b"ROLLBACK"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +481,93 @@ mod tests {
         assert!(!has_commit(b"SELECT 1"));
         assert!(!has_commit(b"SET search_path = \"ct_lost_commit_reply\""));
         assert!(!has_commit(b"commits"));
+    }
+
+    fn pg(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn my(seq: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut m = vec![len as u8, (len >> 8) as u8, (len >> 16) as u8, seq];
+        m.extend_from_slice(payload);
+        m
+    }
+
+    /// Feeds `stream` in chunks of `size` bytes.
+    fn scan(stream: &[u8], size: usize) -> Vec<(usize, Message)> {
+        let mut scanner = Scanner::default();
+        let mut found = Vec::new();
+        let mut base = 0;
+        for chunk in stream.chunks(size) {
+            for (at, m) in scanner.feed(chunk) {
+                found.push((base + at, m));
+            }
+            base += chunk.len();
+        }
+        found
+    }
+
+    const RUN: Message = Message::Command {
+        ends_transaction: false,
+    };
+    const END: Message = Message::Command {
+        ends_transaction: true,
+    };
+
+    #[test]
+    fn postgres_messages_are_told_apart_across_reads() {
+        let params = b"user\0x\0\0";
+        let mut startup = (8 + params.len() as u32).to_be_bytes().to_vec();
+        startup.extend_from_slice(&[0, 3, 0, 0]);
+        startup.extend_from_slice(params);
+        let messages = [
+            startup,
+            pg(b'Q', b"BEGIN\0"),
+            pg(b'P', &[b'x'; 100]),
+            pg(b'B', &[0; 70]),
+            pg(b'E', &[0; 5]),
+            pg(b'S', b""),
+            pg(b'Q', b"commit\0"),
+        ];
+        let stream = messages.concat();
+        let kinds: Vec<Message> = scan(&stream, stream.len())
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        use Message::*;
+        assert_eq!(kinds, [Other, Begin, Other, Other, RUN, Other, END]);
+        for size in [1, 3, 7, 40] {
+            let found = scan(&stream, size);
+            let kinds: Vec<Message> = found.iter().map(|(_, m)| *m).collect();
+            assert_eq!(
+                kinds,
+                [Other, Begin, Other, Other, RUN, Other, END],
+                "{size}"
+            );
+        }
+        let execute_at = messages[..4].iter().map(Vec::len).sum::<usize>();
+        assert_eq!(scan(&stream, stream.len())[4], (execute_at, RUN));
+    }
+
+    #[test]
+    fn mysql_commands_have_sequence_zero() {
+        let messages = [
+            my(1, &[0x0d; 60]),   // handshake response
+            my(0, b"\x03BEGIN"),  // COM_QUERY
+            my(0, &[0x16; 40]),   // COM_STMT_PREPARE
+            my(0, &[0x17; 3000]), // COM_STMT_EXECUTE
+            my(0, b"\x03COMMIT"),
+            my(0, b"\x03SELECT 1"),
+        ];
+        let stream = messages.concat();
+        use Message::*;
+        for size in [1, 5, 64, stream.len()] {
+            let kinds: Vec<Message> = scan(&stream, size).into_iter().map(|(_, m)| m).collect();
+            assert_eq!(kinds, [Other, Begin, Other, RUN, END, RUN], "{size}");
+        }
     }
 }

@@ -1152,6 +1152,18 @@ async fn the_connection_killed_during_flushes_loses_and_doubles_nothing() {
         )
         .await;
         assert_eq!(ledger_rows(&t.db, None).await, 0, "[{b}]");
+        counter_tests::figures(
+            "buffer_connection_kills",
+            b,
+            &[
+                ("adds", stats.adds),
+                ("flushes", stats.flushes),
+                ("faults_injected", kills.load(SeqCst)),
+                ("failed_attempts", stats.failed_attempts),
+                ("replays_skipped", stats.replays_skipped),
+                ("increments_lost", 0),
+            ],
+        );
         t.finish().await;
     }
 }

@@ -314,5 +314,16 @@ async fn lost_commits_through_a_proxy(t: &TestDb, counters: &Counters<i64>) {
         "[{b}]"
     );
     assert_eq!(last_flush(&t.db, &writer).await, None, "[{b}]");
+    counter_tests::figures(
+        "buffer_lost_commit_replies",
+        b,
+        &[
+            ("adds", stats.adds),
+            ("flushes", stats.flushes),
+            ("faults_injected", rounds.len() as u64),
+            ("replays_skipped", stats.replays_skipped),
+            ("increments_lost", 0),
+        ],
+    );
     proxied.close().await.expect("close the proxied pool");
 }

@@ -514,3 +514,39 @@ async fn a_compaction_killed_mid_batch_changes_no_total() {
         t.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn string_owners_that_differ_only_in_case_fold_apart() {
+    // MySQL deletes the rows it folds by joining their keys, bound values
+    // compared with the `utf8mb4_bin` owner column: `a`, `A` and `ä` must
+    // stay three owners, each folded into its own slot 0.
+    const OWNERS: [&str; 4] = ["a", "A", "ä", "a\u{308}"];
+    for t in backends("compact_string_owners").await {
+        let counters: Counters<String> = counter_tests::counters("case_counters", 8);
+        counters.create_table(&t.db).await.unwrap();
+        for (i, owner) in OWNERS.iter().enumerate() {
+            for _ in 0..=(i * 3 + 4) {
+                counters
+                    .add(&t.db, owner.to_string(), "likes", i as i64 + 1)
+                    .await
+                    .unwrap();
+            }
+        }
+        let owners: Vec<String> = OWNERS.map(String::from).to_vec();
+        let before = counters.get_many(&t.db, &owners, &["likes"]).await.unwrap();
+        let report = counters.compact(&t.db, &Compact::new()).await.unwrap();
+        assert_eq!(report.totals.counters_folded, 4, "[{}]", t.backend);
+        let after = counters.get_many(&t.db, &owners, &["likes"]).await.unwrap();
+        assert_eq!(after, before, "[{}]", t.backend);
+        for (i, owner) in OWNERS.iter().enumerate() {
+            let expected = (i as i64 * 3 + 5) * (i as i64 + 1);
+            assert_eq!(
+                raw::slot_rows(&t.db, "case_counters", owner.to_string(), "likes").await,
+                vec![(0, expected)],
+                "[{}] {owner:?}",
+                t.backend
+            );
+        }
+        t.finish().await;
+    }
+}

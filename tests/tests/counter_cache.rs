@@ -792,3 +792,79 @@ async fn a_second_recount_of_a_counter_waits_for_the_first() {
         t.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recounts_in_two_schemas_do_not_wait_for_each_other() {
+    // Two scratch spaces per backend (two schemas on PostgreSQL, two
+    // databases on MySQL), each with a `shelf_counters` table: a tenant per
+    // schema. A recount held up in one must not hold up the other's.
+    let others = backends("recount_lock_other_schema").await;
+    for (t, other) in backends("recount_lock_schemas")
+        .await
+        .into_iter()
+        .zip(others)
+    {
+        assert_eq!(t.backend, other.backend);
+        for t in [&t, &other] {
+            setup(t).await;
+            for _ in 0..3 {
+                item::Entity::insert_counted(&t.db, new_item(Some(1), true, 1))
+                    .await
+                    .unwrap();
+            }
+            raw::insert_slot(&t.db, "shelf_counters", 1i64, "items", 900, 5).await;
+        }
+        // The first tenant's recount takes its lock, then waits on rows a
+        // transaction holds (as in `a_second_recount_of_a_counter_waits_for_the_first`).
+        let blocker = t.db.begin().await.unwrap();
+        let hold = match t.backend {
+            Backend::Postgres => Some("LOCK TABLE shelf_counters IN SHARE MODE"),
+            Backend::MySql => Some(
+                "SELECT * FROM shelf_counters WHERE owner_id = 1 AND count_key = 'items' FOR UPDATE",
+            ),
+            Backend::Sqlite => None, // two in-memory databases share nothing
+        };
+        if let Some(hold) = hold {
+            blocker.execute_unprepared(hold).await.unwrap();
+        }
+        let held = {
+            let db = t.db.clone();
+            tokio::spawn(async move { reconcile(&db, Key::Items, &Reconcile::new()).await })
+        };
+        if hold.is_some() {
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            assert!(
+                !held.is_finished(),
+                "[{}] the recount was not held",
+                t.backend
+            );
+        }
+        // The same table and key in the other schema: not the same lock.
+        let free = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            reconcile(&other.db, Key::Items, &Reconcile::new()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("[{}] the other schema's recount waited", t.backend))
+        .unwrap();
+        assert_eq!(free.total_abs_drift, 5, "[{}]", t.backend);
+        if hold.is_some() {
+            assert!(
+                !held.is_finished(),
+                "[{}] the held recount ran early",
+                t.backend
+            );
+        }
+        blocker.commit().await.unwrap();
+        assert_eq!(
+            held.await.unwrap().unwrap().total_abs_drift,
+            5,
+            "[{}]",
+            t.backend
+        );
+        assert_exact(&t, &[1], "first tenant").await;
+        assert_exact(&other, &[1], "second tenant").await;
+        t.finish().await;
+        other.finish().await;
+    }
+}

@@ -3,10 +3,10 @@
 
 use sea_orm::{
     QueryResult, Statement, TryGetable, Value,
-    sea_query::{Alias, Expr, ExprTrait, LockType, Order, Query, ReturningClause, ValueTuple},
+    sea_query::{Alias, Expr, ExprTrait, LockType, Order, Query, ReturningClause},
 };
 
-use super::{Dialect, Layout, OwnerRange, col, range::condition};
+use super::{Dialect, Layout, OwnerRange, col, quote, range::condition};
 use crate::error::Result;
 
 /// One slot row of a counter table or of its bucket table.
@@ -38,14 +38,14 @@ impl<I: TryGetable> SlotRow<I> {
 }
 
 impl<I: Clone + Into<Value>> SlotRow<I> {
-    /// The primary key, as a tuple of values.
-    fn primary_key(&self) -> ValueTuple {
+    /// The primary key's values, in the order of `Layout::primary_key`.
+    fn primary_key(&self) -> Vec<Value> {
         let mut values = vec![self.owner.clone().into(), self.key.clone().into()];
         if let Some(bucket) = self.bucket {
             values.push(bucket.into());
         }
         values.push(self.slot.into());
-        ValueTuple::Many(values)
+        values
     }
 }
 
@@ -103,11 +103,10 @@ pub(crate) enum Victims<'a, I> {
 }
 
 /// Deletes the `victims` within the stretch `range` (which keeps the plan
-/// on the primary key's range on every backend):
+/// on the primary key's range on every backend), or exactly the rows named
+/// (see [`delete_exactly`]):
 ///
 /// ```sql
-/// -- Victims::Exactly
-/// DELETE FROM t WHERE <owners> AND (owner_id, count_key, [bucket,] slot) IN ((?, ?, ?), ..)
 /// -- Victims::Foldable, with RETURNING
 /// DELETE FROM t WHERE <owners> [AND count_key IN (..)] AND slot <> 0
 ///   AND (owner_id, count_key[, bucket]) IN (SELECT .. FROM t WHERE <owners> [AND count_key IN (..)]
@@ -135,10 +134,7 @@ pub(crate) fn delete_slots<I: Clone + Into<Value>>(
         delete.and_where(owners);
     }
     match victims {
-        Victims::Exactly(rows) => {
-            let key = columns(layout.primary_key());
-            delete.and_where(key.in_tuples(rows.iter().map(SlotRow::primary_key)));
-        }
+        Victims::Exactly(rows) => return delete_exactly(dialect, table, layout, rows),
         Victims::Foldable { keys, min_rows } => {
             let group: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
             let mut foldable = Query::select();
@@ -167,6 +163,54 @@ pub(crate) fn delete_slots<I: Clone + Into<Value>>(
         ));
     }
     dialect.backend().build(&delete)
+}
+
+/// Deletes exactly `rows`, one primary-key lookup each, through a join
+/// with a derived table of their keys (MySQL/MariaDB's multi-table form):
+///
+/// ```sql
+/// DELETE FROM c USING (SELECT ? AS owner_id, ? AS count_key, [? AS bucket,] ? AS slot
+///                      UNION ALL SELECT ?, ?, ?, ..) AS v
+/// STRAIGHT_JOIN c ON c.owner_id = v.owner_id AND c.count_key = v.count_key
+///   [AND c.bucket = v.bucket] AND c.slot = v.slot
+/// ```
+///
+/// Not `WHERE (owner_id, count_key, slot) IN (..)`: for a list of a few
+/// dozen keys MySQL/MariaDB may plan that as a scan of the stretch or of
+/// the whole table (on a small, hot table they do), and a locking scan
+/// waits for every row on its way that a writer holds, rows the compaction
+/// never read among them, while the compaction holds its own: it
+/// deadlocked with concurrent upserts of the same counters, pass after
+/// pass. `STRAIGHT_JOIN` reads the derived table first, so each row is
+/// found by its primary key (`eq_ref`) and only the rows named are locked.
+fn delete_exactly<I: Clone + Into<Value>>(
+    dialect: Dialect,
+    table: &str,
+    layout: Layout,
+    rows: &[SlotRow<I>],
+) -> Statement {
+    debug_assert_eq!(dialect, Dialect::MySql, "MySQL/MariaDB syntax");
+    let q = |ident: &str| quote(dialect, ident);
+    let t = q(table);
+    let key = layout.primary_key();
+    let first: Vec<String> = key.iter().map(|c| format!("? AS {}", q(c))).collect();
+    let rest = vec!["?"; key.len()].join(", ");
+    let mut sql = format!("DELETE FROM {t} USING (");
+    let mut values = Vec::with_capacity(rows.len() * key.len());
+    for (i, row) in rows.iter().enumerate() {
+        if i == 0 {
+            sql.push_str(&format!("SELECT {}", first.join(", ")));
+        } else {
+            sql.push_str(&format!(" UNION ALL SELECT {rest}"));
+        }
+        values.extend(row.primary_key());
+    }
+    let on: Vec<String> = key
+        .iter()
+        .map(|c| format!("{t}.{0} = v.{0}", q(c)))
+        .collect();
+    sql.push_str(&format!(") AS v STRAIGHT_JOIN {t} ON {}", on.join(" AND ")));
+    Statement::from_sql_and_values(dialect.backend(), sql, values)
 }
 
 #[cfg(test)]
@@ -220,8 +264,9 @@ mod tests {
         );
         assert_eq!(
             my.sql,
-            "DELETE FROM `c` WHERE `owner_id` > ? AND `owner_id` <= ? AND (`owner_id`, `count_key`, `slot`) IN ((?, ?, ?), (?, ?, ?))"
+            "DELETE FROM `c` USING (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot` UNION ALL SELECT ?, ?, ?) AS v STRAIGHT_JOIN `c` ON `c`.`owner_id` = v.`owner_id` AND `c`.`count_key` = v.`count_key` AND `c`.`slot` = v.`slot`"
         );
+        assert_eq!(my.values.unwrap().0.len(), 6);
         let foldable: Victims<i64> = Victims::Foldable {
             keys: None,
             min_rows: 2,

@@ -11,7 +11,25 @@ use crate::error::{CounterError, Result};
 /// How long a recount waits for another recount of the same counter.
 pub(crate) const LOCK_WAIT_SECS: i64 = 60;
 
+/// The name of a recount's `GET_LOCK` on MySQL, given the table and key's
+/// [`lock_id`] in hex: 63 characters (MySQL allows 64), the connection's
+/// database hashed in. A macro, so that the statements stay `&'static str`
+/// (sqlx's guard against SQL built at run time).
+#[cfg(feature = "sqlx-mysql")]
+macro_rules! mysql_lock_name {
+    () => {
+        "CONCAT('counter_core:reconcile:', SHA1(CONCAT(IFNULL(DATABASE(), ''), ':', ?)))"
+    };
+}
+#[cfg(feature = "sqlx-mysql")]
+const _: () = assert!("counter_core:reconcile:".len() + 40 <= 64);
+
 /// One recount's hold on its counter's lock.
+///
+/// The lock is named by the table, the key and the schema (PostgreSQL's
+/// `current_schema()`) or database (MySQL's `DATABASE()`) the connection
+/// works in, so that recounts of same-named tables in different schemas or
+/// databases on one server (a schema per tenant) never wait for each other.
 ///
 /// * PostgreSQL: `pg_advisory_xact_lock`, taken inside each batch's
 ///   transaction ([`RecountLock::in_transaction`]) and released by its
@@ -49,12 +67,16 @@ impl RecountLock {
     pub(crate) async fn acquire(&mut self, table: &str, key: &str) -> Result<()> {
         #[cfg(feature = "sqlx-mysql")]
         if let Self::Session { conn, name } = self {
-            let acquired: Option<i64> = sea_orm::sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
-                .bind(name.as_str())
-                .bind(LOCK_WAIT_SECS)
-                .fetch_one(&mut **conn)
-                .await
-                .map_err(|e| CounterError::Database(DbErr::Custom(format!("GET_LOCK: {e}"))))?;
+            let acquired: Option<i64> = sea_orm::sqlx::query_scalar(concat!(
+                "SELECT GET_LOCK(",
+                mysql_lock_name!(),
+                ", ?)"
+            ))
+            .bind(name.as_str())
+            .bind(LOCK_WAIT_SECS)
+            .fetch_one(&mut **conn)
+            .await
+            .map_err(|e| CounterError::Database(DbErr::Custom(format!("GET_LOCK: {e}"))))?;
             if acquired != Some(1) {
                 return Err(busy(table, key));
             }
@@ -77,7 +99,7 @@ impl RecountLock {
                 .await?;
             let lock = Statement::from_sql_and_values(
                 backend,
-                "SELECT pg_advisory_xact_lock($1)",
+                "SELECT pg_advisory_xact_lock($1 # hashtextextended(COALESCE(current_schema(), ''), 0))",
                 [Value::from(lock_id(table, key))],
             );
             txn.execute_raw(lock).await?;
@@ -91,10 +113,11 @@ impl RecountLock {
     pub(crate) async fn release(&mut self) {
         #[cfg(feature = "sqlx-mysql")]
         if let Self::Session { conn, name } = self {
-            let released = sea_orm::sqlx::query("DO RELEASE_LOCK(?)")
-                .bind(name.as_str())
-                .execute(&mut **conn)
-                .await;
+            let released =
+                sea_orm::sqlx::query(concat!("DO RELEASE_LOCK(", mysql_lock_name!(), ")"))
+                    .bind(name.as_str())
+                    .execute(&mut **conn)
+                    .await;
             if released.is_err() {
                 *self = Self::None;
             }
@@ -116,7 +139,7 @@ async fn mysql_session(db: &DatabaseConnection, table: &str, key: &str) -> Resul
         .await
         .map_err(|e| CounterError::Database(DbErr::Custom(format!("a lock connection: {e}"))))?;
     conn.close_on_drop();
-    let name = format!("counter_core:reconcile:{:016x}", lock_id(table, key));
+    let name = format!("{:016x}", lock_id(table, key));
     Ok(RecountLock::Session { conn, name })
 }
 
@@ -152,6 +175,5 @@ mod tests {
     fn lock_ids_are_stable_and_distinct() {
         assert_eq!(lock_id("t", "k"), lock_id("t", "k"));
         assert_ne!(lock_id("t", "k"), lock_id("tk", ""));
-        assert!(format!("counter_core:reconcile:{:016x}", i64::MIN).len() <= 64);
     }
 }

@@ -1,0 +1,575 @@
+//! Private database servers a test can crash and restart: a PostgreSQL
+//! cluster ([`PrivatePostgres`], `initdb` + `pg_ctl`) or a MariaDB server
+//! ([`PrivateMariaDb`], `mariadb-install-db` + `mariadbd`), each in a
+//! temporary directory of its own, on a free port of `127.0.0.1`, so a test
+//! can stop and start it without touching the shared servers. Both are
+//! stopped hard and deleted on drop, whether the test passed or not (a
+//! failing test prints the server's log tail first).
+//!
+//! They run where the matching URL variable is set ([`wanted`]): the sign
+//! of a machine with that server installed (the URL itself is not used),
+//! and a server that cannot be set up there fails the test.
+//!
+//! * PostgreSQL: `COUNTER_TEST_PG_BIN` may name the directory holding
+//!   `initdb` and `pg_ctl`; otherwise the newest
+//!   `/usr/lib/postgresql/<version>/bin` is used. As root, the tools run as
+//!   the `postgres` OS user (they refuse root).
+//! * MariaDB: `mariadb-install-db`, `mariadbd` and the `mariadb` client
+//!   from `COUNTER_TEST_MARIADB_BIN` if set, else from `PATH`, `/usr/sbin`
+//!   or `/usr/bin`. As root, `mariadbd` is told `--user=root`. `root` has no
+//!   password and is reachable over TCP from `127.0.0.1`.
+//!
+//! The calls block (they run processes): call them from
+//! `tokio::task::spawn_blocking`, or through [`stop`] and [`start`].
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+
+use crate::{MYSQL_URL_VAR, POSTGRES_URL_VAR};
+
+/// How a server is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// A crash: PostgreSQL `pg_ctl stop -m immediate` (every backend killed
+    /// at once, recovery at the next start), MariaDB `kill -9`.
+    /// Transactions in flight are cut; a `COMMIT` may be applied with its
+    /// reply lost.
+    Crash,
+    /// A clean shutdown: PostgreSQL `-m fast`, MariaDB `SIGTERM`.
+    /// Transactions in flight are rolled back, clients disconnected.
+    Graceful,
+}
+
+/// A private server that can be stopped and started again on the same
+/// data directory and port.
+pub trait PrivateServer: Send + Sync + 'static {
+    /// A URL for a database (MariaDB) or the `postgres` database
+    /// (PostgreSQL) of the server, as `root`/`postgres`, without password.
+    fn url(&self) -> String;
+    /// The port it listens on.
+    fn port(&self) -> u16;
+    /// Stops the server and waits until it is gone. Blocks.
+    fn stop_server(&self, how: Stop);
+    /// Starts it again (same data, same port) and waits until it takes
+    /// connections. Blocks.
+    fn start_server(&self);
+}
+
+/// Whether the private-server tests for the backend of `var`
+/// ([`POSTGRES_URL_VAR`] or [`MYSQL_URL_VAR`]) should run: the variable is
+/// set and not blank. Prints the reason when they should not.
+pub fn wanted(var: &str, test: &str) -> bool {
+    let set = std::env::var(var).is_ok_and(|url| !url.trim().is_empty());
+    if !set {
+        eprintln!("skipped {test}: {var} is not set (it needs a private server of that backend)");
+    }
+    set
+}
+
+/// [`PrivateServer::stop_server`] on a blocking thread.
+pub async fn stop<S: PrivateServer>(server: &Arc<S>, how: Stop) {
+    let server = server.clone();
+    tokio::task::spawn_blocking(move || server.stop_server(how))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+}
+
+/// [`PrivateServer::start_server`] on a blocking thread.
+pub async fn start<S: PrivateServer>(server: &Arc<S>) {
+    let server = server.clone();
+    tokio::task::spawn_blocking(move || server.start_server())
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+}
+
+/// Sets up a new server with `setup` on a blocking thread.
+pub async fn launch<S: PrivateServer>(setup: fn() -> S) -> Arc<S> {
+    Arc::new(
+        tokio::task::spawn_blocking(setup)
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())),
+    )
+}
+
+/// A pool of up to `max` connections to `url` (a private server's), that
+/// gives up on a down server after `wait`: a call that needs a connection
+/// waits at most that long for one (sqlx retries a refused connection
+/// meanwhile), then fails with a connection error.
+pub async fn pool(url: &str, max: u32, wait: Duration) -> DatabaseConnection {
+    let mut options = ConnectOptions::new(url);
+    options
+        .max_connections(max)
+        .min_connections(0)
+        .acquire_timeout(wait)
+        .connect_timeout(wait)
+        .sqlx_logging(false);
+    Database::connect(options)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the private server at {url}: {e}"))
+}
+
+/// A private PostgreSQL cluster in a temporary directory; stopped (`-m
+/// immediate`) and deleted on drop.
+pub struct PrivatePostgres {
+    bin: PathBuf,
+    /// Owned by the server's OS user: holds `data/`, the socket and `log`.
+    dir: PathBuf,
+    port: u16,
+    /// Whether commands run as the `postgres` OS user (we are root).
+    as_postgres: bool,
+}
+
+impl PrivatePostgres {
+    /// initdb + start. Panics with the reason if anything fails.
+    pub fn start() -> Self {
+        let bin = pg_bin();
+        let as_postgres = running_as_root();
+        let dir = scratch_dir("counter-pg");
+        let port = free_port();
+        // From here on, the guard cleans up whatever exists.
+        let pg = Self {
+            bin,
+            dir,
+            port,
+            as_postgres,
+        };
+        if as_postgres {
+            // initdb and postgres refuse to run as root.
+            run(
+                Command::new("chown").arg("postgres:").arg(&pg.dir),
+                POSTGRES_URL_VAR,
+                "chown the private server's directory to the postgres user",
+            );
+        }
+        run(
+            pg.pg_command("initdb")
+                .arg("-D")
+                .arg(pg.data())
+                .args(["-A", "trust", "-U", "postgres", "--no-sync"])
+                .args(["-E", "UTF8", "--no-locale"]),
+            POSTGRES_URL_VAR,
+            "initdb the private PostgreSQL server",
+        );
+        pg.start_server();
+        pg
+    }
+
+    /// The temporary directory (data, socket, log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("log")
+    }
+
+    /// A command running `tool` from the PostgreSQL bin directory, as the
+    /// `postgres` user when we are root.
+    fn pg_command(&self, tool: &str) -> Command {
+        let tool = self.bin.join(tool);
+        let mut command = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(tool);
+            c
+        } else {
+            Command::new(tool)
+        };
+        // The test's own working directory may be closed to that user.
+        command.current_dir(&self.dir);
+        command
+    }
+}
+
+impl PrivateServer for PrivatePostgres {
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn start_server(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off \
+             -c shared_buffers=16MB -c max_connections=60",
+            self.port,
+            self.dir.display()
+        );
+        let started = self
+            .pg_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.log())
+            .args(["-w", "-t", "60", "-o", &options, "start"])
+            .output();
+        check(
+            started,
+            POSTGRES_URL_VAR,
+            "start the private PostgreSQL server",
+            &self.log(),
+        );
+    }
+
+    fn stop_server(&self, how: Stop) {
+        let mode = match how {
+            Stop::Crash => "immediate",
+            Stop::Graceful => "fast",
+        };
+        let stopped = self
+            .pg_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-t", "60", "-m", mode, "stop"])
+            .output();
+        check(
+            stopped,
+            POSTGRES_URL_VAR,
+            "stop the private PostgreSQL server",
+            &self.log(),
+        );
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- private PostgreSQL log ({:?}), last lines ---\n{}",
+                self.log(),
+                log_tail(&self.log())
+            );
+        }
+        if self.data().join("postmaster.pid").exists() {
+            let _ = self
+                .pg_command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-w", "-t", "30", "-m", "immediate", "stop"])
+                .output();
+        }
+        remove(&self.dir);
+    }
+}
+
+/// A private MariaDB server in a temporary directory, a child process of
+/// the test; killed and deleted on drop.
+pub struct PrivateMariaDb {
+    bin: MariaDbBin,
+    dir: PathBuf,
+    port: u16,
+    as_root: bool,
+    server: Mutex<Option<Child>>,
+}
+
+/// The database [`PrivateMariaDb::url`] names, created at the first start.
+pub const MARIADB_DATABASE: &str = "counters";
+
+struct MariaDbBin {
+    install_db: PathBuf,
+    server: PathBuf,
+    client: PathBuf,
+}
+
+impl PrivateMariaDb {
+    /// `mariadb-install-db` + start + `CREATE DATABASE counters`. Panics
+    /// with the reason if anything fails.
+    pub fn start() -> Self {
+        let bin = mariadb_bin();
+        let db = Self {
+            bin,
+            dir: scratch_dir("counter-mariadb"),
+            port: free_port(),
+            as_root: running_as_root(),
+            server: Mutex::new(None),
+        };
+        let mut install = Command::new(&db.bin.install_db);
+        // `--no-defaults` must come first.
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", db.data().display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ])
+            .current_dir(&db.dir);
+        if db.as_root {
+            install.arg("--user=root");
+        }
+        run(
+            &mut install,
+            MYSQL_URL_VAR,
+            "install the private MariaDB server",
+        );
+        db.start_server();
+        db
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("error.log")
+    }
+
+    /// The server's process, if it runs.
+    fn child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.server.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `sql` with the `mariadb` client as root over TCP.
+    fn client(&self, sql: &str) -> std::io::Result<std::process::Output> {
+        Command::new(&self.bin.client)
+            .arg("--no-defaults")
+            .args(["--protocol=TCP", "-h", "127.0.0.1", "-u", "root"])
+            .arg(format!("--port={}", self.port))
+            .args(["--connect-timeout=2", "-e", sql])
+            .stdin(Stdio::null())
+            .output()
+    }
+}
+
+impl PrivateServer for PrivateMariaDb {
+    fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/{MARIADB_DATABASE}", self.port)
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn start_server(&self) {
+        let mut child = self.child();
+        assert!(child.is_none(), "the private MariaDB server already runs");
+        let mut server = Command::new(&self.bin.server);
+        server
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.data().display()))
+            .arg(format!("--socket={}", self.dir.join("sock").display()))
+            .arg(format!("--pid-file={}", self.dir.join("pid").display()))
+            .arg(format!("--log-error={}", self.log().display()))
+            .arg(format!("--port={}", self.port))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--skip-log-bin",
+                "--max-connections=60",
+                "--innodb-buffer-pool-size=32M",
+                "--performance-schema=OFF",
+            ])
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.as_root {
+            // mariadbd refuses root unless told so.
+            server.arg("--user=root");
+        }
+        let mut process = server.spawn().unwrap_or_else(|e| {
+            panic!(
+                "{MYSQL_URL_VAR} is set, but could not run {:?}: {e}",
+                self.bin.server
+            )
+        });
+        // Ready when the client gets in (creating the database the first
+        // time); bounded, and failing at once if the server exits.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let create = format!("CREATE DATABASE IF NOT EXISTS {MARIADB_DATABASE}");
+        loop {
+            if let Ok(Some(status)) = process.try_wait() {
+                panic!(
+                    "{MYSQL_URL_VAR} is set, but the private MariaDB server exited at start \
+                     ({status}):\n{}",
+                    log_tail(&self.log())
+                );
+            }
+            match self.client(&create) {
+                Ok(out) if out.status.success() => break,
+                Ok(out) if Instant::now() >= deadline => panic!(
+                    "{MYSQL_URL_VAR} is set, but the private MariaDB server took no connection \
+                     in 60 s: {}\n{}",
+                    String::from_utf8_lossy(&out.stderr),
+                    log_tail(&self.log())
+                ),
+                Err(e) => panic!(
+                    "{MYSQL_URL_VAR} is set, but could not run {:?}: {e}",
+                    self.bin.client
+                ),
+                Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        *child = Some(process);
+    }
+
+    fn stop_server(&self, how: Stop) {
+        let mut child = self.child();
+        let mut process = child
+            .take()
+            .expect("the private MariaDB server is not running");
+        match how {
+            Stop::Crash => process.kill().expect("kill -9 the private MariaDB server"),
+            Stop::Graceful => run(
+                Command::new("kill")
+                    .args(["-TERM", &process.id().to_string()])
+                    .stdin(Stdio::null()),
+                MYSQL_URL_VAR,
+                "send SIGTERM to the private MariaDB server",
+            ),
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match process.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(None) => {
+                    let _ = process.kill();
+                    let _ = process.wait();
+                    panic!(
+                        "the private MariaDB server did not stop ({how:?}) in 60 s:\n{}",
+                        log_tail(&self.log())
+                    );
+                }
+                Err(e) => panic!("wait for the private MariaDB server: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for PrivateMariaDb {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- private MariaDB log ({:?}), last lines ---\n{}",
+                self.log(),
+                log_tail(&self.log())
+            );
+        }
+        if let Some(mut process) = self.child().take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+        remove(&self.dir);
+    }
+}
+
+/// A new, empty directory under the system's temporary directory.
+fn scratch_dir(prefix: &str) -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("create the private server's directory {dir:?}: {e}"));
+    dir
+}
+
+fn remove(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        eprintln!("could not remove {dir:?}: {e}");
+    }
+}
+
+/// The directory with `initdb` and `pg_ctl`.
+fn pg_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("COUNTER_TEST_PG_BIN").filter(|b| !b.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let newest = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            (bin.join("initdb").is_file() && bin.join("pg_ctl").is_file()).then_some((version, bin))
+        })
+        .max_by_key(|(version, _)| *version);
+    match newest {
+        Some((_, bin)) => bin,
+        None => panic!(
+            "{POSTGRES_URL_VAR} is set, but no PostgreSQL server binaries (initdb, pg_ctl) were \
+             found in /usr/lib/postgresql/<version>/bin: install the PostgreSQL server package or \
+             set COUNTER_TEST_PG_BIN to their directory"
+        ),
+    }
+}
+
+/// `mariadb-install-db`, `mariadbd` and `mariadb`.
+fn mariadb_bin() -> MariaDbBin {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(bin) = std::env::var_os("COUNTER_TEST_MARIADB_BIN").filter(|b| !b.is_empty()) {
+        dirs.push(bin.into());
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    dirs.extend(["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"].map(PathBuf::from));
+    let find = |tool: &str| {
+        dirs.iter()
+            .map(|d| d.join(tool))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{MYSQL_URL_VAR} is set, but `{tool}` was not found (in \
+                     COUNTER_TEST_MARIADB_BIN, PATH, /usr/sbin or /usr/bin): install the MariaDB \
+                     server package or set COUNTER_TEST_MARIADB_BIN to its directory"
+                )
+            })
+    };
+    MariaDbBin {
+        install_db: find("mariadb-install-db"),
+        server: find("mariadbd"),
+        client: find("mariadb"),
+    }
+}
+
+fn running_as_root() -> bool {
+    let id = Command::new("id")
+        .arg("-u")
+        .output()
+        .unwrap_or_else(|e| panic!("run `id -u`: {e}"));
+    String::from_utf8_lossy(&id.stdout).trim() == "0"
+}
+
+/// A TCP port nothing listens on right now.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("the bound port").port()
+}
+
+fn run(command: &mut Command, var: &str, what: &str) {
+    check(command.output(), var, what, Path::new(""));
+}
+
+fn check(output: std::io::Result<std::process::Output>, var: &str, what: &str, log: &Path) {
+    let output = output.unwrap_or_else(|e| panic!("{var} is set, but could not {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{var} is set, but could not {what} ({}):\nstdout: {}\nstderr: {}\nserver log: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        log_tail(log),
+    );
+}
+
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
