@@ -14,7 +14,7 @@ use crate::{
     key::{CounterKey, validate_key},
     owner::{self, OwnerId},
     retry,
-    sql::{self, Dialect, Layout, OwnerRange, SlotRow, UpsertRow, Victims},
+    sql::{self, Dialect, Layout, OwnerRange, SlotRow, UpsertRow},
     walk,
 };
 
@@ -366,11 +366,8 @@ impl<I: OwnerId> Batch<'_, I> {
     ) -> Result<Vec<SlotRow<I>>, DbErr> {
         let (dialect, table, layout) = (self.dialect, self.table, self.layout);
         if dialect != Dialect::MySql {
-            let foldable: Victims<I> = Victims::Foldable {
-                keys: self.options.keys.as_deref(),
-                min_rows: self.options.min_rows,
-            };
-            let stmt = sql::delete_slots(dialect, table, layout, self.range, foldable, true);
+            let (keys, min_rows) = (self.options.keys.as_deref(), self.options.min_rows);
+            let stmt = sql::delete_foldable(dialect, table, layout, self.range, keys, min_rows);
             return txn
                 .query_all_raw(stmt)
                 .await?
@@ -379,14 +376,7 @@ impl<I: OwnerId> Batch<'_, I> {
                 .collect();
         }
         for chunk in victims.chunks(DELETE_ROWS_PER_STATEMENT) {
-            let stmt = sql::delete_slots(
-                dialect,
-                table,
-                layout,
-                self.range,
-                Victims::Exactly(chunk),
-                false,
-            );
+            let stmt = sql::delete_exactly(table, layout, chunk);
             let done = txn.execute_raw(stmt).await?;
             if done.rows_affected() != chunk.len() as u64 {
                 // Locked rows cannot vanish; if they did, fold nothing.

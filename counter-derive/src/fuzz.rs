@@ -8,9 +8,12 @@
 //! garbage, stray punctuation) and from random token soup, this checks that
 //! [`model::build`] and the whole derive never panic, and that they either
 //! accept a model counter-core itself accepts (slots in range, keys and
-//! table names valid by counter-core's own rules) or return errors that say
-//! something. Only `proc_macro2` is used: `proc_macro` panics outside a
-//! macro.
+//! table names valid by counter-core's own rules, and exactly the options
+//! and keys syn's own `Meta` grammar reads in the attributes) or return
+//! errors that say something. Text syn cannot parse is rejected, not passed;
+//! a fixed-seed count proves both generators mostly parse and reach both
+//! outcomes, and `edge_attributes` pins the exact outcome of each edge
+//! input. Only `proc_macro2` is used: `proc_macro` panics outside a macro.
 
 use proptest::{prelude::*, strategy::ValueTree};
 use syn::DeriveInput;
@@ -261,7 +264,8 @@ fn valid_options() -> BoxedStrategy<Vec<String>> {
 }
 
 /// Whole `#[counter(...)]` attributes (one or two of them): valid, valid
-/// with one mutation inserted, or made of mutations; sometimes none.
+/// with one mutation inserted (an option, or a key), or made of mutations;
+/// sometimes none.
 fn counter_attrs() -> BoxedStrategy<String> {
     let attr = proptest::collection::vec(counter_option(), 0..6)
         .prop_map(|options| format!("#[counter({})]", options.join(", ")));
@@ -275,9 +279,21 @@ fn counter_attrs() -> BoxedStrategy<String> {
             options.insert(at.index(options.len() + 1), mutation);
             format!("#[counter({})]", options.join(", "))
         });
+    // A valid list with one more key (often a duplicate) in `keys(...)`.
+    let key_added =
+        (valid_options(), key(), any::<bool>()).prop_map(|(mut options, key, first)| {
+            let keys = &options[0];
+            options[0] = if first {
+                format!("keys({key}, {}", &keys["keys(".len()..])
+            } else {
+                format!("{}, {key})", &keys[..keys.len() - 1])
+            };
+            format!("#[counter({})]", options.join(", "))
+        });
     prop_oneof![
         3 => valid,
         3 => mutated,
+        3 => key_added,
         4 => attr.clone(),
         1 => (attr.clone(), attr).prop_map(|(a, b)| format!("{a}\n{b}")),
         1 => Just("#[counter]".to_owned()),
@@ -287,18 +303,31 @@ fn counter_attrs() -> BoxedStrategy<String> {
     .boxed()
 }
 
-/// Random tokens, most of them from the grammar's own words.
+/// Whole valid options, so that soup sometimes makes a valid list.
+const CHUNKS: &[&str] = &[
+    "keys(likes)",
+    "keys(views(slots = 4))",
+    "slots = 8",
+    "cascade",
+    "table = \"post_counters\"",
+];
+
+/// Random tokens, most of them from the grammar's own words, with whole
+/// options (valid ones, and `slots = ...` of any kind) and commas among them.
 fn token_soup() -> BoxedStrategy<String> {
     let token = prop_oneof![
-        one(KEYS),
-        one(OPTIONS),
-        one(SLOTS),
-        one(TABLES),
-        one(VALUES),
-        one(PUNCT),
-        "[a-z_]{1,8}",
+        2 => one(CHUNKS),
+        1 => one(SLOTS).prop_map(|v| format!("slots = {v}")),
+        3 => Just(",".to_owned()),
+        1 => one(KEYS),
+        1 => one(OPTIONS),
+        1 => one(SLOTS),
+        1 => one(TABLES),
+        1 => one(VALUES),
+        1 => one(PUNCT),
+        1 => "[a-z_]{1,8}",
     ];
-    proptest::collection::vec(token, 0..24)
+    proptest::collection::vec(token, 0..12)
         .prop_map(|t| format!("#[counter({})]", t.join(" ")))
         .boxed()
 }
@@ -352,6 +381,80 @@ fn owner_table(input: &DeriveInput) -> Option<String> {
     })
 }
 
+/// The keys the `#[counter]` attributes of an accepted input list, read
+/// with syn's own `Meta` grammar: an independent oracle that every option
+/// is one the derive knows, written once, with a value where it needs one.
+/// A parser that skipped an unknown or repeated option without an error
+/// would accept what this refuses.
+fn written(input: &DeriveInput) -> Result<Vec<String>, String> {
+    use syn::{Meta, ext::IdentExt, punctuated::Punctuated};
+    type List = Punctuated<Meta, syn::Token![,]>;
+    let mut seen = Vec::new();
+    let mut keys = Vec::new();
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("counter")) {
+        let options = attr
+            .parse_args_with(List::parse_terminated)
+            .map_err(|e| format!("accepted, but no option list: {e}"))?;
+        for option in options {
+            let name = option.path().get_ident().map(|i| i.unraw().to_string());
+            let name = name.ok_or("accepted an option that is a path")?;
+            if seen.contains(&name) {
+                return Err(format!("accepted `{name}` twice"));
+            }
+            match (name.as_str(), &option) {
+                ("keys", Meta::List(list)) => {
+                    for key in list
+                        .parse_args_with(List::parse_terminated)
+                        .map_err(|e| e.to_string())?
+                    {
+                        let ident = key
+                            .path()
+                            .get_ident()
+                            .ok_or("accepted a key that is a path")?;
+                        let mut key_options = Vec::new();
+                        match &key {
+                            Meta::Path(_) => {}
+                            Meta::List(list) => {
+                                for o in list
+                                    .parse_args_with(List::parse_terminated)
+                                    .map_err(|e| e.to_string())?
+                                {
+                                    let o = match &o {
+                                        Meta::NameValue(nv) => {
+                                            nv.path.get_ident().map(|i| i.unraw().to_string())
+                                        }
+                                        _ => None,
+                                    };
+                                    match o {
+                                        Some(o)
+                                            if ["slots", "window"].contains(&o.as_str())
+                                                && !key_options.contains(&o) =>
+                                        {
+                                            key_options.push(o)
+                                        }
+                                        o => {
+                                            return Err(format!(
+                                                "accepted key option {o:?} of `{ident}`"
+                                            ));
+                                        }
+                                    }
+                                }
+                            }
+                            Meta::NameValue(_) => return Err(format!("accepted `{ident} = ...`")),
+                        }
+                        keys.push(ident.unraw().to_string());
+                    }
+                }
+                ("slots" | "table" | "slot_strategy", Meta::NameValue(_))
+                | ("cascade", Meta::Path(_)) => {}
+                _ => return Err(format!("accepted the option `{name}` as written")),
+            }
+            seen.push(name);
+        }
+    }
+    Ok(keys)
+}
+
 /// The derive on `input`: no panic, and either a model counter-core accepts
 /// or errors with messages.
 fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
@@ -360,6 +463,9 @@ fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
         Ok(Some(model)) => {
             prop_assert!((1..=1024).contains(&model.slots), "slots {}", model.slots);
             prop_assert!(!model.keys.is_empty());
+            let written = written(input).map_err(TestCaseError::fail)?;
+            let keys: Vec<&str> = model.keys.iter().map(|k| k.name.as_str()).collect();
+            prop_assert_eq!(keys, written, "the model's keys are the keys written");
             prop_assert!(
                 counter_core::validate_table_name(&model.table).is_ok(),
                 "{}",
@@ -421,12 +527,14 @@ fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Runs [`check`] on `text` if syn parses it; whether it did.
-fn check_text(text: &str) -> Result<bool, TestCaseError> {
-    match syn::parse_str::<DeriveInput>(text) {
-        Ok(input) => check(&input).map(|()| true),
-        Err(_) => Ok(false),
-    }
+/// Runs [`check`] on `text`. Text syn cannot parse is no test case: it is
+/// rejected (`prop_assume!`), so proptest generates another, and fails the
+/// test if too many are rejected; the generators yield mostly parseable
+/// text (see [`generators_reach_both_outcomes`]).
+fn check_text(text: &str) -> Result<(), TestCaseError> {
+    let input = syn::parse_str::<DeriveInput>(text);
+    prop_assume!(input.is_ok(), "syn cannot parse it");
+    check(&input.expect("assumed to parse"))
 }
 
 proptest! {
@@ -443,14 +551,12 @@ proptest! {
     }
 }
 
-/// The generator reaches both outcomes: a fuzzer that only ever produced
-/// errors (or only valid models) would prove little.
-#[test]
-fn the_grammar_reaches_accepted_and_refused_models() {
+/// What `cases` inputs of `strategy` (fixed seed) come to: how many syn
+/// parses, and of those how many the derive accepts and refuses.
+fn outcomes(strategy: impl Strategy<Value = String>, cases: usize) -> (usize, usize, usize) {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let strategy = entity(counter_attrs());
     let (mut parsed, mut accepted, mut refused) = (0, 0, 0);
-    for _ in 0..2000 {
+    for _ in 0..cases {
         let text = strategy.new_tree(&mut runner).unwrap().current();
         if let Ok(input) = syn::parse_str::<DeriveInput>(&text) {
             parsed += 1;
@@ -461,44 +567,200 @@ fn the_grammar_reaches_accepted_and_refused_models() {
             }
         }
     }
-    eprintln!("2000 generated: {parsed} parsed, {accepted} accepted, {refused} refused");
-    assert!(parsed > 1000, "{parsed} of 2000 parsed");
+    (parsed, accepted, refused)
+}
+
+/// Both generators mostly yield text syn parses (what does not is rejected,
+/// not tested) and reach both outcomes: a fuzzer that only ever produced
+/// unparseable text, or only errors, or only valid models, would prove
+/// little.
+#[test]
+fn generators_reach_both_outcomes() {
+    let (parsed, accepted, refused) = outcomes(entity(counter_attrs()), 2000);
+    eprintln!("grammar, 2000 generated: {parsed} parsed, {accepted} accepted, {refused} refused");
+    assert!(parsed > 1800, "grammar: {parsed} of 2000 parsed");
     assert!(
-        accepted > 20 && refused > 200,
-        "{accepted} accepted, {refused} refused"
+        accepted > 100 && refused > 1400,
+        "grammar: {accepted} accepted, {refused} refused"
+    );
+    let (parsed, accepted, refused) = outcomes(entity(token_soup()), 2000);
+    eprintln!(
+        "token soup, 2000 generated: {parsed} parsed, {accepted} accepted, {refused} refused"
+    );
+    assert!(parsed > 1600, "token soup: {parsed} of 2000 parsed");
+    assert!(
+        accepted >= 5 && refused > 1500,
+        "token soup: {accepted} accepted, {refused} refused"
     );
 }
 
-/// Inputs the fuzzer's grammar is built around, checked by name.
+/// The model, in short: `table slots key[:slots][:window]...`.
+fn summary(model: &model::CounterModel) -> String {
+    let mut out = format!("{} {}", model.table, model.slots);
+    for key in &model.keys {
+        out.push(' ');
+        out.push_str(&key.name);
+        if let Some(slots) = key.slots {
+            out.push_str(&format!(":{slots}"));
+        }
+        match key.window {
+            Some(Window::Hour) => out.push_str(":hour"),
+            Some(Window::Day) => out.push_str(":day"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// What the derive must make of an edge input.
+#[derive(Debug)]
+enum Expect {
+    /// Accepted, with this [`summary`].
+    Model(String),
+    /// Refused, with (at least) these messages, each within one error.
+    Errors(&'static [&'static str]),
+}
+
+/// Inputs the fuzzer's grammar is built around, each with its exact
+/// outcome: the model accepted, or the errors it is refused with.
 #[test]
 fn edge_attributes() {
-    for attrs in [
-        "#[counter(keys(likes), slots = 1024)]",
-        "#[counter(keys(likes), slots = 1025)]",
-        "#[counter(keys(likes), slots = 0)]",
-        "#[counter(keys(likes), slots = -1)]",
-        "#[counter(keys(likes), slots = 65536)]",
-        "#[counter(keys(likes), slots = 99999999999999999999999999999999)]",
-        "#[counter(keys(likes), slots = \"str\")]",
-        "#[counter(keys(likes(slots = 0, window = week)))]",
-        "#[counter(keys())]",
-        "#[counter(keys(likes, likes))]",
-        "#[counter(keys(likes), keys(views))]",
-        "#[counter(keys(r#gen, gen))]",
-        "#[counter(keys(self, Self, _1, a::b))]",
-        "#[counter(keys(likes), table = \"excluded\")]",
-        "#[counter(keys(likes), table = \"POSTS\")]",
-        "#[counter(keys(likes), cascade = true)]",
-        "#[counter(keys(likes) slots = 4)]",
-        "#[counter(keys(likes), ,)]",
-        "#[counter(keys(likes(slots = 4 window = day)))]",
-        "#[counter(keys(likes(window = day)), table = \"ttttttttttttttttttttttttttttttttttttttttttttttttttttttt\")]",
-    ] {
+    use Expect::{Errors, Model};
+    let s = str::to_owned;
+    let k64 = "k".repeat(64);
+    let t55 = "t".repeat(55);
+    let t56 = "t".repeat(56);
+    let cases: Vec<(String, Expect)> = vec![
+        ("#[counter(keys(likes), slots = 1024)]".into(), Model(s("posts_counters 1024 likes"))),
+        ("#[counter(keys(likes), slots = 1)]".into(), Model(s("posts_counters 1 likes"))),
+        ("#[counter(keys(likes), slots = 0x10)]".into(), Model(s("posts_counters 16 likes"))),
+        ("#[counter(keys(likes), slots = 4i64)]".into(), Model(s("posts_counters 4 likes"))),
+        ("#[counter(keys(likes), slots = 1025)]".into(), Errors(&["1025 slots is too many: at most 1024"])),
+        ("#[counter(keys(likes), slots = 0)]".into(), Errors(&["slots must be at least 1"])),
+        ("#[counter(keys(likes), slots = -1)]".into(), Errors(&["slots must be an integer literal from 1 to 1024"])),
+        ("#[counter(keys(likes), slots = 65536)]".into(), Errors(&["65536 slots is too many: at most 1024"])),
+        (
+            "#[counter(keys(likes), slots = 99999999999999999999999999999999)]".into(),
+            Errors(&["slots must be an integer literal from 1 to 1024"]),
+        ),
+        ("#[counter(keys(likes), slots = \"str\")]".into(), Errors(&["slots must be an integer literal from 1 to 1024"])),
+        ("#[counter(keys(likes), slots = 1.5)]".into(), Errors(&["slots must be an integer literal from 1 to 1024"])),
+        ("#[counter(keys(likes), slots)]".into(), Errors(&["`slots` takes a value: `slots = 64`"])),
+        (
+            "#[counter(keys(likes(slots = 0, window = week)))]".into(),
+            Errors(&["slots must be at least 1", "unknown window `week`; expected one of: `hour`, `day`"]),
+        ),
+        (
+            "#[counter(keys(likes(slots = 1024, window = \"hour\"), views(window = day)), slots = 8)]".into(),
+            Model(s("posts_counters 8 likes:1024:hour views:day")),
+        ),
+        ("#[counter(keys(likes(slots)))]".into(), Errors(&["`slots` takes a value: `slots = 64`"])),
+        ("#[counter(keys(likes(slot = 4)))]".into(), Errors(&["unknown key option `slot`; did you mean `slots`?"])),
+        ("#[counter(keys(likes(window = 3)))]".into(), Errors(&["`window` is one of `hour` or `day`"])),
+        ("#[counter(keys(likes(slots = 2, slots = 3)))]".into(), Errors(&["duplicate key option `slots`"])),
+        ("#[counter(keys(likes = 4))]".into(), Errors(&["options of a key go in parentheses: `likes(slots = 64)`"])),
+        // syn refuses empty parentheses before `attr` can say "`keys(...)`
+        // needs at least one key".
+        ("#[counter(keys())]".into(), Errors(&["expected nested attribute"])),
+        ("#[counter(keys)]".into(), Errors(&["`keys` lists the counters in parentheses"])),
+        ("#[counter(keys = 4)]".into(), Errors(&["`keys` lists the counters in parentheses"])),
+        ("#[counter(slots = 4)]".into(), Errors(&["missing `keys`: name the counters"])),
+        ("#[counter]".into(), Errors(&["missing `keys`: name the counters"])),
+        ("#[counter(keys(likes, likes))]".into(), Errors(&["duplicate key `likes`"])),
+        ("#[counter(keys(likes), keys(views))]".into(), Errors(&["duplicate option `keys`"])),
+        ("#[counter(keys(likes))]\n#[counter(keys(views))]".into(), Errors(&["duplicate option `keys`"])),
+        ("#[counter(keys(likes))]\n#[counter(slots = 4)]".into(), Model(s("posts_counters 4 likes"))),
+        ("#[counter(keys(r#gen, gen))]".into(), Errors(&["duplicate key `gen`"])),
+        ("#[counter(keys(r#type, gen, l1, x_))]".into(), Model(s("posts_counters 16 type gen l1 x_"))),
+        (
+            "#[counter(keys(self, Self, _1, a::b))]".into(),
+            Errors(&[
+                "invalid key `self`: `self`, `super` and `crate` cannot name a struct field",
+                "invalid key `Self`: keys are lowercase snake_case ASCII identifiers",
+                "invalid key `_1`: keys are lowercase snake_case ASCII identifiers",
+                "a key is a single identifier, like `likes`",
+            ]),
+        ),
+        ("#[counter(keys(lik\u{e9}s))]".into(), Errors(&["invalid key `lik\u{e9}s`: keys are lowercase"])),
+        (format!("#[counter(keys({k64}))]"), Model(format!("posts_counters 16 {k64}"))),
+        (format!("#[counter(keys({k64}k))]"), Errors(&["a key is at most 64 bytes long"])),
+        ("#[counter(keys(likes), table = \"excluded\")]".into(), Errors(&["`excluded` names the proposed row in upserts"])),
+        (
+            "#[counter(keys(likes), table = \"POSTS\")]".into(),
+            Errors(&["the counter table cannot be the owner's own table"]),
+        ),
+        ("#[counter(keys(likes), table = \"\")]".into(), Errors(&["invalid table name \"\": a table name cannot be empty"])),
+        ("#[counter(keys(likes), table = \"1x\")]".into(), Errors(&["a table name cannot start with a digit"])),
+        (
+            "#[counter(keys(likes), table = \"t; DROP TABLE posts; --\")]".into(),
+            Errors(&["a table name may only contain ASCII letters, digits and '_'"]),
+        ),
+        ("#[counter(keys(likes), table = post_counters)]".into(), Errors(&["`table` takes a string literal"])),
+        ("#[counter(keys(likes), table = \"post_counters\")]".into(), Model(s("post_counters 16 likes"))),
+        ("#[counter(keys(likes), slot_strategy = \"random\", cascade)]".into(), Model(s("posts_counters 16 likes"))),
+        ("#[counter(keys(likes), slot_strategy = random)]".into(), Errors(&["`slot_strategy` takes a string literal"])),
+        (
+            "#[counter(keys(likes), slot_strategy = \"round_robin\")]".into(),
+            Errors(&["unknown slot strategy `round_robin`"]),
+        ),
+        ("#[counter(keys(likes), cascade = true)]".into(), Errors(&["`cascade` is a flag and takes no value"])),
+        ("#[counter(keys(likes), slot = 4)]".into(), Errors(&["unknown option `slot`; did you mean `slots`?"])),
+        (
+            "#[counter(keys(likes), foo)]".into(),
+            Errors(&["unknown option `foo`; expected one of: `keys`, `slots`, `table`, `slot_strategy`, `cascade`"]),
+        ),
+        ("#[counter(keys(likes), a::keys(views))]".into(), Errors(&["unknown option `a::keys`"])),
+        ("#[counter(keys(likes) slots = 4)]".into(), Errors(&["expected `,`"])),
+        ("#[counter(keys(likes), ,)]".into(), Errors(&["unexpected token in nested attribute, expected ident"])),
+        ("#[counter(keys(likes(slots = 4 window = day)))]".into(), Errors(&["expected `,`"])),
+        (
+            format!("#[counter(keys(likes(window = day)), table = \"{t55}\")]"),
+            Model(format!("{t55} 16 likes:day")),
+        ),
+        (
+            format!("#[counter(keys(likes(window = day)), table = \"{t56}\")]"),
+            Errors(&["a windowed key keeps its buckets in"]),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (attrs, expect) in cases {
         let text = format!(
             "#[sea_orm(table_name = \"posts\")]\n{attrs}\n\
              pub struct Model {{ #[sea_orm(primary_key)] pub id: i64 }}"
         );
-        let parsed = check_text(&text).unwrap_or_else(|e| panic!("{attrs}: {e}"));
-        assert!(parsed, "{attrs} did not parse");
+        let input = syn::parse_str::<DeriveInput>(&text)
+            .unwrap_or_else(|e| panic!("{attrs} did not parse: {e}"));
+        check(&input).unwrap_or_else(|e| panic!("{attrs}: {e}"));
+        match (model::build(&input), expect) {
+            (Ok(Some(model)), Model(expected)) if summary(&model) == expected => {}
+            (Ok(Some(model)), expected) => {
+                wrong.push(format!(
+                    "{attrs}: accepted as {:?}, expected {expected:?}",
+                    summary(&model)
+                ));
+            }
+            (Err(errors), Errors(expected)) => {
+                let messages: Vec<String> = errors.into_iter().map(|e| e.to_string()).collect();
+                for wanted in expected {
+                    if !messages.iter().any(|m| m.contains(wanted)) {
+                        wrong.push(format!(
+                            "{attrs}: no error says {wanted:?}; got {messages:?}"
+                        ));
+                    }
+                }
+            }
+            (Err(errors), expected) => {
+                wrong.push(format!(
+                    "{attrs}: refused ({errors}), expected {expected:?}"
+                ));
+            }
+            (Ok(None), _) => wrong.push(format!("{attrs}: nothing to generate")),
+        }
     }
+    assert!(
+        wrong.is_empty(),
+        "{} edge inputs went wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }

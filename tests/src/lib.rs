@@ -111,6 +111,19 @@ pub async fn backends(test: &str) -> Vec<TestDb> {
     dbs
 }
 
+/// A number from the environment variable `var` (a test's knob, such as
+/// `COUNTER_SOAK_SECS`): `None` when unset or empty; a panic naming the
+/// variable when it is not a number, rather than a silent default.
+pub fn env_number<T: std::str::FromStr>(var: &str) -> Option<T> {
+    let value = configured(var)?;
+    Some(
+        value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{var}={value:?} is not a number")),
+    )
+}
+
 fn configured(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|url| !url.trim().is_empty())
 }
@@ -255,30 +268,27 @@ pub fn figures(test: &str, backend: impl fmt::Display, figures: &[(&str, u64)]) 
     let pairs: Vec<String> = figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let line = format!("{test} {backend} {}\n", pairs.join(" "));
     eprint!("figures: {line}");
-    let Some(path) = configured(FIGURES_VAR) else {
-        return;
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("open {FIGURES_VAR}={path}: {e}"));
-    file.write_all(line.as_bytes())
-        .expect("write the figures file");
+    append_line(FIGURES_VAR, &line);
 }
 
 fn record(backend: Backend, test: &str) {
-    let Some(path) = configured(REPORT_VAR) else {
+    append_line(REPORT_VAR, &format!("{backend} {test}\n"));
+}
+
+/// Appends `line` to the file named by the environment variable `var`, if
+/// set. One write of the whole line: O_APPEND keeps parallel tests' lines
+/// whole.
+fn append_line(var: &str, line: &str) {
+    let Some(path) = configured(var) else {
         return;
     };
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
-        .unwrap_or_else(|e| panic!("open {REPORT_VAR}={path}: {e}"));
-    // One write of the whole line: O_APPEND keeps parallel tests' lines whole.
-    file.write_all(format!("{backend} {test}\n").as_bytes())
-        .expect("write the backend report");
+        .unwrap_or_else(|e| panic!("open {var}={path}: {e}"));
+    file.write_all(line.as_bytes())
+        .unwrap_or_else(|e| panic!("write {var}={path}: {e}"));
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
+use rand::Rng;
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
 use crate::{MYSQL_URL_VAR, POSTGRES_URL_VAR};
@@ -251,13 +252,33 @@ impl Drop for PrivatePostgres {
                 log_tail(&self.log())
             );
         }
-        if self.data().join("postmaster.pid").exists() {
-            let _ = self
+        let pid_file = self.data().join("postmaster.pid");
+        if pid_file.exists() {
+            let stopped = self
                 .pg_command("pg_ctl")
                 .arg("-D")
                 .arg(self.data())
                 .args(["-w", "-t", "30", "-m", "immediate", "stop"])
-                .output();
+                .output()
+                .is_ok_and(|out| out.status.success());
+            // pg_ctl failed: kill the postmaster itself (its children exit
+            // with it) rather than delete the directory under it, if the
+            // pid is still that of a process running on this directory.
+            let pid = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|text| text.lines().next()?.trim().parse::<u32>().ok());
+            let ours = |pid: u32| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                    String::from_utf8_lossy(&cmdline).contains(&*self.data().to_string_lossy())
+                })
+            };
+            if let (false, Some(pid)) = (stopped, pid.filter(|pid| ours(*pid))) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .stdin(Stdio::null())
+                    .output();
+                std::thread::sleep(Duration::from_millis(500));
+            }
         }
         remove(&self.dir);
     }
@@ -274,7 +295,7 @@ pub struct PrivateMariaDb {
 }
 
 /// The database [`PrivateMariaDb::url`] names, created at the first start.
-pub const MARIADB_DATABASE: &str = "counters";
+const MARIADB_DATABASE: &str = "counters";
 
 struct MariaDbBin {
     install_db: PathBuf,
@@ -378,12 +399,15 @@ impl PrivateServer for PrivateMariaDb {
             // mariadbd refuses root unless told so.
             server.arg("--user=root");
         }
-        let mut process = server.spawn().unwrap_or_else(|e| {
+        let process = server.spawn().unwrap_or_else(|e| {
             panic!(
                 "{MYSQL_URL_VAR} is set, but could not run {:?}: {e}",
                 self.bin.server
             )
         });
+        // Stored at once: if anything below panics, drop still kills it
+        // before deleting its data directory.
+        let process = child.insert(process);
         // Ready when the client gets in (creating the database the first
         // time); bounded, and failing at once if the server exits.
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -411,13 +435,14 @@ impl PrivateServer for PrivateMariaDb {
                 Ok(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
-        *child = Some(process);
     }
 
     fn stop_server(&self, how: Stop) {
         let mut child = self.child();
-        let mut process = child
-            .take()
+        // Left in place until it is gone: if anything below panics, drop
+        // still kills it before deleting its data directory.
+        let process = child
+            .as_mut()
             .expect("the private MariaDB server is not running");
         match how {
             Stop::Crash => process.kill().expect("kill -9 the private MariaDB server"),
@@ -432,13 +457,17 @@ impl PrivateServer for PrivateMariaDb {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             match process.try_wait() {
-                Ok(Some(_)) => return,
+                Ok(Some(_)) => {
+                    *child = None;
+                    return;
+                }
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Ok(None) => {
                     let _ = process.kill();
                     let _ = process.wait();
+                    *child = None;
                     panic!(
                         "the private MariaDB server did not stop ({how:?}) in 60 s:\n{}",
                         log_tail(&self.log())
@@ -546,10 +575,26 @@ fn running_as_root() -> bool {
     String::from_utf8_lossy(&id.stdout).trim() == "0"
 }
 
-/// A TCP port nothing listens on right now.
+/// A TCP port of `127.0.0.1` nothing listens on right now, below the
+/// kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), so
+/// no client connection (which takes its local port from that range) can
+/// hold it when the server starts or restarts on it. (Where that range
+/// starts below 21000, ports 20000..21000 are used all the same.)
 fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("the bound port").port()
+    const FLOOR: u16 = 20_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let high = ephemeral_low.max(FLOOR + 1_000);
+    let mut rng = rand::rng();
+    for _ in 0..1_000 {
+        let port = rng.random_range(FLOOR..high);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port of 127.0.0.1 in {FLOOR}..{high}");
 }
 
 fn run(command: &mut Command, var: &str, what: &str) {

@@ -518,35 +518,49 @@ async fn a_compaction_killed_mid_batch_changes_no_total() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn string_owners_that_differ_only_in_case_fold_apart() {
     // MySQL deletes the rows it folds by joining their keys, bound values
-    // compared with the `utf8mb4_bin` owner column: `a`, `A` and `ä` must
-    // stay three owners, each folded into its own slot 0.
+    // compared with the binary owner and key columns: `a`, `A`, `ä` and
+    // `a` + U+0308 stay four owners and `likes`, `Likes` and `LIKES` three
+    // keys, each folded into its own slot 0 (or left alone).
     const OWNERS: [&str; 4] = ["a", "A", "ä", "a\u{308}"];
     for t in backends("compact_string_owners").await {
         let counters: Counters<String> = counter_tests::counters("case_counters", 8);
         counters.create_table(&t.db).await.unwrap();
         for (i, owner) in OWNERS.iter().enumerate() {
             for _ in 0..=(i * 3 + 4) {
-                counters
-                    .add(&t.db, owner.to_string(), "likes", i as i64 + 1)
-                    .await
-                    .unwrap();
+                for key in ["likes", "Likes"] {
+                    counters
+                        .add(&t.db, owner.to_string(), key, i as i64 + 1)
+                        .await
+                        .unwrap();
+                }
             }
         }
+        // One row of a third key: too few to fold, so it must stay as it is.
+        counters
+            .add(&t.db, "a".to_owned(), "LIKES", 7)
+            .await
+            .unwrap();
         let owners: Vec<String> = OWNERS.map(String::from).to_vec();
-        let before = counters.get_many(&t.db, &owners, &["likes"]).await.unwrap();
+        let keys = ["likes", "Likes", "LIKES"];
+        let before = counters.get_many(&t.db, &owners, &keys).await.unwrap();
         let report = counters.compact(&t.db, &Compact::new()).await.unwrap();
-        assert_eq!(report.totals.counters_folded, 4, "[{}]", t.backend);
-        let after = counters.get_many(&t.db, &owners, &["likes"]).await.unwrap();
+        assert_eq!(report.totals.counters_folded, 8, "[{}]", t.backend);
+        let after = counters.get_many(&t.db, &owners, &keys).await.unwrap();
         assert_eq!(after, before, "[{}]", t.backend);
         for (i, owner) in OWNERS.iter().enumerate() {
             let expected = (i as i64 * 3 + 5) * (i as i64 + 1);
-            assert_eq!(
-                raw::slot_rows(&t.db, "case_counters", owner.to_string(), "likes").await,
-                vec![(0, expected)],
-                "[{}] {owner:?}",
-                t.backend
-            );
+            for key in ["likes", "Likes"] {
+                assert_eq!(
+                    raw::slot_rows(&t.db, "case_counters", owner.to_string(), key).await,
+                    vec![(0, expected)],
+                    "[{}] {owner:?} {key}",
+                    t.backend
+                );
+            }
         }
+        let lone = raw::slot_rows(&t.db, "case_counters", "a".to_owned(), "LIKES").await;
+        assert_eq!(lone.len(), 1, "[{}] {lone:?}", t.backend);
+        assert_eq!(lone[0].1, 7, "[{}]", t.backend);
         t.finish().await;
     }
 }

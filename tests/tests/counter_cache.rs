@@ -832,12 +832,22 @@ async fn recounts_in_two_schemas_do_not_wait_for_each_other() {
             tokio::spawn(async move { reconcile(&db, Key::Items, &Reconcile::new()).await })
         };
         if hold.is_some() {
-            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
-            assert!(
-                !held.is_finished(),
-                "[{}] the recount was not held",
-                t.backend
-            );
+            // Not a sleep: the recount is seen waiting on the blocker's rows,
+            // so it holds its lock from here until the blocker commits.
+            let id = session_id(&t, &blocker).await;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !blocked_by(&t, id).await {
+                if held.is_finished() {
+                    let outcome = held.await.unwrap();
+                    panic!("[{}] the recount ended unblocked: {outcome:?}", t.backend);
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "[{}] the recount was not blocked within 20 s",
+                    t.backend
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
         }
         // The same table and key in the other schema: not the same lock.
         let free = tokio::time::timeout(
@@ -867,4 +877,48 @@ async fn recounts_in_two_schemas_do_not_wait_for_each_other() {
         t.finish().await;
         other.finish().await;
     }
+}
+
+/// The server's id of the session `txn` runs on.
+async fn session_id(t: &TestDb, txn: &sea_orm::DatabaseTransaction) -> i64 {
+    let sql = match t.backend {
+        Backend::Postgres => "SELECT pg_backend_pid()::bigint AS id",
+        _ => "SELECT CAST(CONNECTION_ID() AS SIGNED) AS id",
+    };
+    let row = txn
+        .query_one_raw(sea_orm::Statement::from_string(
+            t.db.get_database_backend(),
+            sql,
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get("", "id").unwrap()
+}
+
+/// Whether another session waits on a lock that session `id` holds
+/// (PostgreSQL's `pg_blocking_pids`), or, on MySQL, is writing the counter
+/// table while `id` holds its rows.
+async fn blocked_by(t: &TestDb, id: i64) -> bool {
+    let sql = match t.backend {
+        Backend::Postgres => format!(
+            "SELECT COUNT(*)::bigint AS n FROM pg_stat_activity WHERE {id} = ANY(pg_blocking_pids(pid))"
+        ),
+        // The recount's repair upsert caught behind the blocker's rows
+        // (InnoDB's lock-wait tables do not list this wait on MariaDB): it
+        // took its lock before its batch began.
+        _ => format!(
+            "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND ID <> {id} AND INFO LIKE 'INSERT INTO `shelf_counters`%'"
+        ),
+    };
+    let row =
+        t.db.query_one_raw(sea_orm::Statement::from_string(
+            t.db.get_database_backend(),
+            sql,
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get::<i64>("", "n").unwrap() > 0
 }

@@ -13,8 +13,14 @@
 //!   a `COMMIT` may have been applied with its reply lost). Each task has
 //!   counters of its own, so every stored total is checked against that
 //!   task's calls: at least the acknowledged sum, and the excess exactly
-//!   the deltas of some subset of its in-doubt calls. They run when the
-//!   backend's URL variable is set.
+//!   the deltas of some subset of its in-doubt calls. Writers' calls made
+//!   wholly while the server was down must all have failed (and there must
+//!   be some); a probe's adds made meanwhile must each fail within the
+//!   pool's acquire wait ([`WAIT`]) plus 2 s: that promptness comes from the
+//!   pool's acquire timeout (`ConnectOptions::acquire_timeout`), which
+//!   bounds how long a call waits for a connection to a dead server. After
+//!   the last restart the writers run until every one of them has had a
+//!   call succeed again. They run when the backend's URL variable is set.
 //! * `a_connection_cut_mid_transaction_applies_nothing`: on every backend,
 //!   a proxy ([`counter_tests::proxy`]) closes the connection after the
 //!   k-th statement of a transaction: a `DeltaBatch` of several statements
@@ -23,17 +29,19 @@
 //!   stored state is exactly the one before, and a retry on a healthy
 //!   connection applies it once. SQLite has no server to cut: there the
 //!   transaction is dropped mid-way (the `apply` future dropped after a few
-//!   polls, the caller's `DatabaseTransaction` dropped after some adds).
+//!   polls, the caller's `DatabaseTransaction` dropped after some adds), on
+//!   a database file of the test's own (see `SqliteFile`).
 
 use std::{
     collections::BTreeMap,
     future::Future,
+    path::PathBuf,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering::SeqCst},
     },
     task::Poll,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use counter_core::{CounterError, Counters, DeltaBatch, UPSERT_ROWS_PER_STATEMENT};
@@ -44,7 +52,7 @@ use counter_tests::{
     servers::{self, PrivateMariaDb, PrivatePostgres, PrivateServer, Stop},
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use sea_orm::{DatabaseConnection, DbErr, TransactionTrait};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, TransactionTrait};
 
 const KEYS: [&str; 3] = ["views", "likes", "shares"];
 
@@ -66,6 +74,10 @@ const DOWN: Duration = Duration::from_millis(1500);
 /// How long a call waits for a connection: shorter than [`DOWN`], so calls
 /// made while the server is down fail while it is still down.
 const WAIT: Duration = Duration::from_millis(400);
+/// A call made while the server is down must fail within [`WAIT`] plus this.
+const PROMPT_SLACK: Duration = Duration::from_secs(2);
+/// After a restart, every task must have a call succeed within this long.
+const RECOVERY: Duration = Duration::from_secs(30);
 /// A call not finished after this long hangs: the test fails.
 const CALL_LIMIT: Duration = Duration::from_secs(20);
 /// The probe's counter, written by the controlling task.
@@ -96,13 +108,19 @@ struct Record {
     errors: BTreeMap<String, u64>,
 }
 
-impl Record {
-    fn add(sum: &mut Deltas, deltas: &Deltas) {
-        for (counter, delta) in deltas {
-            *sum.entry(*counter).or_insert(0) += delta;
-        }
+/// Adds `deltas` into `sum`, counter by counter.
+fn accumulate(sum: &mut Deltas, deltas: impl IntoIterator<Item = (Counter, i64)>) {
+    for (counter, delta) in deltas {
+        *sum.entry(counter).or_insert(0) += delta;
     }
+}
 
+/// The `(counter, delta)` pairs of `deltas`.
+fn pairs(deltas: &Deltas) -> impl Iterator<Item = (Counter, i64)> + '_ {
+    deltas.iter().map(|(counter, delta)| (*counter, *delta))
+}
+
+impl Record {
     /// Records a call's outcome; `sent`: whether the failure may have
     /// reached the server with the writes (decided by the caller).
     fn outcome(
@@ -115,7 +133,7 @@ impl Record {
         self.calls.push((started, Instant::now(), ok));
         match result {
             Ok(()) => {
-                Self::add(&mut self.acked, deltas);
+                accumulate(&mut self.acked, pairs(deltas));
                 self.acked_calls += 1;
             }
             Err((err, sent)) => {
@@ -137,14 +155,6 @@ impl Record {
                 }
             }
         }
-    }
-
-    fn last_success(&self) -> Option<Instant> {
-        self.calls
-            .iter()
-            .filter(|(_, _, ok)| *ok)
-            .map(|(_, end, _)| *end)
-            .max()
     }
 }
 
@@ -186,7 +196,11 @@ fn refused_by_pool(err: &CounterError) -> bool {
     )
 }
 
-/// A task's loop of calls of one kind on counters of its own, until `stop`.
+/// When each writer task last had a call succeed.
+type Successes = Arc<Mutex<Vec<Option<Instant>>>>;
+
+/// A task's loop of calls of one kind on counters of its own, until `stop`;
+/// publishes when each call that succeeds ends in `successes[task]`.
 async fn writer(
     task: usize,
     kind: Kind,
@@ -194,6 +208,7 @@ async fn writer(
     a: Counters<i64>,
     b: Counters<i64>,
     stop: Arc<AtomicBool>,
+    successes: Successes,
 ) -> Record {
     let mut rng = StdRng::seed_from_u64(task as u64);
     let owners = [task as i64 * 100 + 1, task as i64 * 100 + 2];
@@ -228,7 +243,7 @@ async fn writer(
                         batch
                             .add(counters, owner, key, delta)
                             .expect("a valid delta");
-                        *deltas.entry((table, owner, key)).or_insert(0) += delta;
+                        accumulate(&mut deltas, [((table, owner, key), delta)]);
                     }
                 }
                 bounded(batch.apply(&db)).await.map(drop).map_err(|e| {
@@ -241,7 +256,7 @@ async fn writer(
                 for _ in 0..3 {
                     let (in_a, owner, key, delta) = pick(&mut rng);
                     let table = if in_a { TABLE_A } else { TABLE_B };
-                    *deltas.entry((table, owner, key)).or_insert(0) += delta;
+                    accumulate(&mut deltas, [((table, owner, key), delta)]);
                     adds.push((in_a, owner, key, delta));
                 }
                 bounded(async {
@@ -265,7 +280,12 @@ async fn writer(
                 .await
             }
         };
+        let ok = result.is_ok();
         record.outcome(started, &deltas, result);
+        if ok {
+            let ended = record.calls.last().map(|(_, end, _)| *end);
+            successes.lock().unwrap_or_else(PoisonError::into_inner)[task] = ended;
+        }
     }
     record
 }
@@ -277,16 +297,15 @@ async fn bounded<T>(call: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("a call hung for {CALL_LIMIT:?}: it must fail or succeed"))
 }
 
-/// The stored total of every counter in `counters`' tables.
-async fn stored(
+/// The non-zero stored totals of `keys` for the given owners of each
+/// `(table, counters, owners)`, read with `get_many`.
+async fn read_totals(
     db: &DatabaseConnection,
-    a: &Counters<i64>,
-    b: &Counters<i64>,
-    owners: &[i64],
+    tables: [(&'static str, &Counters<i64>, &[i64]); 2],
     keys: &[&'static str],
 ) -> Deltas {
     let mut totals = Deltas::new();
-    for (table, counters) in [(TABLE_A, a), (TABLE_B, b)] {
+    for (table, counters, owners) in tables {
         let got = counters
             .get_many(db, owners, keys)
             .await
@@ -350,6 +369,7 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
     );
 
     let stop = Arc::new(AtomicBool::new(false));
+    let successes: Successes = Arc::new(Mutex::new(vec![None; TASKS]));
     let kinds = [Kind::Add, Kind::Batch, Kind::Transaction];
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
@@ -361,6 +381,7 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
                 a.clone(),
                 b.clone(),
                 stop.clone(),
+                successes.clone(),
             ));
             (kind, handle)
         })
@@ -368,6 +389,8 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
 
     let mut probe = Record::default();
     let probe_deltas: Deltas = [(PROBE, 1)].into();
+    // The probe's calls made while the server was down, and the slowest.
+    let (mut probe_down_calls, mut probe_slowest) = (0u64, Duration::ZERO);
     // (server gone, restart begun): no call made wholly inside may succeed.
     let mut down = Vec::new();
     let faults = [Stop::Crash, Stop::Graceful];
@@ -376,29 +399,48 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
         tokio::time::sleep(PHASE).await;
         servers::stop(&server, how).await;
         let gone = Instant::now();
-        // A direct add fails, promptly, with a typed connection error.
-        let started = Instant::now();
-        let result = bounded(a.add(&db, PROBE.1, PROBE.2, 1)).await;
-        eprintln!("[{backend}] server down ({how:?}): Counters::add -> {result:?}");
-        assert!(
-            matches!(result, Err(CounterError::Database(_))),
-            "[{backend}] an add with the server down ({how:?}) must fail with \
-             CounterError::Database, got {result:?}"
-        );
-        probe.outcome(
-            started,
-            &probe_deltas,
-            result.map_err(|e| {
-                let sent = !refused_by_pool(&e);
-                (e, sent)
-            }),
-        );
+        // Direct adds fail, promptly (the pool gives up after WAIT), with a
+        // typed connection error, for as long as the server is down.
+        loop {
+            let started = Instant::now();
+            let result = bounded(a.add(&db, PROBE.1, PROBE.2, 1)).await;
+            let took = started.elapsed();
+            if probe_down_calls == 0 {
+                eprintln!(
+                    "[{backend}] server down ({how:?}): Counters::add -> {result:?} in {:.2} s",
+                    took.as_secs_f64()
+                );
+            }
+            assert!(
+                matches!(result, Err(CounterError::Database(_))),
+                "[{backend}] an add with the server down ({how:?}) must fail with \
+                 CounterError::Database, got {result:?}"
+            );
+            probe_slowest = probe_slowest.max(took);
+            assert!(
+                took <= WAIT + PROMPT_SLACK,
+                "[{backend}] an add with the server down ({how:?}) took {took:?} to fail: more \
+                 than the pool's acquire wait {WAIT:?} + {PROMPT_SLACK:?}"
+            );
+            probe.outcome(
+                started,
+                &probe_deltas,
+                result.map_err(|e| {
+                    let sent = !refused_by_pool(&e);
+                    (e, sent)
+                }),
+            );
+            probe_down_calls += 1;
+            if gone.elapsed() + WAIT >= DOWN {
+                break;
+            }
+        }
         tokio::time::sleep(DOWN.saturating_sub(gone.elapsed())).await;
         let restarting = Instant::now();
         down.push((gone, restarting));
         servers::start(&server).await;
         // Calls succeed again.
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + RECOVERY;
         loop {
             let started = Instant::now();
             let result = bounded(a.add(&db, PROBE.1, PROBE.2, 1)).await;
@@ -416,7 +458,7 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
             }
             assert!(
                 Instant::now() < deadline,
-                "[{backend}] adds still fail 30 s after the restart ({how:?}): {:?}",
+                "[{backend}] adds still fail {RECOVERY:?} after the restart ({how:?}): {:?}",
                 probe.errors
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -427,7 +469,32 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
             (back - gone).as_secs_f64()
         );
     }
-    tokio::time::sleep(PHASE).await;
+    // The writers run until each has had a call succeed since the server
+    // came back (or one of them has stopped: its panic is raised below).
+    let deadline = Instant::now() + RECOVERY;
+    loop {
+        let behind: Vec<usize> = successes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .enumerate()
+            .filter(|(_, ended)| !ended.is_some_and(|ended| ended > back))
+            .map(|(task, _)| task)
+            .collect();
+        if behind.is_empty() || tasks.iter().any(|(_, handle)| handle.is_finished()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "[{backend}] tasks {behind:?} had no call succeed in the {RECOVERY:?} after the last \
+             restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "[{backend}] every task succeeded again {:.2} s after the last restart",
+        back.elapsed().as_secs_f64()
+    );
     stop.store(true, SeqCst);
 
     let mut records = Vec::new();
@@ -446,10 +513,10 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
     owners.push(PROBE.1);
     let mut keys = KEYS.to_vec();
     keys.push(PROBE.2);
-    let totals = stored(&db, &a, &b, &owners, &keys).await;
+    let totals = read_totals(&db, [(TABLE_A, &a, &owners), (TABLE_B, &b, &owners)], &keys).await;
 
     let (mut operations, mut acknowledged, mut refused, mut in_doubt) = (0, 0, 0, 0);
-    let (mut failed_while_down, mut in_doubt_applied, mut lost) = (0u64, 0u64, 0i64);
+    let (mut writers_failed_while_down, mut in_doubt_applied, mut lost) = (0u64, 0u64, 0i64);
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut checked = Deltas::new();
     for (task, (kind, record)) in records.iter().enumerate() {
@@ -469,13 +536,12 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
                     !ok,
                     "[{backend}] task {task} ({kind:?}): a call made while the server was down succeeded"
                 );
-                failed_while_down += 1;
+                // The probe's own are counted apart (probe_down_calls).
+                if task < TASKS {
+                    writers_failed_while_down += 1;
+                }
             }
         }
-        assert!(
-            task == TASKS || record.last_success().is_some_and(|t| t > back),
-            "[{backend}] task {task} ({kind:?}): no call succeeded after the last restart"
-        );
         // This task's counters: stored = acknowledged + some in-doubt calls.
         let mine: Vec<Counter> = totals
             .keys()
@@ -504,7 +570,7 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
         );
         let mut bound = Deltas::new();
         for doubt in &record.in_doubt {
-            Record::add(&mut bound, doubt);
+            accumulate(&mut bound, pairs(doubt));
         }
         for (counter, extra) in &excess {
             let most = bound.get(counter).copied().unwrap_or(0);
@@ -535,13 +601,16 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
     }
     eprintln!(
         "[{backend}] {operations} calls: {acknowledged} acknowledged, {refused} refused by the \
-         pool, {in_doubt} in doubt ({in_doubt_applied} of them applied); {failed_while_down} made \
-         wholly while the server was down (all failed); errors: {errors:#?}; {:.1} s",
+         pool, {in_doubt} in doubt ({in_doubt_applied} of them applied); \
+         {writers_failed_while_down} writer calls made wholly while the server was down (all \
+         failed); {probe_down_calls} probe calls while down, slowest to fail {:.2} s; errors: \
+         {errors:#?}; {:.1} s",
+        probe_slowest.as_secs_f64(),
         began.elapsed().as_secs_f64()
     );
     assert!(
-        failed_while_down > 0,
-        "[{backend}] the tasks must have called while the server was down"
+        writers_failed_while_down > 0,
+        "[{backend}] the writer tasks must have made calls wholly while the server was down"
     );
     assert!(acknowledged > 0);
     figures(
@@ -550,7 +619,8 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
         &[
             ("operations", operations),
             ("acknowledged", acknowledged),
-            ("failed_while_down", failed_while_down),
+            ("writers_failed_while_down", writers_failed_while_down),
+            ("probe_failed_while_down", probe_down_calls),
             ("faults_injected", faults.len() as u64),
             ("in_doubt", in_doubt),
             ("in_doubt_applied", in_doubt_applied),
@@ -599,29 +669,15 @@ const OWNERS_B: i64 = 100;
 /// Everything the cut test can see of the two tables: totals and rows.
 #[derive(Debug, PartialEq, Eq)]
 struct State {
-    totals: BTreeMap<(&'static str, i64, &'static str), i64>,
+    totals: Deltas,
     rows: (i64, i64),
 }
 
 async fn state(db: &DatabaseConnection, a: &Counters<i64>, b: &Counters<i64>) -> State {
-    let mut totals = BTreeMap::new();
-    for (table, counters, owners) in [(CUT_A, a, OWNERS_A), (CUT_B, b, OWNERS_B)] {
-        let owners: Vec<i64> = (1..=owners).collect();
-        let got = counters
-            .get_many(db, &owners, &KEYS)
-            .await
-            .expect("read the totals");
-        for (owner, by_key) in got {
-            for key in KEYS {
-                let total = by_key.get(key).copied().unwrap_or(0);
-                if total != 0 {
-                    totals.insert((table, owner, key), total);
-                }
-            }
-        }
-    }
+    let owners_a: Vec<i64> = (1..=OWNERS_A).collect();
+    let owners_b: Vec<i64> = (1..=OWNERS_B).collect();
     State {
-        totals,
+        totals: read_totals(db, [(CUT_A, a, &owners_a), (CUT_B, b, &owners_b)], &KEYS).await,
         rows: (
             raw::count_rows(db, CUT_A).await,
             raw::count_rows(db, CUT_B).await,
@@ -658,11 +714,10 @@ fn txn_adds(round: i64) -> Vec<(&'static str, i64, &'static str, i64)> {
     ]
 }
 
-fn plus(before: &State, deltas: &Deltas) -> BTreeMap<(&'static str, i64, &'static str), i64> {
+/// The totals of `before` plus `deltas` (the non-zero ones).
+fn plus(before: &State, deltas: &Deltas) -> Deltas {
     let mut totals = before.totals.clone();
-    for (counter, delta) in deltas {
-        *totals.entry(*counter).or_insert(0) += delta;
-    }
+    accumulate(&mut totals, pairs(deltas));
     totals.retain(|_, v| *v != 0);
     totals
 }
@@ -689,8 +744,6 @@ async fn a_connection_cut_mid_transaction_applies_nothing() {
         let began = Instant::now();
         let a = counters::<i64>(CUT_A, 4);
         let b = counters::<i64>(CUT_B, 4);
-        a.create_table(&t.db).await.expect("create cut_a");
-        b.create_table(&t.db).await.expect("create cut_b");
         let rows_a = OWNERS_A as usize * KEYS.len();
         let rows_b = OWNERS_B as usize * KEYS.len();
         assert!(
@@ -701,8 +754,23 @@ async fn a_connection_cut_mid_transaction_applies_nothing() {
             rows_a.div_ceil(UPSERT_ROWS_PER_STATEMENT) + rows_b.div_ceil(UPSERT_ROWS_PER_STATEMENT);
         let rows = rows_a + rows_b;
         let tally = match backend {
-            Backend::Sqlite => dropped_mid_transaction(&t, &a, &b).await,
-            _ => cut_through_proxy(&t, &a, &b, statements).await,
+            Backend::Sqlite => {
+                let file = SqliteFile::open().await;
+                a.create_table(&file.db).await.expect("create cut_a");
+                b.create_table(&file.db).await.expect("create cut_b");
+                let tally = dropped_mid_transaction(&file.db, &a, &b).await;
+                file.db
+                    .clone()
+                    .close()
+                    .await
+                    .expect("close the SQLite file");
+                tally
+            }
+            _ => {
+                a.create_table(&t.db).await.expect("create cut_a");
+                b.create_table(&t.db).await.expect("create cut_b");
+                cut_through_proxy(&t, &a, &b, statements).await
+            }
         };
         eprintln!(
             "[{backend}] {} batches of {rows} rows in {statements} statements, {} cut \
@@ -808,9 +876,11 @@ fn difference(before: &State, after: &State) -> String {
 
 fn txn_deltas(adds: &[(&'static str, i64, &'static str, i64)]) -> Deltas {
     let mut deltas = Deltas::new();
-    for &(table, owner, key, delta) in adds {
-        *deltas.entry((table, owner, key)).or_insert(0) += delta;
-    }
+    accumulate(
+        &mut deltas,
+        adds.iter()
+            .map(|&(table, owner, key, delta)| ((table, owner, key), delta)),
+    );
     deltas
 }
 
@@ -887,20 +957,64 @@ async fn cut_through_proxy(
     tally
 }
 
+/// SQLite: the cut test's own database file, on one connection like the
+/// harness's in-memory database; deleted on drop. A file, not memory: sqlx
+/// pings a connection given back after a dropped call and replaces it if
+/// that fails, and an in-memory database dies with its connection (the
+/// replacement would find no tables at all). A file outlives the
+/// connection, so what a dropped transaction left behind is still there to
+/// be checked.
+struct SqliteFile {
+    db: DatabaseConnection,
+    dir: PathBuf,
+}
+
+impl SqliteFile {
+    async fn open() -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("counter-cut-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {dir:?}: {e}"));
+        let mut options = ConnectOptions::new(format!(
+            "sqlite://{}?mode=rwc",
+            dir.join("cut.db").display()
+        ));
+        options
+            .max_connections(1)
+            .min_connections(1)
+            .sqlx_logging(false);
+        let db = Database::connect(options)
+            .await
+            .expect("open the SQLite file");
+        Self { db, dir }
+    }
+}
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// SQLite: the `apply` future is dropped after 1, 2, 4, ... polls until one
 /// finishes first (each drop leaves nothing, or the whole batch when its
 /// `COMMIT` was already handed over), and the caller's transaction is
 /// dropped after each of its adds, without its `COMMIT`.
-async fn dropped_mid_transaction(t: &TestDb, a: &Counters<i64>, b: &Counters<i64>) -> Tally {
+async fn dropped_mid_transaction(
+    db: &DatabaseConnection,
+    a: &Counters<i64>,
+    b: &Counters<i64>,
+) -> Tally {
     let mut tally = Tally::default();
     let mut round = 0;
     let mut polls = 1;
     loop {
         round += 1;
         let what = format!("[sqlite] a batch whose future was dropped after {polls} polls");
-        let before = state(&t.db, a, b).await;
+        let before = state(db, a, b).await;
         let (batch, deltas) = big_batch(a, b, round);
-        let mut apply = Box::pin(batch.apply(&t.db));
+        let mut apply = Box::pin(batch.apply(db));
         let mut finished = None;
         for _ in 0..polls {
             let poll = std::future::poll_fn(|cx| Poll::Ready(apply.as_mut().poll(cx))).await;
@@ -912,7 +1026,7 @@ async fn dropped_mid_transaction(t: &TestDb, a: &Counters<i64>, b: &Counters<i64
         }
         drop(apply);
         tally.batches += 1;
-        let after = state(&t.db, a, b).await;
+        let after = state(db, a, b).await;
         if let Some(result) = finished {
             result.expect("a batch left to finish applies");
             tally.applied_once("[sqlite] a batch left to finish", &before, &deltas, &after);
@@ -929,9 +1043,9 @@ async fn dropped_mid_transaction(t: &TestDb, a: &Counters<i64>, b: &Counters<i64
         tally.untouched(&what, &before, &after);
         // The connection is usable again, and a retry applies it once.
         let (batch, _) = big_batch(a, b, round);
-        batch.apply(&t.db).await.expect("the retry applies");
+        batch.apply(db).await.expect("the retry applies");
         tally.batches += 1;
-        tally.applied_once(&what, &before, &deltas, &state(&t.db, a, b).await);
+        tally.applied_once(&what, &before, &deltas, &state(db, a, b).await);
         polls *= 2;
         assert!(polls < 1 << 20, "the batch never finished");
     }
@@ -942,26 +1056,21 @@ async fn dropped_mid_transaction(t: &TestDb, a: &Counters<i64>, b: &Counters<i64
     for done in 1..=txn_adds(0).len() {
         round += 1;
         let what = format!("[sqlite] a transaction dropped after {done} adds");
-        let before = state(&t.db, a, b).await;
+        let before = state(db, a, b).await;
         let adds = txn_adds(round);
         {
-            let txn = t.db.begin().await.expect("begin");
+            let txn = db.begin().await.expect("begin");
             for &(table, owner, key, delta) in &adds[..done] {
                 let counters = if table == CUT_A { a } else { b };
                 counters.add(&txn, owner, key, delta).await.expect("an add");
             }
             // Dropped without COMMIT.
         }
-        tally.untouched(&what, &before, &state(&t.db, a, b).await);
-        run_txn(&t.db, a, b, &adds)
+        tally.untouched(&what, &before, &state(db, a, b).await);
+        run_txn(db, a, b, &adds)
             .await
             .expect("the retried transaction");
-        tally.applied_once(
-            &what,
-            &before,
-            &txn_deltas(&adds),
-            &state(&t.db, a, b).await,
-        );
+        tally.applied_once(&what, &before, &txn_deltas(&adds), &state(db, a, b).await);
     }
     tally
 }

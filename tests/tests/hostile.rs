@@ -227,6 +227,39 @@ async fn keys_are_refused(t: &TestDb, payloads: &[String]) -> u64 {
             check("add", key, target.add(db, 1, key, 1).await);
             check("add 0", key, target.add(db, 1, key, 0).await);
             check("increment", key, target.increment(db, 1, key).await);
+            check("decrement", key, target.decrement(db, 1, key).await);
+            let (from, to) = (
+                chrono::Utc::now() - chrono::Duration::days(2),
+                chrono::Utc::now(),
+            );
+            check("add_at", key, target.add_at(db, 1, key, 1, from).await);
+            check(
+                "range",
+                key,
+                target.range(db, &1, key, from, to).await.map(drop),
+            );
+            check(
+                "range_many",
+                key,
+                target
+                    .range_many(db, &[1, 2], key, from, to)
+                    .await
+                    .map(drop),
+            );
+            check(
+                "series",
+                key,
+                target.series(db, &1, key, from, to).await.map(drop),
+            );
+            check(
+                "series_many",
+                key,
+                target
+                    .series_many(db, &[1, 2], key, from, to)
+                    .await
+                    .map(drop),
+            );
+            check("top", key, target.top(db, key, 10).await.map(drop));
             check("get", key, target.get(db, &1, key).await.map(drop));
             check(
                 "get_many",

@@ -48,7 +48,7 @@ use counter_core::{
     BatchOutcome, Compact, CompactStats, CounterBuffer, CounterError, CounterTable, Counters,
     DeltaBatch, Drift, FlushLedger, Reconcile, Truth, Window,
 };
-use counter_tests::{Backend, TestDb, backends, figures};
+use counter_tests::{Backend, TestDb, backends, env_number, figures};
 use proptest::{
     collection::vec,
     option,
@@ -1177,16 +1177,6 @@ impl Run<'_> {
 }
 
 // ---------------------------------------------------------------------- test
-
-fn env_number<T: std::str::FromStr>(var: &str) -> Option<T> {
-    let value = std::env::var(var).ok()?;
-    Some(
-        value
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{var}={value:?} is not a number")),
-    )
-}
 
 #[test]
 fn model_sequences() {

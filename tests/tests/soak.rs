@@ -84,14 +84,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Seconds of writing per backend: `COUNTER_SOAK_SECS`, default 10.
 fn soak_secs() -> u64 {
-    std::env::var("COUNTER_SOAK_SECS")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .map_or(10, |s| {
-            s.trim()
-                .parse()
-                .expect("COUNTER_SOAK_SECS is a whole number of seconds")
-        })
+    counter_tests::env_number("COUNTER_SOAK_SECS").unwrap_or(10)
 }
 
 /// Midnight (UTC) of past day `d`.

@@ -21,7 +21,7 @@ pub(crate) struct SlotRow<I> {
 }
 
 impl<I: TryGetable> SlotRow<I> {
-    /// A row of [`lock_slots`] (every column) or of [`delete_slots`]'s
+    /// A row of [`lock_slots`] (every column) or of [`delete_foldable`]'s
     /// `RETURNING` (no slot: the slot is not needed to fold it).
     pub(crate) fn decode(row: &QueryResult, layout: Layout) -> Result<Self> {
         Ok(Self {
@@ -86,45 +86,29 @@ pub(crate) fn lock_slots(
     dialect.backend().build(&select)
 }
 
-/// Which slot rows a compaction's `DELETE` removes.
-pub(crate) enum Victims<'a, I> {
-    /// Exactly these rows, by primary key (MySQL: there the values folded
-    /// are the ones read with `FOR UPDATE`, so nothing else may go).
-    Exactly(&'a [SlotRow<I>]),
-    /// Every row outside slot 0 of the counters (or buckets) in scope that
-    /// have at least `min_rows` rows. With `RETURNING`, whatever it deletes
-    /// comes back and is folded, so the predicate need not name rows; a
-    /// grouped subquery plans in microseconds where a list of a thousand
-    /// primary keys takes PostgreSQL milliseconds to plan.
-    Foldable {
-        keys: Option<&'a [String]>,
-        min_rows: usize,
-    },
-}
-
-/// Deletes the `victims` within the stretch `range` (which keeps the plan
-/// on the primary key's range on every backend), or exactly the rows named
-/// (see [`delete_exactly`]):
+/// Deletes every row outside slot 0 of the counters (or buckets) within the
+/// stretch `range` (which keeps the plan on the primary key's range) that
+/// have at least `min_rows` rows, and returns what it deleted (PostgreSQL
+/// and SQLite; MySQL has no `RETURNING`: see [`delete_exactly`]):
 ///
 /// ```sql
-/// -- Victims::Foldable, with RETURNING
 /// DELETE FROM t WHERE <owners> [AND count_key IN (..)] AND slot <> 0
 ///   AND (owner_id, count_key[, bucket]) IN (SELECT .. FROM t WHERE <owners> [AND count_key IN (..)]
 ///                                           GROUP BY .. HAVING COUNT(*) >= ?)
 /// RETURNING owner_id, count_key, [bucket,] value
 /// ```
 ///
-/// With `returning` (PostgreSQL and SQLite), the values come back as
-/// deleted, and those are what the compaction folds; MySQL has no
-/// `RETURNING`, so there the rows were read with `FOR UPDATE` and the
-/// compaction checks that every one of them was deleted.
-pub(crate) fn delete_slots<I: Clone + Into<Value>>(
+/// The values come back as deleted, and those are what the compaction
+/// folds, so the predicate need not name rows: a grouped subquery plans in
+/// microseconds where a list of a thousand primary keys takes PostgreSQL
+/// milliseconds to plan.
+pub(crate) fn delete_foldable(
     dialect: Dialect,
     table: &str,
     layout: Layout,
     range: &OwnerRange,
-    victims: Victims<'_, I>,
-    returning: bool,
+    keys: Option<&[String]>,
+    min_rows: usize,
 ) -> Statement {
     let owners = || condition(Expr::col(Alias::new(col::OWNER_ID)), range);
     let columns = |columns: &[&str]| Expr::tuple(columns.iter().map(|c| Expr::col(Alias::new(*c))));
@@ -133,35 +117,28 @@ pub(crate) fn delete_slots<I: Clone + Into<Value>>(
     if let Some(owners) = owners() {
         delete.and_where(owners);
     }
-    match victims {
-        Victims::Exactly(rows) => return delete_exactly(dialect, table, layout, rows),
-        Victims::Foldable { keys, min_rows } => {
-            let group: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
-            let mut foldable = Query::select();
-            foldable.columns(group.clone()).from(Alias::new(table));
-            if let Some(owners) = owners() {
-                foldable.and_where(owners);
-            }
-            if let Some(keys) = keys {
-                let keys = Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys.iter().cloned());
-                foldable.and_where(keys.clone());
-                delete.and_where(keys);
-            }
-            foldable
-                .group_by_columns(group)
-                .and_having(Expr::cust("COUNT(*)").gte(min_rows as i64));
-            delete
-                .and_where(Expr::col(Alias::new(col::SLOT)).ne(0))
-                .and_where(columns(layout.group()).in_subquery(foldable));
-        }
+    let group: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
+    let mut foldable = Query::select();
+    foldable.columns(group.clone()).from(Alias::new(table));
+    if let Some(owners) = owners() {
+        foldable.and_where(owners);
     }
-    if returning {
-        let mut columns: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
-        columns.push(Alias::new(col::VALUE));
-        delete.returning(ReturningClause::Columns(
-            columns.into_iter().map(Into::into).collect(),
-        ));
+    if let Some(keys) = keys {
+        let keys = Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys.iter().cloned());
+        foldable.and_where(keys.clone());
+        delete.and_where(keys);
     }
+    foldable
+        .group_by_columns(group)
+        .and_having(Expr::cust("COUNT(*)").gte(min_rows as i64));
+    delete
+        .and_where(Expr::col(Alias::new(col::SLOT)).ne(0))
+        .and_where(columns(layout.group()).in_subquery(foldable));
+    let mut returned: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
+    returned.push(Alias::new(col::VALUE));
+    delete.returning(ReturningClause::Columns(
+        returned.into_iter().map(Into::into).collect(),
+    ));
     dialect.backend().build(&delete)
 }
 
@@ -183,13 +160,13 @@ pub(crate) fn delete_slots<I: Clone + Into<Value>>(
 /// deadlocked with concurrent upserts of the same counters, pass after
 /// pass. `STRAIGHT_JOIN` reads the derived table first, so each row is
 /// found by its primary key (`eq_ref`) and only the rows named are locked.
-fn delete_exactly<I: Clone + Into<Value>>(
-    dialect: Dialect,
+pub(crate) fn delete_exactly<I: Clone + Into<Value>>(
     table: &str,
     layout: Layout,
     rows: &[SlotRow<I>],
 ) -> Statement {
-    debug_assert_eq!(dialect, Dialect::MySql, "MySQL/MariaDB syntax");
+    debug_assert!(!rows.is_empty(), "a derived table needs a row");
+    let dialect = Dialect::MySql;
     let q = |ident: &str| quote(dialect, ident);
     let t = q(table);
     let key = layout.primary_key();
@@ -207,7 +184,14 @@ fn delete_exactly<I: Clone + Into<Value>>(
     }
     let on: Vec<String> = key
         .iter()
-        .map(|c| format!("{t}.{0} = v.{0}", q(c)))
+        .map(|&c| match c {
+            // Compared as the key column's ASCII (`ascii_bin` wins over the
+            // derived `ascii` column's default collation: `likes` and
+            // `Likes` stay two keys), not converted row by row to the
+            // connection's character set.
+            col::COUNT_KEY => format!("{t}.{0} = CONVERT(v.{0} USING ascii)", q(c)),
+            _ => format!("{t}.{0} = v.{0}", q(c)),
+        })
         .collect();
     sql.push_str(&format!(") AS v STRAIGHT_JOIN {t} ON {}", on.join(" AND ")));
     Statement::from_sql_and_values(dialect.backend(), sql, values)
@@ -254,31 +238,13 @@ mod tests {
         );
 
         let rows = [row(1, 3), row(2, 5)];
-        let my = delete_slots(
-            Dialect::MySql,
-            "c",
-            Layout::Totals,
-            &range,
-            Victims::Exactly(&rows),
-            false,
-        );
+        let my = delete_exactly("c", Layout::Totals, &rows);
         assert_eq!(
             my.sql,
-            "DELETE FROM `c` USING (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot` UNION ALL SELECT ?, ?, ?) AS v STRAIGHT_JOIN `c` ON `c`.`owner_id` = v.`owner_id` AND `c`.`count_key` = v.`count_key` AND `c`.`slot` = v.`slot`"
+            "DELETE FROM `c` USING (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot` UNION ALL SELECT ?, ?, ?) AS v STRAIGHT_JOIN `c` ON `c`.`owner_id` = v.`owner_id` AND `c`.`count_key` = CONVERT(v.`count_key` USING ascii) AND `c`.`slot` = v.`slot`"
         );
         assert_eq!(my.values.unwrap().0.len(), 6);
-        let foldable: Victims<i64> = Victims::Foldable {
-            keys: None,
-            min_rows: 2,
-        };
-        let pg = delete_slots(
-            Dialect::Postgres,
-            "c",
-            Layout::Totals,
-            &range,
-            foldable,
-            true,
-        );
+        let pg = delete_foldable(Dialect::Postgres, "c", Layout::Totals, &range, None, 2);
         assert_eq!(
             pg.sql,
             r#"DELETE FROM "c" WHERE "owner_id" > $1 AND "owner_id" <= $2 AND "slot" <> $3 AND ("owner_id", "count_key") IN (SELECT "owner_id", "count_key" FROM "c" WHERE "owner_id" > $4 AND "owner_id" <= $5 GROUP BY "owner_id", "count_key" HAVING (COUNT(*)) >= $6) RETURNING "owner_id", "count_key", "value""#

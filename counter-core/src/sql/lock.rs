@@ -26,10 +26,12 @@ const _: () = assert!("counter_core:reconcile:".len() + 40 <= 64);
 
 /// One recount's hold on its counter's lock.
 ///
-/// The lock is named by the table, the key and the schema (PostgreSQL's
-/// `current_schema()`) or database (MySQL's `DATABASE()`) the connection
-/// works in, so that recounts of same-named tables in different schemas or
-/// databases on one server (a schema per tenant) never wait for each other.
+/// The lock is named by the table and key, and by the table itself as the
+/// connection resolves it (PostgreSQL: its oid, through `search_path`) or
+/// the database it is in (MySQL: `DATABASE()`), so that recounts of
+/// same-named tables in different schemas or databases on one server (a
+/// schema per tenant) never wait for each other, while two connections that
+/// reach one table share its lock whatever their `search_path`.
 ///
 /// * PostgreSQL: `pg_advisory_xact_lock`, taken inside each batch's
 ///   transaction ([`RecountLock::in_transaction`]) and released by its
@@ -99,8 +101,11 @@ impl RecountLock {
                 .await?;
             let lock = Statement::from_sql_and_values(
                 backend,
-                "SELECT pg_advisory_xact_lock($1 # hashtextextended(COALESCE(current_schema(), ''), 0))",
-                [Value::from(lock_id(table, key))],
+                "SELECT pg_advisory_xact_lock($1 # COALESCE(to_regclass($2)::oid::bigint, 0))",
+                [
+                    Value::from(lock_id(table, key)),
+                    Value::from(super::quote(Dialect::Postgres, table)),
+                ],
             );
             txn.execute_raw(lock).await?;
         }

@@ -19,7 +19,7 @@ mod sum;
 mod upsert;
 
 pub(crate) use buckets::{bucket_sums, prune_buckets};
-pub(crate) use compact::{SlotRow, Victims, delete_slots, lock_slots};
+pub(crate) use compact::{SlotRow, delete_exactly, delete_foldable, lock_slots};
 #[cfg_attr(not(feature = "migration"), allow(unused_imports))]
 pub(crate) use ddl::{create_bucket_table, create_key_index, key_index_name};
 pub(crate) use ddl::{create_table, drop_table};
