@@ -377,6 +377,34 @@ pub mod raw {
             .collect()
     }
 
+    /// Every `(owner, key, slot, value)` row of an `i64`-owned `table`, in
+    /// primary-key order.
+    pub async fn all_slot_rows(
+        db: &DatabaseConnection,
+        table: &str,
+    ) -> Vec<(i64, String, i16, i64)> {
+        let select = Query::select()
+            .columns(["owner_id", "count_key", "slot", "value"].map(Alias::new))
+            .from(Alias::new(table))
+            .order_by(Alias::new("owner_id"), sea_orm::Order::Asc)
+            .order_by(Alias::new("count_key"), sea_orm::Order::Asc)
+            .order_by(Alias::new("slot"), sea_orm::Order::Asc)
+            .to_owned();
+        db.query_all(&select)
+            .await
+            .expect("read rows")
+            .iter()
+            .map(|r| {
+                (
+                    r.try_get("", "owner_id").expect("owner_id"),
+                    r.try_get("", "count_key").expect("count_key"),
+                    r.try_get("", "slot").expect("slot"),
+                    r.try_get("", "value").expect("value"),
+                )
+            })
+            .collect()
+    }
+
     /// Rows in `table`.
     pub async fn count_rows(db: &DatabaseConnection, table: &str) -> i64 {
         let select = Query::select()

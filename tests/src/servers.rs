@@ -66,7 +66,7 @@ pub trait PrivateServer: Send + Sync + 'static {
 /// ([`POSTGRES_URL_VAR`] or [`MYSQL_URL_VAR`]) should run: the variable is
 /// set and not blank. Prints the reason when they should not.
 pub fn wanted(var: &str, test: &str) -> bool {
-    let set = std::env::var(var).is_ok_and(|url| !url.trim().is_empty());
+    let set = super::configured(var).is_some();
     if !set {
         eprintln!("skipped {test}: {var} is not set (it needs a private server of that backend)");
     }

@@ -633,28 +633,24 @@ async fn restarted_under_direct_writes<S: PrivateServer>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_restarted_under_direct_writes_loses_no_acknowledged_increment() {
-    if !servers::wanted(
-        POSTGRES_URL_VAR,
-        "postgres_restarted_under_direct_writes_loses_no_acknowledged_increment",
-    ) {
-        return;
-    }
-    let began = Instant::now();
-    let server = servers::launch(PrivatePostgres::start).await;
-    restarted_under_direct_writes(server, "postgres", began).await;
+    on_a_private_server(POSTGRES_URL_VAR, PrivatePostgres::start, "postgres").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mariadb_restarted_under_direct_writes_loses_no_acknowledged_increment() {
-    if !servers::wanted(
-        MYSQL_URL_VAR,
-        "mariadb_restarted_under_direct_writes_loses_no_acknowledged_increment",
-    ) {
+    on_a_private_server(MYSQL_URL_VAR, PrivateMariaDb::start, "mysql").await;
+}
+
+/// Test A on a private server of the backend whose URL variable is `var`
+/// (skipped when it is not set).
+async fn on_a_private_server<S: PrivateServer>(var: &str, start: fn() -> S, backend: &str) {
+    let test = format!("{backend}: restarted under direct writes");
+    if !servers::wanted(var, &test) {
         return;
     }
     let began = Instant::now();
-    let server = servers::launch(PrivateMariaDb::start).await;
-    restarted_under_direct_writes(server, "mysql", began).await;
+    let server = servers::launch(start).await;
+    restarted_under_direct_writes(server, backend, began).await;
 }
 
 // ---------------------------------------------------------------------------

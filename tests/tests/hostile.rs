@@ -159,30 +159,6 @@ fn phantom_truth() -> Truth {
     )
 }
 
-/// Every `(owner, key, slot, value)` row of an `i64`-owned table.
-async fn rows_i64(db: &DatabaseConnection, table: &str) -> Vec<(i64, String, i16, i64)> {
-    let select = Query::select()
-        .columns(["owner_id", "count_key", "slot", "value"].map(Alias::new))
-        .from(Alias::new(table))
-        .order_by(Alias::new("owner_id"), sea_orm::Order::Asc)
-        .order_by(Alias::new("count_key"), sea_orm::Order::Asc)
-        .order_by(Alias::new("slot"), sea_orm::Order::Asc)
-        .to_owned();
-    db.query_all(&select)
-        .await
-        .expect("read rows")
-        .iter()
-        .map(|r| {
-            (
-                r.try_get("", "owner_id").unwrap(),
-                r.try_get("", "count_key").unwrap(),
-                r.try_get("", "slot").unwrap(),
-                r.try_get("", "value").unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// The distinct `owner_id`s of a string-owned table, as the database holds them.
 async fn stored_string_owners(db: &DatabaseConnection, table: &str) -> BTreeSet<String> {
     let select = Query::select()
@@ -443,11 +419,11 @@ async fn hostile_keys_are_refused_and_hostile_owners_are_data() {
         let c = counters::<i64>("hostile_c", 4);
         c.create_table(db).await.unwrap();
         c.add(db, 1, "likes", 5).await.unwrap();
-        let before = rows_i64(db, "hostile_c").await;
+        let before = raw::all_slot_rows(db, "hostile_c").await;
 
         let mut rejected = keys_are_refused(&t, &payloads).await;
         assert_eq!(
-            rows_i64(db, "hostile_c").await,
+            raw::all_slot_rows(db, "hostile_c").await,
             before,
             "[{b}] a refused key wrote"
         );
@@ -747,7 +723,7 @@ async fn overflow_at_the_i64_boundaries() {
 
         // A DeltaBatch whose folds fit, one of whose counters the database
         // cannot take: nothing is applied, in one statement or many.
-        let before = rows_i64(db, "edge").await;
+        let before = raw::all_slot_rows(db, "edge").await;
         for (key, delta) in [("up", 1), ("down", -1)] {
             let mut small = DeltaBatch::new();
             small.add(&c, 2, "a", 5).unwrap();
@@ -767,7 +743,7 @@ async fn overflow_at_the_i64_boundaries() {
             big.add(&c, edge_owner, key, delta).unwrap();
             let r = big.apply(db).await;
             assert!(is_overflow(&r), "[{b}] 3-chunk batch over {key}: {r:?}");
-            let others: Vec<_> = rows_i64(db, "edge")
+            let others: Vec<_> = raw::all_slot_rows(db, "edge")
                 .await
                 .into_iter()
                 .filter(|r| r.0 != edge_owner)
