@@ -180,8 +180,8 @@ impl<I: OwnerId> Counters<I> {
             }
         }
         let mut deleted = 0;
-        let mut stretches = walk::Stretches::new(&buckets, PRUNE_ROWS_PER_STATEMENT);
-        while let Some(range) = stretches.next::<I, _>(db).await? {
+        let mut stretches = walk::Stretches::<I>::new("prune", &buckets, PRUNE_ROWS_PER_STATEMENT);
+        while let Some(range) = stretches.next(db).await? {
             for (window, keys) in &by_window {
                 // The last start whose bucket ends at or before `before`.
                 let last = before.timestamp() - window.seconds();

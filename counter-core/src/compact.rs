@@ -229,8 +229,9 @@ impl<I: OwnerId> Counters<I> {
                 }
             }
             None => {
-                let mut stretches = walk::Stretches::new(table, options.batch_rows as u64);
-                while let Some(range) = stretches.next::<I, _>(db).await? {
+                let mut stretches =
+                    walk::Stretches::<I>::new("compaction", table, options.batch_rows as u64);
+                while let Some(range) = stretches.next(db).await? {
                     stats.add(
                         self.compact_batch(db, table, layout, &range, options)
                             .await?,

@@ -273,6 +273,24 @@ pub enum CounterError {
     )]
     NoRuntime,
 
+    /// A batch of a recount, compaction or prune walk did not move strictly
+    /// forward through the owners, or returned owners outside its bounds:
+    /// the database ordered owner ids unlike the companion table (a
+    /// hand-written truth query that compares owners in another collation;
+    /// see [`Truth::query`](crate::Truth::query)). The walk stops here
+    /// instead of repeating batches; the batches before it were applied.
+    #[error("the {walk} of `{table}` cannot advance past owner {owner}: {reason}")]
+    WalkStalled {
+        /// `recount`, `compaction` or `prune`.
+        walk: &'static str,
+        /// The counter table walked.
+        table: String,
+        /// The owner the walk had reached (debug form).
+        owner: String,
+        /// What the batch did wrong.
+        reason: &'static str,
+    },
+
     /// Any other database error, unchanged.
     #[error("database error: {0}")]
     Database(#[from] DbErr),

@@ -6,6 +6,15 @@
 //! concurrent deletes of one row only the first finds it and decrements; the
 //! second waits for the first to commit, then finds nothing.
 //!
+//! What the statement after the hook changes is what the hook locked: an
+//! update whose row is not there when its hook looks fails with
+//! `DbErr::RecordNotUpdated` before it writes (as sea-orm's own update of a
+//! missing row does), and a delete whose row is not there removes nothing
+//! that is counted. A row of the same key inserted at that instant is kept
+//! apart by the row lock on MySQL/MariaDB, by `BEGIN IMMEDIATE` on SQLite
+//! and, on PostgreSQL, for entities whose key the application chooses, by a
+//! transaction-scoped lock on the key (see `sql::row_key_lock`).
+//!
 //! `before_save` and `before_delete` write the counters before sea-orm
 //! writes the row. On PostgreSQL a failed row write aborts the transaction;
 //! on MySQL and SQLite it does not, so **after any error, roll the
@@ -17,7 +26,10 @@ use std::any::type_name;
 use sea_orm::{ConnectionTrait, DatabaseExecutor, DbErr, EntityTrait};
 
 use super::{CounterCache, rows};
-use crate::{CounterError, DeltaBatch, retry};
+use crate::{
+    CounterError, DeltaBatch, retry,
+    sql::{self, Dialect},
+};
 
 /// The `before_save` hook: on an update that changes a counted column (the
 /// parent id, the summed amount or the condition), locks and reads the old
@@ -47,9 +59,12 @@ where
     let Some(key) = rows::key_of_active(&am) else {
         return Ok(am);
     };
+    lock_key::<E, C>(db, &am, true).await?;
     let Some(old) = rows::lock::<E, C>(db, key).await?.pop() else {
-        // No such row: sea-orm's update fails with RecordNotUpdated.
-        return Ok(am);
+        // No row to move, so nothing may be updated: sea-orm's `UPDATE`
+        // would run under a newer snapshot and could update a row inserted
+        // since, whose contribution this hook never moved.
+        return Err(DbErr::RecordNotUpdated);
     };
     let new = rows::merged::<E>(&old, &am)?;
     count::<E, C>(db, [(&old, -1), (&new, 1)]).await?;
@@ -65,9 +80,48 @@ where
 {
     if insert {
         require_transaction::<E, C>()?;
+        lock_model_key::<E, C>(db, &model).await?;
         count::<E, C>(db, [(&model, 1)]).await?;
     }
     Ok(model)
+}
+
+/// PostgreSQL, natural keys: the inserted row's key lock, shared (see
+/// `sql::row_key_lock`).
+pub(super) async fn lock_model_key<E, C>(db: &C, model: &E::Model) -> Result<(), DbErr>
+where
+    E: CounterCache,
+    C: ConnectionTrait,
+{
+    lock_values::<E, C>(db, &rows::key_of::<E>(model), false).await
+}
+
+/// PostgreSQL, natural keys: the row key lock of a delete or a move,
+/// exclusive, taken before the row is read (see `sql::row_key_lock`).
+async fn lock_key<E, C>(db: &C, am: &E::ActiveModel, exclusive: bool) -> Result<(), DbErr>
+where
+    E: CounterCache,
+    C: ConnectionTrait,
+{
+    match rows::key_values_of_active(am) {
+        Some(key) => lock_values::<E, C>(db, &key, exclusive).await,
+        None => Ok(()),
+    }
+}
+
+async fn lock_values<E, C>(db: &C, key: &[sea_orm::Value], exclusive: bool) -> Result<(), DbErr>
+where
+    E: CounterCache,
+    C: ConnectionTrait,
+{
+    if !rows::natural_key::<E>() {
+        return Ok(());
+    }
+    let dialect = Dialect::of(db).map_err(CounterError::into_db_err)?;
+    if let Some(lock) = sql::row_key_lock(dialect, &rows::table_name::<E>(), key, exclusive) {
+        db.execute_raw(lock).await?;
+    }
+    Ok(())
 }
 
 /// The `before_delete` hook: locks and reads the row, and takes its
@@ -82,6 +136,7 @@ where
     let Some(key) = rows::key_of_active(&am) else {
         return Ok(am);
     };
+    lock_key::<E, C>(db, &am, true).await?;
     if let Some(old) = rows::lock::<E, C>(db, key).await?.pop() {
         count::<E, C>(db, [(&old, -1)]).await?;
     }

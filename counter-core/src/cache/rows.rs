@@ -2,8 +2,8 @@
 
 use sea_orm::{
     ActiveModelTrait, ActiveValue, ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait,
-    IntoActiveModel, Iterable, ModelTrait, PrimaryKeyToColumn, QueryFilter, QueryOrder,
-    QuerySelect, TryIntoModel, Value,
+    IntoActiveModel, Iterable, ModelTrait, PrimaryKeyToColumn, PrimaryKeyTrait, QueryFilter,
+    QueryOrder, QuerySelect, TryIntoModel, Value,
 };
 
 use super::CounterCache;
@@ -30,8 +30,24 @@ pub(crate) fn key_of_active<A: ActiveModelTrait>(am: &A) -> Option<Condition> {
     Some(cond)
 }
 
+/// The primary key values an active model has set, column by column, or
+/// `None` when one is not set.
+pub(crate) fn key_values_of_active<A: ActiveModelTrait>(am: &A) -> Option<Vec<Value>> {
+    key_columns::<A::Entity>()
+        .into_iter()
+        .map(|col| am.get(col).into_value())
+        .collect()
+}
+
+/// Whether the entity's key is chosen by the application (a natural key,
+/// such as a join table's `(article_id, user_id)`), so that a row deleted
+/// and one inserted concurrently can carry the same key.
+pub(crate) fn natural_key<E: EntityTrait>() -> bool {
+    !<E::PrimaryKey as PrimaryKeyTrait>::auto_increment()
+}
+
 /// The primary key of a model, column by column.
-fn key_of<E: EntityTrait>(model: &E::Model) -> Vec<Value> {
+pub(crate) fn key_of<E: EntityTrait>(model: &E::Model) -> Vec<Value> {
     key_columns::<E>()
         .into_iter()
         .map(|col| model.get(col))

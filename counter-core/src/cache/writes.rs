@@ -6,6 +6,7 @@ use std::{future::Future, pin::Pin};
 use sea_orm::{
     ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, Iterable, QueryFilter,
     SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
+    sea_query::{Expr, ExprTrait},
 };
 
 use super::{CounterCache, hooks, rows};
@@ -63,15 +64,29 @@ where
     .await
 }
 
-/// Deletes a row, uncounted by the hooks if this delete removed it.
+/// Deletes a row, uncounted by the hooks, if it is there when it is locked.
+/// A row that is not there is not deleted at all: a `DELETE` sent anyway
+/// would run under a newer snapshot (READ COMMITTED) and could remove a row
+/// of the same key inserted and committed since, which nothing uncounted.
 pub(super) async fn delete<E, C>(db: &C, am: E::ActiveModel) -> Result<DeleteResult>
 where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
+    let key = rows::key_of_active(&am);
     in_own_transaction::<E, C, _, _>(db, |txn| {
-        let am = am.clone();
-        Box::pin(async move { am.delete(txn).await })
+        let (am, key) = (am.clone(), key.clone());
+        Box::pin(async move {
+            // Without its key, sea-orm refuses the delete with its own error.
+            if let Some(key) = key
+                && rows::lock::<E, _>(txn, key).await?.is_empty()
+            {
+                // A statement that matches nothing: the only way to make
+                // sea-orm's `DeleteResult` (non-exhaustive) of 0 rows.
+                return E::delete_many().filter(Expr::val(1).eq(2)).exec(txn).await;
+            }
+            am.delete(txn).await
+        })
     })
     .await
 }
@@ -102,6 +117,9 @@ where
                 for row in rows {
                     models.push(E::insert(row).exec_with_returning(txn).await?);
                 }
+            }
+            for model in &models {
+                hooks::lock_model_key::<E, _>(txn, model).await?;
             }
             hooks::count::<E, _>(txn, models.iter().map(|m| (m, 1))).await?;
             Ok(models)

@@ -23,7 +23,7 @@
 
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, QueryTrait, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait, Value,
+    TransactionOptions, TransactionTrait,
     sea_query::{IntoColumnRef, IntoTableRef, SelectStatement},
 };
 
@@ -31,9 +31,10 @@ use crate::{
     CounterCache, Counters, DeltaBatch,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
-    owner::{self, OwnerId},
+    owner::{self, OwnerColumn, OwnerId},
     retry,
     sql::{self, Dialect, OwnerIndex, OwnerRange, RecountLock, TruthSql},
+    walk::Forward,
 };
 
 /// The largest [`Reconcile::batch_size`]: a batch's owners may be bound
@@ -72,7 +73,7 @@ enum Source {
     Query(Box<SelectStatement>),
     Cache {
         child: &'static str,
-        resolve: fn(&str, &str) -> Option<TruthSql>,
+        resolve: fn(Dialect, OwnerColumn, &str, &str) -> Option<TruthSql>,
     },
 }
 
@@ -83,9 +84,29 @@ impl Truth {
     /// error, not a rounded count; rows with a `NULL` owner are ignored), at
     /// most one row per owner.
     ///
-    /// String owners: the truth's owner column must compare like the counter
-    /// table's `owner_id` (binary on MySQL, `utf8mb4_bin`), or batches cut by
-    /// one ordering miss rows sorted by the other.
+    /// # String owners
+    ///
+    /// The recount compares, orders and bounds the query's owner column in
+    /// the companion table's exact collation (`COLLATE "C"` on PostgreSQL,
+    /// `utf8mb4_bin` on MySQL/MariaDB, `BINARY` on SQLite), whatever the
+    /// column's own. What it cannot undo is the query's own `GROUP BY`: on
+    /// a column in MySQL's default `utf8mb4_general_ci`, `GROUP BY post_id`
+    /// makes `abc`, `ABC` and `Abç` one row, and the recount would move
+    /// counts between them. So group (and filter, and join) string owner ids
+    /// in that exact collation too:
+    ///
+    /// ```sql
+    /// -- MySQL/MariaDB
+    /// SELECT CONVERT(post_id USING utf8mb4) COLLATE utf8mb4_bin, COUNT(*)
+    ///   FROM comments GROUP BY CONVERT(post_id USING utf8mb4) COLLATE utf8mb4_bin
+    /// -- PostgreSQL (any database collation; nondeterministic ICU ones included)
+    /// SELECT post_id COLLATE "C", COUNT(*) FROM comments GROUP BY post_id COLLATE "C"
+    /// ```
+    ///
+    /// [`Truth::counter_cache`] does this for you. A query whose owners come
+    /// back in another order than the companion table's is caught by the
+    /// walk's order check ([`CounterError::WalkStalled`]) rather than looped
+    /// on, but ids it merged cannot be told apart afterwards.
     pub fn query<Q: QueryTrait<QueryStatement = SelectStatement>>(query: Q) -> Self {
         Self::statement(query.into_query())
     }
@@ -134,20 +155,26 @@ impl Truth {
         }
     }
 
-    fn resolve(self, table: &str, key: &str) -> Result<TruthSql> {
-        let mut truth = match self.source {
-            Source::Query(query) => TruthSql {
-                query: *query,
-                owners: None,
-            },
-            Source::Cache { child, resolve } => {
-                resolve(table, key).ok_or_else(|| CounterError::NoCounterCache {
-                    child,
-                    table: table.to_owned(),
-                    key: key.to_owned(),
-                })?
-            }
-        };
+    fn resolve(
+        self,
+        dialect: Dialect,
+        column: OwnerColumn,
+        table: &str,
+        key: &str,
+    ) -> Result<TruthSql> {
+        let mut truth =
+            match self.source {
+                Source::Query(query) => TruthSql {
+                    query: *query,
+                    owners: None,
+                },
+                Source::Cache { child, resolve } => resolve(dialect, column, table, key)
+                    .ok_or_else(|| CounterError::NoCounterCache {
+                        child,
+                        table: table.to_owned(),
+                        key: key.to_owned(),
+                    })?,
+            };
         if let Some(owners) = self.owners {
             truth.owners = Some(owners);
         }
@@ -161,11 +188,18 @@ impl From<SelectStatement> for Truth {
     }
 }
 
-fn cache_truth<E: CounterCache>(table: &str, key: &str) -> Option<TruthSql> {
+fn cache_truth<E: CounterCache>(
+    dialect: Dialect,
+    column: OwnerColumn,
+    table: &str,
+    key: &str,
+) -> Option<TruthSql> {
     let rule = E::cache_rules()
         .into_iter()
         .find(|rule| rule.parent_table == table && rule.key == key)?;
     Some(sql::cache_truth(
+        dialect,
+        column,
         E::default(),
         rule.via,
         rule.sum,
@@ -338,7 +372,10 @@ impl<I: OwnerId> Counters<I> {
                 max: MAX_RECONCILE_BATCH,
             });
         }
-        let truth = truth.into().resolve(self.table().name(), key)?;
+        let dialect = Dialect::of(db)?;
+        let truth = truth
+            .into()
+            .resolve(dialect, I::COLUMN, self.table().name(), key)?;
         let mut report = ReconcileReport {
             dry_run: options.dry_run,
             ..ReconcileReport::default()
@@ -361,26 +398,34 @@ impl<I: OwnerId> Counters<I> {
             }
             None => {
                 let limit = options.batch_size as u64;
-                let mut after: Option<Value> = None;
+                let mut after: Option<I> = None;
                 loop {
                     let upto = self
-                        .batch_bound(db, key, &truth, after.clone(), limit)
+                        .batch_bound(db, key, &truth, after.as_ref(), limit)
                         .await?;
                     let range = OwnerRange::Keyset {
-                        after: after.clone(),
-                        upto: upto.clone(),
+                        after: after.clone().map(Into::into),
+                        upto: upto.clone().map(Into::into),
                         limit,
                     };
                     let seen = self
                         .reconcile_batch(db, key, &truth, range, lock.as_mut())
                         .await?;
+                    let owners: Vec<&I> = seen.iter().map(|d| &d.owner).collect();
+                    Forward::new("recount", dialect, self.table().name()).check(
+                        after.as_ref(),
+                        upto.as_ref(),
+                        &owners,
+                    )?;
                     let full = seen.len() as u64 == limit;
-                    let last = seen.last().map(|d| d.owner.clone().into());
+                    let last = seen.last().map(|d| d.owner.clone());
                     report.add(seen.len() as u64, seen);
-                    after = match (full, upto) {
-                        (true, _) => last,
-                        (false, Some(upto)) => Some(upto),
-                        (false, None) => break,
+                    // Each batch ends past the last: the walk takes at most
+                    // one batch per owner in scope, and always ends.
+                    after = match (full, last, upto) {
+                        (true, Some(last), _) => Some(last),
+                        (_, _, Some(upto)) => Some(upto),
+                        (_, _, None) => break,
                     };
                 }
             }
@@ -396,20 +441,24 @@ impl<I: OwnerId> Counters<I> {
         db: &DatabaseConnection,
         key: &str,
         truth: &TruthSql,
-        after: Option<Value>,
+        after: Option<&I>,
         limit: u64,
-    ) -> Result<Option<Value>> {
+    ) -> Result<Option<I>> {
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
+        let after = after.cloned().map(Into::into);
         let mut bound: Option<I> = None;
-        for stmt in sql::nth_owners(dialect, table, key, truth, after, limit) {
+        for stmt in sql::nth_owners(dialect, I::COLUMN, table, key, truth, after, limit) {
             let row = retry::run(db, table, || db.query_one_raw(stmt.clone())).await?;
             if let Some(row) = row {
                 let owner = row.try_get::<I>("", "owner_id")?;
-                bound = Some(bound.map_or(owner.clone(), |b| b.min(owner)));
+                bound = Some(match bound {
+                    Some(b) if sql::owner_order(dialect, &b, &owner).is_le() => b,
+                    _ => owner,
+                });
             }
         }
-        Ok(bound.map(Into::into))
+        Ok(bound)
     }
 
     /// One batch: its snapshot and, unless a dry run (no `lock`), its
@@ -425,7 +474,7 @@ impl<I: OwnerId> Counters<I> {
     ) -> Result<Vec<Drift<I>>> {
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
-        let snapshot = sql::snapshot(dialect, table, key, truth, &range);
+        let snapshot = sql::snapshot(dialect, I::COLUMN, table, key, truth, &range);
         let Some(lock) = lock else {
             let rows = retry::run(db, table, || db.query_all_raw(snapshot.clone())).await?;
             return decode(&rows, table);

@@ -130,6 +130,72 @@ impl RecountLock {
     }
 }
 
+/// PostgreSQL: the statement that locks one child row's primary key for
+/// the rest of the transaction (`exclusive` for a delete or a move, shared
+/// for an insert), or `None` on the other backends, which need none.
+///
+/// Why: a counter-cache hook decides by a locking read of the row. Under
+/// READ COMMITTED a delete (or move) that finds no row, because the insert
+/// of that key has not committed yet, would then have its `DELETE` run
+/// under a new snapshot and remove the row committed in between, which it
+/// never uncounted. With this lock, taken before the read by the deleter
+/// and after the `INSERT` by the inserter, the two are ordered: either the
+/// delete's read sees the committed row, or the insert commits after the
+/// delete has finished. Only keys an application chooses can meet again
+/// (natural keys: a join table's `(article_id, user_id)`), so entities with
+/// an auto-increment key skip it. MySQL/MariaDB need none: their locking
+/// reads wait for an uncommitted insert of the key and, under REPEATABLE
+/// READ, lock the gap where a missing key would go; SQLite's writers are
+/// serialised by `BEGIN IMMEDIATE`.
+///
+/// The two-`int4` advisory lock space (table hash, key hash) is apart from
+/// the recount lock's `bigint` one; a hash collision only makes two
+/// writers wait for each other.
+pub(crate) fn row_key_lock(
+    dialect: Dialect,
+    table: &str,
+    key: &[Value],
+    exclusive: bool,
+) -> Option<Statement> {
+    if dialect != Dialect::Postgres {
+        return None;
+    }
+    let table_id = super::fnv1a(table.bytes()) as u32 as i32;
+    let mut bytes = Vec::new();
+    for value in key {
+        bytes.extend(canonical(value).into_bytes());
+        bytes.push(0);
+    }
+    let key_id = super::fnv1a(bytes) as u32 as i32;
+    let sql = match exclusive {
+        true => "SELECT pg_advisory_xact_lock($1, $2)",
+        false => "SELECT pg_advisory_xact_lock_shared($1, $2)",
+    };
+    Some(Statement::from_sql_and_values(
+        Dialect::Postgres.backend(),
+        sql,
+        [Value::from(table_id), Value::from(key_id)],
+    ))
+}
+
+/// A key column's value as text that is the same for every integer width,
+/// so an `i32` and an `i64` of one key lock alike.
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::TinyInt(Some(v)) => v.to_string(),
+        Value::SmallInt(Some(v)) => v.to_string(),
+        Value::Int(Some(v)) => v.to_string(),
+        Value::BigInt(Some(v)) => v.to_string(),
+        Value::TinyUnsigned(Some(v)) => v.to_string(),
+        Value::SmallUnsigned(Some(v)) => v.to_string(),
+        Value::Unsigned(Some(v)) => v.to_string(),
+        Value::BigUnsigned(Some(v)) => v.to_string(),
+        Value::String(Some(v)) => v.clone(),
+        Value::Uuid(Some(v)) => v.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
 #[cfg(feature = "sqlx-mysql")]
 async fn mysql_session(db: &DatabaseConnection, table: &str, key: &str) -> Result<RecountLock> {
     use sea_orm::DatabaseConnectionType;
@@ -175,6 +241,20 @@ fn lock_id(table: &str, key: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_key_locks_are_postgres_only_and_width_blind() {
+        let lock = |key: Value| row_key_lock(Dialect::Postgres, "favorites", &[key], true);
+        assert_eq!(
+            lock(Value::from(7i32)).map(|s| s.values),
+            lock(Value::from(7i64)).map(|s| s.values)
+        );
+        assert_ne!(
+            lock(Value::from(7i64)).map(|s| s.values),
+            lock(Value::from(8i64)).map(|s| s.values)
+        );
+        assert!(row_key_lock(Dialect::MySql, "favorites", &[Value::from(7i64)], true).is_none());
+    }
 
     #[test]
     fn lock_ids_are_stable_and_distinct() {

@@ -9,7 +9,8 @@ use sea_orm::{
     },
 };
 
-use super::{Dialect, OwnerRange, col, range::restrict, text_type};
+use super::{Dialect, OwnerRange, col, order::exact_owner, range::restrict, text_type};
+use crate::owner::OwnerColumn;
 
 /// A recount's truth: the query, and where its owners can be listed in
 /// order cheaply, if known.
@@ -38,8 +39,8 @@ const CURRENT_TOTAL: &str = "current_total";
 /// WITH counter_truth (owner_id, total) AS (<truth>)
 /// SELECT owner_id, CAST(COALESCE(SUM(truth_total), 0) AS TEXT) AS truth_total,
 ///        CAST(COALESCE(SUM(current_total), 0) AS TEXT) AS current_total
-/// FROM (SELECT owner_id, total AS truth_total, 0 AS current_total
-///         FROM counter_truth WHERE owner_id IS NOT NULL AND <range>
+/// FROM (SELECT exact(owner_id) AS owner_id, total AS truth_total, 0 AS current_total
+///         FROM counter_truth WHERE owner_id IS NOT NULL AND <range on exact(owner_id)>
 ///       UNION ALL
 ///       SELECT owner_id, 0, value FROM <table> WHERE count_key = ? AND <range>) AS u
 /// GROUP BY owner_id ORDER BY owner_id [LIMIT n]
@@ -47,15 +48,19 @@ const CURRENT_TOTAL: &str = "current_total";
 ///
 /// The `UNION ALL` stands in for a full outer join, which MySQL lacks: an
 /// owner with slot rows but no children is found (truth 0), as is one with
-/// children but no slot rows (current 0).
+/// children but no slot rows (current 0). `exact` is
+/// [`exact_owner`]: both sides of the union, and so its grouping, ordering
+/// and bounds, compare string owners in the companion table's collation.
 pub(crate) fn snapshot(
     dialect: Dialect,
+    column: OwnerColumn,
     table: &str,
     key: &str,
     truth: &TruthSql,
     range: &OwnerRange,
 ) -> Statement {
     let restrict = |select: &mut SelectStatement, owner: Expr| restrict(select, owner, range);
+    let exact = |owner: Expr| exact_owner(dialect, column, owner);
     let owner = || Expr::col(Alias::new(col::OWNER_ID));
     // Where the owner column of the truth is known, the batch's range goes
     // into the truth query itself: MariaDB does not push it into a grouped
@@ -63,17 +68,17 @@ pub(crate) fn snapshot(
     // every child row for every batch.
     let mut truth_query = truth.query.clone();
     if let Some(index) = &truth.owners {
-        restrict(&mut truth_query, Expr::col(index.column.clone()));
+        restrict(&mut truth_query, exact(Expr::col(index.column.clone())));
     }
 
     let mut union = Query::select();
     union
-        .column(Alias::new(col::OWNER_ID))
+        .expr_as(exact(owner()), Alias::new(col::OWNER_ID))
         .expr_as(Expr::col(Alias::new("total")), Alias::new(TRUTH_TOTAL))
         .expr_as(Expr::val(0i64), Alias::new(CURRENT_TOTAL))
         .from(Alias::new(TRUTH))
         .and_where(owner().is_not_null());
-    restrict(&mut union, owner());
+    restrict(&mut union, exact(owner()));
     let mut stored = Query::select();
     stored
         .column(Alias::new(col::OWNER_ID))
@@ -121,9 +126,11 @@ fn truth_cte(truth: SelectStatement) -> WithClause {
 ///
 /// ```sql
 /// WITH counter_truth (owner_id, total) AS (<truth>)
-/// SELECT owner_id FROM counter_truth WHERE owner_id > ? ORDER BY owner_id LIMIT 1 OFFSET n-1;
+/// SELECT exact(owner_id) AS owner_id FROM counter_truth WHERE exact(owner_id) > ? ORDER BY owner_id LIMIT 1 OFFSET n-1;
 /// SELECT DISTINCT owner_id FROM <table> WHERE count_key = ? AND owner_id > ? ORDER BY owner_id LIMIT 1 OFFSET n-1
 /// ```
+///
+/// (`exact` as in [`snapshot`]: both sides walk in one order.)
 ///
 /// The smaller one bounds the next snapshot (`owner_id <= bound`), so each
 /// batch reads its own stretch of both tables instead of everything after
@@ -132,6 +139,7 @@ fn truth_cte(truth: SelectStatement) -> WithClause {
 /// together cover every one of them.)
 pub(crate) fn nth_owners(
     dialect: Dialect,
+    column: OwnerColumn,
     table: &str,
     key: &str,
     truth: &TruthSql,
@@ -143,8 +151,8 @@ pub(crate) fn nth_owners(
         upto: None,
         limit: n,
     };
+    let exact = |owner: Expr| exact_owner(dialect, column, owner);
     let nth = |select: &mut SelectStatement, owner: Expr| {
-        select.and_where(owner.clone().is_not_null());
         restrict(select, owner, &after);
         select
             .order_by(Alias::new(col::OWNER_ID), Order::Asc)
@@ -158,9 +166,13 @@ pub(crate) fn nth_owners(
             let mut select = Query::select();
             select
                 .distinct()
-                .expr_as(Expr::col(index.column.clone()), Alias::new(col::OWNER_ID))
-                .from(index.table.clone());
-            nth(&mut select, Expr::col(index.column.clone()));
+                .expr_as(
+                    exact(Expr::col(index.column.clone())),
+                    Alias::new(col::OWNER_ID),
+                )
+                .from(index.table.clone())
+                .and_where(Expr::col(index.column.clone()).is_not_null());
+            nth(&mut select, exact(Expr::col(index.column.clone())));
             dialect.backend().build(&select)
         }
         // Through the truth query: PostgreSQL pushes the bound into it;
@@ -168,9 +180,13 @@ pub(crate) fn nth_owners(
         None => {
             let mut select = Query::select();
             select
-                .column(Alias::new(col::OWNER_ID))
-                .from(Alias::new(TRUTH));
-            nth(&mut select, Expr::col(Alias::new(col::OWNER_ID)));
+                .expr_as(
+                    exact(Expr::col(Alias::new(col::OWNER_ID))),
+                    Alias::new(col::OWNER_ID),
+                )
+                .from(Alias::new(TRUTH))
+                .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_not_null());
+            nth(&mut select, exact(Expr::col(Alias::new(col::OWNER_ID))));
             dialect
                 .backend()
                 .build(&select.with(truth_cte(truth.query.clone())))
@@ -190,8 +206,13 @@ pub(crate) fn nth_owners(
 pub(crate) const SNAPSHOT_TOTALS: [&str; 2] = [TRUTH_TOTAL, CURRENT_TOTAL];
 
 /// The true counts of a declared counter cache:
-/// `SELECT via, COUNT(*) | SUM(sum) FROM child WHERE via IS NOT NULL [AND when = b] GROUP BY via`.
+/// `SELECT exact(via), COUNT(*) | SUM(sum) FROM child WHERE via IS NOT NULL
+/// [AND when = b] GROUP BY exact(via)`, grouped in the companion table's
+/// collation (see [`exact_owner`]): `abc` and `ABC` are two owners even
+/// where the child's column compares them as one.
 pub(crate) fn cache_truth<T, C>(
+    dialect: Dialect,
+    column: OwnerColumn,
     child: T,
     via: C,
     sum: Option<C>,
@@ -202,8 +223,9 @@ where
     C: IntoColumnRef + Clone,
 {
     let child = child.into_table_ref();
+    let owner = exact_owner(dialect, column, Expr::col(via.clone()));
     let mut select = Query::select();
-    select.expr(Expr::col(via.clone()));
+    select.expr(owner.clone());
     match sum {
         Some(amount) => select.expr(Expr::col(amount).sum()),
         None => select.expr(Expr::col(Asterisk).count()),
@@ -214,7 +236,7 @@ where
     if let Some((flag, expected)) = when {
         select.and_where(Expr::col(flag).eq(expected));
     }
-    select.group_by_col(via.clone());
+    select.add_group_by([owner]);
     TruthSql {
         query: select,
         owners: Some(OwnerIndex {
@@ -231,13 +253,22 @@ mod tests {
     #[test]
     fn snapshot_is_one_statement_per_backend() {
         let truth = cache_truth(
+            Dialect::Postgres,
+            OwnerColumn::BigInteger,
             Alias::new("comments"),
             Alias::new("post_id"),
             None,
             Some((Alias::new("published"), true)),
         );
-        let [by_index, stored] =
-            nth_owners(Dialect::MySql, "c", "k", &truth, Some(7i64.into()), 100);
+        let [by_index, stored] = nth_owners(
+            Dialect::MySql,
+            OwnerColumn::BigInteger,
+            "c",
+            "k",
+            &truth,
+            Some(7i64.into()),
+            100,
+        );
         assert_eq!(
             by_index.sql,
             "SELECT DISTINCT `post_id` AS `owner_id` FROM `comments` WHERE `post_id` IS NOT NULL AND `post_id` > ? ORDER BY `owner_id` ASC LIMIT ? OFFSET ?"
@@ -251,6 +282,7 @@ mod tests {
         );
         let pg = snapshot(
             Dialect::Postgres,
+            OwnerColumn::BigInteger,
             "post_counters",
             "comments",
             &truth,
@@ -262,10 +294,11 @@ mod tests {
         );
         assert_eq!(
             pg.sql,
-            r#"WITH "counter_truth" ("owner_id", "total") AS (SELECT "post_id", COUNT(*) FROM "comments" WHERE "post_id" IS NOT NULL AND "published" = $1 AND "post_id" > $2 GROUP BY "post_id") SELECT "owner_id", CAST(COALESCE(SUM("truth_total"), $3) AS TEXT) AS "truth_total", CAST(COALESCE(SUM("current_total"), $4) AS TEXT) AS "current_total" FROM (SELECT "owner_id", "total" AS "truth_total", $5 AS "current_total" FROM "counter_truth" WHERE "owner_id" IS NOT NULL AND "owner_id" > $6 UNION ALL (SELECT "owner_id", $7, "value" FROM "post_counters" WHERE "count_key" = $8 AND "owner_id" > $9)) AS "u" GROUP BY "owner_id" ORDER BY "owner_id" ASC LIMIT $10"#
+            r#"WITH "counter_truth" ("owner_id", "total") AS (SELECT "post_id", COUNT(*) FROM "comments" WHERE "post_id" IS NOT NULL AND "published" = $1 AND "post_id" > $2 GROUP BY "post_id") SELECT "owner_id", CAST(COALESCE(SUM("truth_total"), $3) AS TEXT) AS "truth_total", CAST(COALESCE(SUM("current_total"), $4) AS TEXT) AS "current_total" FROM (SELECT "owner_id" AS "owner_id", "total" AS "truth_total", $5 AS "current_total" FROM "counter_truth" WHERE "owner_id" IS NOT NULL AND "owner_id" > $6 UNION ALL (SELECT "owner_id", $7, "value" FROM "post_counters" WHERE "count_key" = $8 AND "owner_id" > $9)) AS "u" GROUP BY "owner_id" ORDER BY "owner_id" ASC LIMIT $10"#
         );
         let my = snapshot(
             Dialect::MySql,
+            OwnerColumn::BigInteger,
             "c",
             "k",
             &truth,
