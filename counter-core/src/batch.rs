@@ -1,12 +1,12 @@
 //! Deltas of many tables, owners and keys, applied together.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement, TransactionSession, TransactionTrait, Value};
 
 use crate::{
-    BatchOutcome, CounterTable, Counters, SlottedCounter,
+    BatchOutcome, CounterTable, Counters, SlottedCounter, detach,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
     owner::{OwnerId, SortOwner},
@@ -243,17 +243,22 @@ impl DeltaBatch {
             return Ok(outcome);
         }
         if let [(table, stmt)] = statements.as_slice() {
-            retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
+            retry::run(db, table, || detach::execute(db, stmt.clone())).await?;
             return Ok(outcome);
         }
-        let statements = &statements;
+        let statements = Arc::new(statements);
         let tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
-        retry::run_on(db, tables[0], &tables, || async move {
-            let txn = db.begin().await?;
-            for (_, stmt) in statements {
-                txn.execute_raw(stmt.clone()).await?;
+        retry::run_on(db, tables[0], &tables, || {
+            let statements = statements.clone();
+            async move {
+                match detach::detached(db) {
+                    Some(pool) => {
+                        let work = |pool| async move { all_or_nothing(&pool, &statements).await };
+                        pool.run(work).await
+                    }
+                    None => all_or_nothing(db, &statements).await,
+                }
             }
-            txn.commit().await
         })
         .await?;
         Ok(outcome)
@@ -277,7 +282,7 @@ impl DeltaBatch {
             });
         }
         for (table, stmt) in &statements {
-            retry::run(txn, table, || txn.execute_raw(stmt.clone())).await?;
+            retry::run(txn, table, || detach::execute(txn, stmt.clone())).await?;
         }
         Ok(outcome)
     }
@@ -343,4 +348,17 @@ fn fold(total: i64, delta: i64, key: &str) -> Result<i64> {
         .ok_or_else(|| CounterError::Overflow {
             context: format!("the folded batch delta of `{key}`"),
         })
+}
+
+/// The statements of a batch in one transaction of their own on `db`,
+/// committed, or none of them.
+async fn all_or_nothing<C>(db: &C, statements: &[(String, Statement)]) -> Result<(), sea_orm::DbErr>
+where
+    C: TransactionTrait,
+{
+    let txn = db.begin().await?;
+    for (_, stmt) in statements {
+        txn.execute_raw(stmt.clone()).await?;
+    }
+    txn.commit().await
 }

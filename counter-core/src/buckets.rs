@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::ConnectionTrait;
 
 use crate::{
-    Counters,
+    Counters, detach,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
     owner::OwnerId,
@@ -186,7 +186,7 @@ impl<I: OwnerId> Counters<I> {
                 // The last start whose bucket ends at or before `before`.
                 let last = before.timestamp() - window.seconds();
                 let stmt = sql::prune_buckets(dialect, &buckets, &range, keys.clone(), last);
-                let done = retry::run(db, &buckets, || db.execute_raw(stmt.clone())).await?;
+                let done = retry::run(db, &buckets, || detach::execute(db, stmt.clone())).await?;
                 deleted += done.rows_affected();
             }
         }
@@ -235,7 +235,7 @@ impl<I: OwnerId> Counters<I> {
         for chunk in unique.chunks(per_query) {
             let ids = chunk.iter().cloned().map(Into::into).collect();
             let stmt = sql::bucket_sums(dialect, &table, ids, key, bounds, per_bucket);
-            let rows = retry::run(db, &table, || db.query_all_raw(stmt.clone())).await?;
+            let rows = retry::run(db, &table, || detach::query_all(db, stmt.clone())).await?;
             for row in rows {
                 let owner = row.try_get::<I>("", col::OWNER_ID)?;
                 let bucket = match per_bucket {

@@ -1,7 +1,7 @@
 //! Lossless online compaction: folding a counter's slot rows into slot 0
 //! while increments keep arriving.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, marker::PhantomData, sync::Arc};
 
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, SqliteTransactionMode,
@@ -9,7 +9,7 @@ use sea_orm::{
 };
 
 use crate::{
-    Counters,
+    Counters, detach,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
     owner::{self, OwnerId},
@@ -259,39 +259,50 @@ impl<I: OwnerId> Counters<I> {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..TransactionOptions::default()
         };
-        let batch = Batch {
+        let batch = Arc::new(Batch::<I> {
             dialect,
-            table,
+            table: table.to_owned(),
             layout,
-            range,
-            options,
-        };
-        retry::run(db, table, || async {
-            let txn = db.begin_with_options(txn_options).await?;
-            let stats = batch.fold(&txn).await?;
-            txn.commit().await?;
-            Ok(stats)
+            range: range.clone(),
+            keys: options.keys.clone(),
+            min_rows: options.min_rows,
+            owner: PhantomData,
+        });
+        // In a task of its own (see `detach`): a compaction dropped midway
+        // leaves its batch committed or rolled back, never half sent.
+        let pool = detach::Detached::pool(db);
+        retry::run(db, table, || {
+            let batch = batch.clone();
+            pool.run(move |db| async move {
+                let txn = db.begin_with_options(txn_options).await?;
+                sql::bound_lock_waits(&txn).await?;
+                let stats = batch.fold(&txn).await?;
+                txn.commit().await?;
+                Ok(stats)
+            })
         })
         .await
     }
 }
 
 /// One batch of a compaction: a stretch of one table's owners.
-struct Batch<'a, I> {
+struct Batch<I> {
     dialect: Dialect,
-    table: &'a str,
+    table: String,
     layout: Layout,
-    range: &'a OwnerRange,
-    options: &'a Compact<I>,
+    range: OwnerRange,
+    keys: Option<Vec<String>>,
+    min_rows: usize,
+    owner: PhantomData<fn() -> I>,
 }
 
-impl<I: OwnerId> Batch<'_, I> {
+impl<I: OwnerId> Batch<I> {
     /// Inside the batch transaction: lock, delete what may be folded, add
     /// what was deleted to slot 0.
     async fn fold<C: ConnectionTrait>(&self, txn: &C) -> Result<CompactStats, DbErr> {
-        let (table, layout) = (self.table, self.layout);
-        let keys = self.options.keys.as_deref();
-        let lock = sql::lock_slots(self.dialect, table, layout, self.range, keys);
+        let (table, layout) = (self.table.as_str(), self.layout);
+        let keys = self.keys.as_deref();
+        let lock = sql::lock_slots(self.dialect, table, layout, &self.range, keys);
         let locked = txn
             .query_all_raw(lock)
             .await?
@@ -310,7 +321,7 @@ impl<I: OwnerId> Batch<'_, I> {
         // Folded counters that have no slot 0 row yet: folding creates one.
         let mut without_slot_zero = BTreeSet::new();
         for group in locked.chunk_by(same_counter) {
-            if group.len() >= self.options.min_rows {
+            if group.len() >= self.min_rows {
                 victims.extend(group.iter().filter(|r| r.slot != 0).cloned());
                 if group.iter().all(|r| r.slot != 0) {
                     without_slot_zero.insert(owned_group(&group[0]));
@@ -365,10 +376,10 @@ impl<I: OwnerId> Batch<'_, I> {
         txn: &C,
         victims: &[SlotRow<I>],
     ) -> Result<Vec<SlotRow<I>>, DbErr> {
-        let (dialect, table, layout) = (self.dialect, self.table, self.layout);
+        let (dialect, table, layout) = (self.dialect, self.table.as_str(), self.layout);
         if dialect != Dialect::MySql {
-            let (keys, min_rows) = (self.options.keys.as_deref(), self.options.min_rows);
-            let stmt = sql::delete_foldable(dialect, table, layout, self.range, keys, min_rows);
+            let (keys, min_rows) = (self.keys.as_deref(), self.min_rows);
+            let stmt = sql::delete_foldable(dialect, table, layout, &self.range, keys, min_rows);
             return txn
                 .query_all_raw(stmt)
                 .await?

@@ -30,6 +30,25 @@
 //!
 //! SQLite, PostgreSQL and MySQL/MariaDB are supported alike; enable the
 //! matching `sqlx-*` feature as you would on sea-orm.
+//!
+//! # Dropped calls
+//!
+//! Any call may be dropped at any `.await` (axum drops a handler's future
+//! when its client goes away) without leaving a lock, a connection, a
+//! session setting or an in-process flag behind that would block, slow or
+//! corrupt a later call. On a pool, every statement and every transaction
+//! the crate opens runs in a Tokio task of its own, so a dropped call only
+//! stops waiting: its write commits or rolls back as it would have (like a
+//! write whose reply was lost, its outcome is unknown to the caller), and
+//! its connection goes back to the pool in step. This works around sqlx's
+//! connections, which a future dropped mid-statement can leave waiting
+//! forever for an answer (transact-rs/sqlx#563, #4349); on MySQL/MariaDB
+//! that strands the connection and, call after call, empties the pool.
+//! Every wait is bounded: retries (10 attempts), recount locks and the
+//! locks of compaction and recount batches (60 s), pool acquisition (the
+//! pool's `acquire_timeout`). What the crate cannot own is the caller's
+//! transaction: where a handler may be dropped, run the transaction in a
+//! task of its own (`tokio::spawn`) and await the task.
 
 #![warn(missing_docs)]
 
@@ -39,6 +58,7 @@ mod buckets;
 mod buffer;
 pub mod cache;
 mod compact;
+mod detach;
 mod entity;
 mod entity_batch;
 mod error;

@@ -3,7 +3,7 @@
 use sea_orm::ConnectionTrait;
 
 use crate::{
-    Counters,
+    Counters, detach,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
     owner::OwnerId,
@@ -97,7 +97,7 @@ impl<I: OwnerId> Counters<I> {
         let table = self.table().name();
         let after = after.map(|r| (r.total, r.owner.clone().into()));
         let stmt = sql::ranked(dialect, table, key, after, n as u64);
-        let rows = retry::run(db, table, || db.query_all_raw(stmt.clone())).await?;
+        let rows = retry::run(db, table, || detach::query_all(db, stmt.clone())).await?;
         rows.iter()
             .map(|row| {
                 let owner = row.try_get::<I>("", col::OWNER_ID)?;

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use sea_orm::ConnectionTrait;
 
 use crate::{
-    Counters,
+    Counters, detach,
     error::Result,
     key::{CounterKey, validate_key},
     owner::OwnerId,
@@ -101,7 +101,7 @@ impl<I: OwnerId> Counters<I> {
             for chunk in owners.chunks(owners_per_query) {
                 let ids = chunk.iter().cloned().map(Into::into).collect();
                 let stmt = sql::sums(dialect, table, ids, keys.clone());
-                let rows = retry::run(db, table, || db.query_all_raw(stmt.clone())).await?;
+                let rows = retry::run(db, table, || detach::query_all(db, stmt.clone())).await?;
                 for row in rows {
                     let SumRow { owner, key, total } = SumRow::<I>::decode(&row, table)?;
                     if let Some(totals) = counts.get_mut(&owner) {

@@ -3,7 +3,7 @@
 use sea_orm::ConnectionTrait;
 
 use crate::{
-    Counters,
+    Counters, detach,
     error::Result,
     owner::OwnerId,
     retry,
@@ -18,7 +18,10 @@ impl<I: OwnerId> Counters<I> {
     /// [`Counters::migration`] instead.
     pub async fn create_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
         for stmt in sql::create_table(Dialect::of(db)?, self.table(), I::COLUMN) {
-            retry::run(db, self.table().name(), || db.execute_raw(stmt.clone())).await?;
+            retry::run(db, self.table().name(), || {
+                detach::execute(db, stmt.clone())
+            })
+            .await?;
         }
         Ok(())
     }
@@ -27,7 +30,7 @@ impl<I: OwnerId> Counters<I> {
     /// every count in them.
     pub async fn drop_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
         for (table, stmt) in sql::drop_table(Dialect::of(db)?, self.table()) {
-            retry::run(db, &table, || db.execute_raw(stmt.clone())).await?;
+            retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
         }
         Ok(())
     }

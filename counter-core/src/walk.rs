@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use sea_orm::{ConnectionTrait, Value};
 
 use crate::{
+    detach,
     error::{CounterError, Result},
     owner::OwnerId,
     retry,
@@ -109,7 +110,7 @@ impl<'t, I: OwnerId> Stretches<'t, I> {
         let dialect = Dialect::of(db)?;
         let after: Option<Value> = self.after.clone().map(Into::into);
         let stmt = sql::nth_row_owner(dialect, self.table, after.clone(), self.rows);
-        let row = retry::run(db, self.table, || db.query_one_raw(stmt.clone())).await?;
+        let row = retry::run(db, self.table, || detach::query_one(db, stmt.clone())).await?;
         let upto = match row {
             Some(row) => Some(row.try_get::<I>("", sql::col::OWNER_ID)?),
             None => None,

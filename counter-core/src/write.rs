@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 
 use crate::{
-    Counters, DeltaBatch,
+    Counters, DeltaBatch, detach,
     error::Result,
     key::{CounterKey, validate_key},
     owner::OwnerId,
@@ -83,7 +83,7 @@ impl<I: OwnerId> Counters<I> {
             delta,
         };
         let stmt = sql::add_one(dialect, table, row);
-        retry::run(db, table, || db.execute_raw(stmt.clone())).await?;
+        retry::run(db, table, || detach::execute(db, stmt.clone())).await?;
         Ok(())
     }
 

@@ -10,6 +10,11 @@ use std::{collections::HashMap, time::Duration};
 use counter_core::{Reconcile, ReconcileReport, Truth, prelude::*};
 use counter_tests::{Backend, TestDb, backends, figures};
 use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, Schema, Set};
+use sea_orm_migration::{
+    SchemaManager,
+    schema::{integer, pk_auto},
+    sea_query::{ColumnDef, Table},
+};
 
 /// The parent: tags with string ids.
 mod tag {
@@ -60,31 +65,66 @@ const LOOKALIKES: [&str; 14] = [
     "B", "a", "C", "abc", "ABC", "Ab", "b", "é", "E", "e", "É", "Abc", "a%", "a_",
 ];
 
-/// The child table as users get it: SeaORM's schema builder, whose string
-/// column takes the server's default collation (case-insensitive on
-/// MariaDB); on PostgreSQL and SQLite, whose defaults are exact, the column
-/// is then given an insensitive collation by hand, as a user's migration may.
-/// Returns the collation the column ended up with.
-async fn setup(t: &TestDb) -> String {
+/// How a user's migration made the child table.
+#[derive(Debug, Clone, Copy)]
+enum Made {
+    /// SeaORM's schema builder (`Schema::create_table_from_entity`).
+    SchemaBuilder,
+    /// An ordinary sea-orm-migration `Table::create()`.
+    Migration,
+}
+
+/// The child table as users get it, made `made`: its string column takes
+/// the server's default collation (case-insensitive on MariaDB); on
+/// PostgreSQL and SQLite, whose defaults are exact, the column is given an
+/// insensitive collation, as a user's migration may. Returns the collation
+/// the column ended up with.
+async fn setup(t: &TestDb, made: Made) -> String {
     tag::Entity::counters()
         .create_table(&t.db)
         .await
         .expect("create tag_counters");
     let db = &t.db;
-    match t.backend {
-        Backend::Sqlite => {
+    match made {
+        Made::SchemaBuilder if t.backend == Backend::Sqlite => {
+            // SQLite cannot change a column's collation afterwards.
             db.execute_unprepared(
                 "CREATE TABLE taggings (id INTEGER PRIMARY KEY AUTOINCREMENT, \
                  tag_id TEXT NOT NULL COLLATE NOCASE, weight INTEGER NOT NULL)",
             )
             .await
             .expect("create taggings");
-            "NOCASE".to_owned()
         }
+        Made::SchemaBuilder => {
+            let schema = Schema::new(db.get_database_backend());
+            db.execute(&schema.create_table_from_entity(tagging::Entity))
+                .await
+                .expect("create taggings from the entity");
+        }
+        Made::Migration => {
+            let mut tag_id = ColumnDef::new(tagging::Column::TagId);
+            tag_id.string().not_null();
+            if t.backend == Backend::Sqlite {
+                tag_id.extra("COLLATE NOCASE");
+            }
+            let create = Table::create()
+                .table(tagging::Entity)
+                .col(pk_auto(tagging::Column::Id).big_integer())
+                .col(&mut tag_id)
+                .col(integer(tagging::Column::Weight))
+                .to_owned();
+            SchemaManager::new(db)
+                .create_table(create)
+                .await
+                .expect("create taggings in a migration");
+        }
+    }
+    match t.backend {
+        Backend::Sqlite => "NOCASE".to_owned(),
         Backend::Postgres => {
-            create_from_entity(db).await;
             db.execute_unprepared(
-                "CREATE COLLATION ci_ai (provider = icu, locale = 'und-u-ks-level1', deterministic = false)",
+                "CREATE COLLATION IF NOT EXISTS ci_ai \
+                 (provider = icu, locale = 'und-u-ks-level1', deterministic = false)",
             )
             .await
             .expect("create an insensitive ICU collation");
@@ -96,12 +136,12 @@ async fn setup(t: &TestDb) -> String {
             "ci_ai".to_owned()
         }
         Backend::MySql => {
-            create_from_entity(db).await;
             let row = db
                 .query_one_raw(sea_orm::Statement::from_string(
                     db.get_database_backend(),
                     "SELECT COLLATION_NAME AS c FROM information_schema.COLUMNS \
-                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'taggings' AND COLUMN_NAME = 'tag_id'",
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'taggings' \
+                     AND COLUMN_NAME = 'tag_id'",
                 ))
                 .await
                 .expect("read tag_id's collation")
@@ -116,11 +156,15 @@ async fn setup(t: &TestDb) -> String {
     }
 }
 
-async fn create_from_entity(db: &DatabaseConnection) {
-    let schema = Schema::new(db.get_database_backend());
-    db.execute(&schema.create_table_from_entity(tagging::Entity))
+/// Drops what [`setup`] made.
+async fn teardown(t: &TestDb) {
+    t.db.execute_unprepared("DROP TABLE taggings")
         .await
-        .expect("create taggings from the entity");
+        .expect("drop taggings");
+    tag::Entity::counters()
+        .drop_table(&t.db)
+        .await
+        .expect("drop tag_counters");
 }
 
 /// Inserts `uses` rows for each id through the counter cache; the i-th row
@@ -186,64 +230,75 @@ async fn recount(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recounts_keep_lookalike_string_ids_apart_in_every_batch_size() {
     for t in backends("recounts_keep_lookalike_string_ids_apart_in_every_batch_size").await {
-        let collation = setup(&t).await;
         let ids: Vec<String> = LOOKALIKES.iter().map(|s| (*s).to_owned()).collect();
-        tag_rows(&t.db, &ids, |i| i + 1).await;
-        assert_exact(
-            &t,
-            &ids,
-            &format!("counted through the cache ({collation})"),
-        )
-        .await;
-
         let mut recounts = 0u64;
-        for batch in [1, 2, 3, 1_000] {
-            for key in [Key::Uses, Key::Weight] {
-                let dry = Reconcile::new().batch_size(batch).dry_run(true);
-                let report = recount(&t.db, key, &dry).await;
-                assert_eq!(
-                    (report.owners_checked, report.owners_drifted),
-                    (ids.len() as u64, 0),
-                    "[{}] dry run of correct {key:?} counters, batch {batch}: {:?}",
-                    t.backend,
-                    report.drifted
-                );
-                recounts += 1;
-            }
-            // Drift every counter by +5, then repair it in this batch size.
-            for id in &ids {
-                tag::Entity::add(&t.db, id.clone(), Key::Uses, 5)
-                    .await
-                    .unwrap();
-                tag::Entity::add(&t.db, id.clone(), Key::Weight, -3)
-                    .await
-                    .unwrap();
-            }
-            for (key, drift) in [(Key::Uses, -5), (Key::Weight, 3)] {
-                let report = recount(&t.db, key, &Reconcile::new().batch_size(batch)).await;
-                assert_eq!(
-                    report.owners_drifted,
-                    ids.len() as u64,
-                    "[{}] {key:?}, batch {batch}",
-                    t.backend
-                );
-                assert!(
-                    report.drifted.iter().all(|d| d.drift == drift),
-                    "[{}] {key:?}, batch {batch}: each owner drifted by exactly {drift}: {:?}",
-                    t.backend,
-                    report.drifted
-                );
-                recounts += 1;
-            }
-            assert_exact(&t, &ids, &format!("repaired in batches of {batch}")).await;
+        for made in [Made::SchemaBuilder, Made::Migration] {
+            let collation = setup(&t, made).await;
+            let step = format!("{made:?}, {collation}");
+            tag_rows(&t.db, &ids, |i| i + 1).await;
+            assert_exact(&t, &ids, &format!("{step}: counted through the cache")).await;
+            recounts += recount_in_every_batch_size(&t, &ids, &step).await;
+            teardown(&t).await;
         }
         figures(
             "lookalike_recounts",
             t.backend,
-            &[("ids", ids.len() as u64), ("recounts", recounts)],
+            &[
+                ("ids", ids.len() as u64),
+                ("tables", 2),
+                ("recounts", recounts),
+            ],
         );
         t.finish().await;
     }
+}
+
+/// Dry runs over correct counters find nothing, and drift injected into
+/// every counter is repaired owner by owner, in batches of 1, 2, 3 and
+/// 1,000. Returns the recounts run.
+async fn recount_in_every_batch_size(t: &TestDb, ids: &[String], step: &str) -> u64 {
+    let mut recounts = 0u64;
+    for batch in [1, 2, 3, 1_000] {
+        for key in [Key::Uses, Key::Weight] {
+            let dry = Reconcile::new().batch_size(batch).dry_run(true);
+            let report = recount(&t.db, key, &dry).await;
+            assert_eq!(
+                (report.owners_checked, report.owners_drifted),
+                (ids.len() as u64, 0),
+                "[{}] {step}: dry run of correct {key:?} counters, batch {batch}: {:?}",
+                t.backend,
+                report.drifted
+            );
+            recounts += 1;
+        }
+        // Drift every counter, then repair it in this batch size.
+        for id in ids {
+            tag::Entity::add(&t.db, id.clone(), Key::Uses, 5)
+                .await
+                .unwrap();
+            tag::Entity::add(&t.db, id.clone(), Key::Weight, -3)
+                .await
+                .unwrap();
+        }
+        for (key, drift) in [(Key::Uses, -5), (Key::Weight, 3)] {
+            let report = recount(&t.db, key, &Reconcile::new().batch_size(batch)).await;
+            assert_eq!(
+                report.owners_drifted,
+                ids.len() as u64,
+                "[{}] {step}: {key:?}, batch {batch}",
+                t.backend
+            );
+            assert!(
+                report.drifted.iter().all(|d| d.drift == drift),
+                "[{}] {step}: {key:?}, batch {batch}: each owner drifted by exactly {drift}: {:?}",
+                t.backend,
+                report.drifted
+            );
+            recounts += 1;
+        }
+        assert_exact(t, ids, &format!("{step}: repaired in batches of {batch}")).await;
+    }
+    recounts
 }
 
 /// Ids built to break SQL text, LIKE patterns, escaping, ordering (a tab
@@ -278,7 +333,7 @@ fn hostile_ids() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_recount_over_hostile_ids_ends_and_is_exact() {
     for t in backends("a_recount_over_hostile_ids_ends_and_is_exact").await {
-        setup(&t).await;
+        setup(&t, Made::SchemaBuilder).await;
         t.db.execute_unprepared("CREATE TABLE sentinel (id INTEGER)")
             .await
             .expect("create the sentinel");

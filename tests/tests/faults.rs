@@ -994,9 +994,9 @@ impl Drop for SqliteFile {
 }
 
 /// SQLite: the `apply` future is dropped after 1, 2, 4, ... polls until one
-/// finishes first (each drop leaves nothing, or the whole batch when its
-/// `COMMIT` was already handed over), and the caller's transaction is
-/// dropped after each of its adds, without its `COMMIT`.
+/// finishes first (each drop leaves nothing, or the whole batch: on a pool
+/// the batch runs to its end in a task of its own), and the caller's
+/// transaction is dropped after each of its adds, without its `COMMIT`.
 async fn dropped_mid_transaction(
     db: &DatabaseConnection,
     a: &Counters<i64>,
@@ -1045,10 +1045,10 @@ async fn dropped_mid_transaction(
         polls *= 2;
         assert!(polls < 1 << 20, "the batch never finished");
     }
-    assert!(
-        tally.cuts > tally.dropped_after_commit,
-        "[sqlite] no batch was dropped before its COMMIT"
-    );
+    // A batch `apply` on a pool runs in a task of its own (counter-core's
+    // `detach`): dropping its future stops the wait, not the batch, so each
+    // dropped batch is found applied whole, never half.
+    assert!(tally.cuts > 0, "[sqlite] no batch was dropped midway");
     for done in 1..=txn_adds(0).len() {
         round += 1;
         let what = format!("[sqlite] a transaction dropped after {done} adds");

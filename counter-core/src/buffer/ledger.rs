@@ -3,6 +3,7 @@
 use sea_orm::ConnectionTrait;
 
 use crate::{
+    detach,
     error::Result,
     retry,
     sql::{self, Dialect},
@@ -59,14 +60,14 @@ impl FlushLedger {
     /// Creates the ledger table if it does not exist.
     pub async fn create_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
         let stmt = sql::ledger::create_ledger(Dialect::of(db)?, &self.name);
-        retry::run(db, &self.name, || db.execute_raw(stmt.clone())).await?;
+        retry::run(db, &self.name, || detach::execute(db, stmt.clone())).await?;
         Ok(())
     }
 
     /// Drops the ledger table if it exists.
     pub async fn drop_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
         let stmt = sql::ledger::drop_ledger(Dialect::of(db)?, &self.name);
-        retry::run(db, &self.name, || db.execute_raw(stmt.clone())).await?;
+        retry::run(db, &self.name, || detach::execute(db, stmt.clone())).await?;
         Ok(())
     }
 

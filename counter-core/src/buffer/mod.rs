@@ -15,7 +15,7 @@ use std::{
 };
 
 use chrono::Utc;
-use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm::DatabaseConnection;
 use tokio::{
     runtime::{Handle, RuntimeFlavor},
     sync::{Notify, watch},
@@ -27,7 +27,7 @@ pub use ledger::migration::FlushLedgerMigration;
 pub use stats::BufferStats;
 
 use crate::{
-    Counters, SlottedCounter,
+    Counters, SlottedCounter, detach,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
     owner::{OwnerId, SortOwner},
@@ -164,7 +164,7 @@ impl BufferBuilder {
         let writer = uuid::Uuid::new_v4().to_string();
         let ledger = config.ledger.name().to_owned();
         let probe = sql::ledger::last_flush(dialect, &ledger, &writer);
-        retry::run(&db, &ledger, || db.query_one_raw(probe.clone())).await?;
+        retry::run(&db, &ledger, || detach::query_one(&db, probe.clone())).await?;
         let shards = std::thread::available_parallelism().map_or(8, |n| n.get() * 4);
         let (flushed, _) = watch::channel(0);
         let shared = Arc::new(Shared {

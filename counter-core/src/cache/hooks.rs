@@ -15,6 +15,13 @@
 //! and, on PostgreSQL, for entities whose key the application chooses, by a
 //! transaction-scoped lock on the key (see `sql::row_key_lock`).
 //!
+//! One case the hooks cannot close: on MySQL/MariaDB at READ COMMITTED
+//! (not its default), `am.delete(&txn)` of a natural-key row that is not
+//! there when the hook looks takes no gap lock, and sea-orm's `DELETE` that
+//! follows may remove a row of that key inserted and committed in between,
+//! uncounted. `delete_counted` (which also takes the caller's transaction)
+//! sends no `DELETE` for a row it did not lock, and is exact there too.
+//!
 //! `before_save` and `before_delete` write the counters before sea-orm
 //! writes the row. On PostgreSQL a failed row write aborts the transaction;
 //! on MySQL and SQLite it does not, so **after any error, roll the

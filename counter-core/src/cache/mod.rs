@@ -34,8 +34,8 @@ use crate::{DeltaBatch, Result};
 /// | write | counter change |
 /// |---|---|
 /// | insert | `+1` to the parent's key (or `+amount` with `sum`), if the row meets `when` |
-/// | delete | `-1` (or `-amount`), only if this delete removed the row: the row is locked and read first, so two concurrent deletes of one row decrement once |
-/// | update of the parent id, amount or condition | `-old` and `+new` in one sorted statement; updates of other columns cost nothing |
+/// | delete | `-1` (or `-amount`), only if this delete removed the row: the row is locked and read first, so two concurrent deletes of one row decrement once, and a row that is not there is not deleted (a row of the same key inserted meanwhile stays, counted) |
+/// | update of the parent id, amount or condition | `-old` and `+new` in one sorted statement; updates of other columns cost nothing; a row that is not there when it is locked is `DbErr::RecordNotUpdated` |
 ///
 /// # Transactions
 ///
@@ -199,7 +199,11 @@ pub trait CounterCache:
     }
 
     /// Deletes a row and uncounts it if this delete removed it, in one
-    /// transaction. `rows_affected` is 0 when the row was already gone.
+    /// transaction. `rows_affected` is 0 when the row was already gone; then
+    /// no `DELETE` is sent at all, so a row of the same key inserted at
+    /// that instant (a natural key: a favorite toggled twice) is kept and
+    /// stays counted. Exact at every isolation level; prefer it to
+    /// `am.delete(&txn)` for rows that come and go (see [`hooks`]).
     fn delete_counted<C>(
         db: &C,
         am: Self::ActiveModel,

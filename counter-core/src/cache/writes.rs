@@ -1,7 +1,7 @@
 //! Child writes that open their own transaction, so the hooks can count
 //! exactly; and the bulk writes sea-orm runs without hooks, counted here.
 
-use std::{future::Future, pin::Pin};
+use std::{future::Future, marker::PhantomData, sync::Arc};
 
 use sea_orm::{
     ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, Iterable, QueryFilter,
@@ -10,7 +10,7 @@ use sea_orm::{
 };
 
 use super::{CounterCache, hooks, rows};
-use crate::{Result, retry, sql::Dialect};
+use crate::{Result, detach, retry, sql::Dialect};
 
 /// Begins the transaction a counted write runs in: a savepoint inside the
 /// caller's, `BEGIN IMMEDIATE` on a SQLite pool (a deferred transaction
@@ -24,26 +24,72 @@ async fn begin<C: TransactionTrait>(db: &C) -> Result<C::Transaction, DbErr> {
     .await
 }
 
-/// A write inside the transaction [`in_own_transaction`] opened.
-type Write<'t, T> = Pin<Box<dyn Future<Output = Result<T, DbErr>> + Send + 't>>;
+/// A write that runs inside the transaction [`in_own_transaction`] opens.
+/// It owns what it writes, so that on a pool the whole transaction can run
+/// in a task of its own (see `crate::detach`): a counted write dropped
+/// midway commits or rolls back, and never leaves its connection half way.
+trait OwnWrite: Send + Sync + 'static {
+    type Output: Send + 'static;
+
+    fn run<'t, C: ConnectionTrait>(
+        &'t self,
+        txn: &'t C,
+    ) -> impl Future<Output = Result<Self::Output, DbErr>> + Send + 't;
+}
 
 /// Runs `write` in a transaction of its own (see [`begin`]) and commits it.
 /// On a pool, a deadlock runs the whole transaction again: it was rolled
 /// back, so nothing is counted twice.
-async fn in_own_transaction<E, C, T, F>(db: &C, write: F) -> Result<T>
+async fn in_own_transaction<E, C, W>(db: &C, write: W) -> Result<W::Output>
 where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
-    F: for<'t> Fn(&'t C::Transaction) -> Write<'t, T> + Sync,
-    T: Send,
+    W: OwnWrite,
 {
-    retry::run_transaction(db, &rows::table_name::<E>(), || async {
-        let txn = begin(db).await?;
-        let value = write(&txn).await?;
-        txn.commit().await?;
-        Ok(value)
+    let write = Arc::new(write);
+    retry::run_transaction(db, &rows::table_name::<E>(), || {
+        let write = write.clone();
+        async move {
+            match detach::detached(db) {
+                Some(pool) => {
+                    let work = |pool| async move { committed(&pool, &*write).await };
+                    pool.run(work).await
+                }
+                None => committed(db, &*write).await,
+            }
+        }
     })
     .await
+}
+
+/// `write` in a new transaction on `db`, committed.
+async fn committed<C, W>(db: &C, write: &W) -> Result<W::Output, DbErr>
+where
+    C: TransactionTrait,
+    W: OwnWrite,
+{
+    let txn = begin(db).await?;
+    let value = write.run(&txn).await?;
+    txn.commit().await?;
+    Ok(value)
+}
+
+/// An insert (`insert`) or update of one row, counted by the hooks.
+struct Save<E: CounterCache> {
+    am: E::ActiveModel,
+    insert: bool,
+}
+
+impl<E: CounterCache> OwnWrite for Save<E> {
+    type Output = E::Model;
+
+    async fn run<C: ConnectionTrait>(&self, txn: &C) -> Result<E::Model, DbErr> {
+        let am = self.am.clone();
+        match self.insert {
+            true => am.insert(txn).await,
+            false => am.update(txn).await,
+        }
+    }
 }
 
 /// Inserts (`insert`) or updates a row, counted by the hooks.
@@ -52,16 +98,29 @@ where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    in_own_transaction::<E, C, _, _>(db, |txn| {
-        let am = am.clone();
-        Box::pin(async move {
-            match insert {
-                true => am.insert(txn).await,
-                false => am.update(txn).await,
-            }
-        })
-    })
-    .await
+    in_own_transaction::<E, C, _>(db, Save::<E> { am, insert }).await
+}
+
+/// The delete of one row, if it is there when it is locked.
+struct Delete<E: CounterCache> {
+    am: E::ActiveModel,
+    key: Option<Condition>,
+}
+
+impl<E: CounterCache> OwnWrite for Delete<E> {
+    type Output = DeleteResult;
+
+    async fn run<C: ConnectionTrait>(&self, txn: &C) -> Result<DeleteResult, DbErr> {
+        // Without its key, sea-orm refuses the delete with its own error.
+        if let Some(key) = self.key.clone()
+            && rows::lock::<E, _>(txn, key).await?.is_empty()
+        {
+            // A statement that matches nothing: the only way to make
+            // sea-orm's `DeleteResult` (non-exhaustive) of 0 rows.
+            return E::delete_many().filter(Expr::val(1).eq(2)).exec(txn).await;
+        }
+        self.am.clone().delete(txn).await
+    }
 }
 
 /// Deletes a row, uncounted by the hooks, if it is there when it is locked.
@@ -74,21 +133,37 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let key = rows::key_of_active(&am);
-    in_own_transaction::<E, C, _, _>(db, |txn| {
-        let (am, key) = (am.clone(), key.clone());
-        Box::pin(async move {
-            // Without its key, sea-orm refuses the delete with its own error.
-            if let Some(key) = key
-                && rows::lock::<E, _>(txn, key).await?.is_empty()
-            {
-                // A statement that matches nothing: the only way to make
-                // sea-orm's `DeleteResult` (non-exhaustive) of 0 rows.
-                return E::delete_many().filter(Expr::val(1).eq(2)).exec(txn).await;
+    in_own_transaction::<E, C, _>(db, Delete::<E> { am, key }).await
+}
+
+/// Rows inserted and counted as stored.
+struct InsertMany<E: CounterCache> {
+    rows: Vec<E::ActiveModel>,
+    per_statement: usize,
+}
+
+impl<E: CounterCache> OwnWrite for InsertMany<E> {
+    type Output = Vec<E::Model>;
+
+    async fn run<C: ConnectionTrait>(&self, txn: &C) -> Result<Vec<E::Model>, DbErr> {
+        let mut models = Vec::with_capacity(self.rows.len());
+        if txn.support_returning() {
+            for chunk in self.rows.chunks(self.per_statement) {
+                let chunk = chunk.to_vec();
+                models.extend(E::insert_many(chunk).exec_with_returning(txn).await?);
             }
-            am.delete(txn).await
-        })
-    })
-    .await
+        } else {
+            // No RETURNING (MySQL): one insert and read-back per row.
+            for row in &self.rows {
+                models.push(E::insert(row.clone()).exec_with_returning(txn).await?);
+            }
+        }
+        for model in &models {
+            hooks::lock_model_key::<E, _>(txn, model).await?;
+        }
+        hooks::count::<E, _>(txn, models.iter().map(|m| (m, 1))).await?;
+        Ok(models)
+    }
 }
 
 /// Inserts the rows and counts them as stored. Rows per statement stay
@@ -102,30 +177,47 @@ where
     let rows: Vec<E::ActiveModel> = rows.into_iter().collect();
     let columns = E::Column::iter().count().max(1);
     let per_statement = (Dialect::of(db)?.max_binds() / columns).clamp(1, rows::KEYS_PER_STATEMENT);
-    in_own_transaction::<E, C, _, _>(db, |txn| {
-        let rows = rows.clone();
-        Box::pin(async move {
-            let mut models = Vec::with_capacity(rows.len());
-            if txn.support_returning() {
-                let mut rows = rows.into_iter().peekable();
-                while rows.peek().is_some() {
-                    let chunk: Vec<_> = rows.by_ref().take(per_statement).collect();
-                    models.extend(E::insert_many(chunk).exec_with_returning(txn).await?);
-                }
-            } else {
-                // No RETURNING (MySQL): one insert and read-back per row.
-                for row in rows {
-                    models.push(E::insert(row).exec_with_returning(txn).await?);
-                }
-            }
-            for model in &models {
-                hooks::lock_model_key::<E, _>(txn, model).await?;
-            }
-            hooks::count::<E, _>(txn, models.iter().map(|m| (m, 1))).await?;
-            Ok(models)
-        })
-    })
+    in_own_transaction::<E, C, _>(
+        db,
+        InsertMany::<E> {
+            rows,
+            per_statement,
+        },
+    )
     .await
+}
+
+/// Matching rows locked, updated by key, their contributions moved.
+struct UpdateMany<E: CounterCache> {
+    filter: Condition,
+    changes: E::ActiveModel,
+}
+
+impl<E: CounterCache> OwnWrite for UpdateMany<E> {
+    type Output = u64;
+
+    async fn run<C: ConnectionTrait>(&self, txn: &C) -> Result<u64, DbErr> {
+        let old = rows::lock::<E, _>(txn, self.filter.clone()).await?;
+        let new = old
+            .iter()
+            .map(|model| rows::merged::<E>(model, &self.changes))
+            .collect::<Result<Vec<_>, DbErr>>()?;
+        let mut updated = 0;
+        for keys in rows::key_chunks::<E>(&old) {
+            updated += E::update_many()
+                .set(self.changes.clone())
+                .filter(keys)
+                .exec(txn)
+                .await?
+                .rows_affected;
+        }
+        let signed = old
+            .iter()
+            .map(|m| (m, -1))
+            .chain(new.iter().map(|m| (m, 1)));
+        hooks::count::<E, _>(txn, signed).await?;
+        Ok(updated)
+    }
 }
 
 /// Locks the matching rows, updates them by key and moves their
@@ -143,40 +235,41 @@ where
 {
     if !rows::sets_counted::<E>(&changes) {
         return retry::run_transaction(db, &rows::table_name::<E>(), || {
-            E::update_many()
-                .set(changes.clone())
-                .filter(filter.clone())
-                .exec(db)
+            let update = E::update_many().set(changes.clone()).filter(filter.clone());
+            async move {
+                match detach::detached(db) {
+                    Some(pool) => {
+                        pool.run(|pool| async move { update.exec(&pool).await })
+                            .await
+                    }
+                    None => update.exec(db).await,
+                }
+            }
         })
         .await
         .map(|result| result.rows_affected);
     }
-    in_own_transaction::<E, C, _, _>(db, |txn| {
-        let (filter, changes) = (filter.clone(), changes.clone());
-        Box::pin(async move {
-            let old = rows::lock::<E, _>(txn, filter).await?;
-            let new = old
-                .iter()
-                .map(|model| rows::merged::<E>(model, &changes))
-                .collect::<Result<Vec<_>, DbErr>>()?;
-            let mut updated = 0;
-            for keys in rows::key_chunks::<E>(&old) {
-                updated += E::update_many()
-                    .set(changes.clone())
-                    .filter(keys)
-                    .exec(txn)
-                    .await?
-                    .rows_affected;
-            }
-            let signed = old
-                .iter()
-                .map(|m| (m, -1))
-                .chain(new.iter().map(|m| (m, 1)));
-            hooks::count::<E, _>(txn, signed).await?;
-            Ok(updated)
-        })
-    })
-    .await
+    in_own_transaction::<E, C, _>(db, UpdateMany::<E> { filter, changes }).await
+}
+
+/// Matching rows locked, deleted by key, exactly they uncounted.
+struct DeleteMany<E> {
+    filter: Condition,
+    entity: PhantomData<fn() -> E>,
+}
+
+impl<E: CounterCache> OwnWrite for DeleteMany<E> {
+    type Output = u64;
+
+    async fn run<C: ConnectionTrait>(&self, txn: &C) -> Result<u64, DbErr> {
+        let old = rows::lock::<E, _>(txn, self.filter.clone()).await?;
+        let mut deleted = 0;
+        for keys in rows::key_chunks::<E>(&old) {
+            deleted += E::delete_many().filter(keys).exec(txn).await?.rows_affected;
+        }
+        hooks::count::<E, _>(txn, old.iter().map(|m| (m, -1))).await?;
+        Ok(deleted)
+    }
 }
 
 /// Locks the matching rows, deletes them by key and uncounts exactly them.
@@ -185,17 +278,9 @@ where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    in_own_transaction::<E, C, _, _>(db, |txn| {
-        let filter = filter.clone();
-        Box::pin(async move {
-            let old = rows::lock::<E, _>(txn, filter).await?;
-            let mut deleted = 0;
-            for keys in rows::key_chunks::<E>(&old) {
-                deleted += E::delete_many().filter(keys).exec(txn).await?.rows_affected;
-            }
-            hooks::count::<E, _>(txn, old.iter().map(|m| (m, -1))).await?;
-            Ok(deleted)
-        })
-    })
-    .await
+    let write = DeleteMany::<E> {
+        filter,
+        entity: PhantomData,
+    };
+    in_own_transaction::<E, C, _>(db, write).await
 }

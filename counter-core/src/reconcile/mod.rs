@@ -21,6 +21,8 @@
 //! of it with the counter's slot rows, grouped by owner: see
 //! [`Counters::reconcile`].
 
+use std::sync::Arc;
+
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, QueryTrait, SqliteTransactionMode,
     TransactionOptions, TransactionTrait,
@@ -28,7 +30,7 @@ use sea_orm::{
 };
 
 use crate::{
-    CounterCache, Counters, DeltaBatch,
+    CounterCache, Counters, DeltaBatch, detach,
     error::{CounterError, Result},
     key::{CounterKey, validate_key},
     owner::{self, OwnerColumn, OwnerId},
@@ -449,7 +451,7 @@ impl<I: OwnerId> Counters<I> {
         let after = after.cloned().map(Into::into);
         let mut bound: Option<I> = None;
         for stmt in sql::nth_owners(dialect, I::COLUMN, table, key, truth, after, limit) {
-            let row = retry::run(db, table, || db.query_one_raw(stmt.clone())).await?;
+            let row = retry::run(db, table, || detach::query_one(db, stmt.clone())).await?;
             if let Some(row) = row {
                 let owner = row.try_get::<I>("", "owner_id")?;
                 bound = Some(match bound {
@@ -476,7 +478,7 @@ impl<I: OwnerId> Counters<I> {
         let table = self.table().name();
         let snapshot = sql::snapshot(dialect, I::COLUMN, table, key, truth, &range);
         let Some(lock) = lock else {
-            let rows = retry::run(db, table, || db.query_all_raw(snapshot.clone())).await?;
+            let rows = retry::run(db, table, || detach::query_all(db, snapshot.clone())).await?;
             return decode(&rows, table);
         };
         let options = TransactionOptions {
@@ -485,13 +487,24 @@ impl<I: OwnerId> Counters<I> {
             ..TransactionOptions::default()
         };
         lock.acquire(table, key).await?;
-        let held: &RecountLock = lock;
-        let repaired = retry::run(db, table, || async {
-            let txn = db.begin_with_options(options).await?;
-            held.in_transaction(&txn, table, key).await?;
-            let drifts = self.repair(&txn, key, &snapshot).await?;
-            txn.commit().await?;
-            Ok(drifts)
+        // The batch runs in a task of its own (see `detach`): a recount
+        // dropped midway leaves it committed or rolled back, never half sent;
+        // the session lock above is on a connection closed when dropped.
+        let batch = Arc::new((self.clone(), key.to_owned(), snapshot));
+        let in_transaction = Arc::new(lock.in_transaction(table, key));
+        let pool = detach::Detached::pool(db);
+        let repaired = retry::run(db, table, || {
+            let (batch, in_transaction) = (batch.clone(), in_transaction.clone());
+            pool.run(move |db| async move {
+                let (counters, key, snapshot) = &*batch;
+                let txn = db.begin_with_options(options).await?;
+                if let Some(lock) = &*in_transaction {
+                    lock.take(&txn).await?;
+                }
+                let drifts = counters.repair(&txn, key, snapshot).await?;
+                txn.commit().await?;
+                Ok(drifts)
+            })
         })
         .await;
         lock.release().await;

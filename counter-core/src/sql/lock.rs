@@ -87,29 +87,22 @@ impl RecountLock {
         Ok(())
     }
 
-    /// Takes the lock inside a batch's transaction (PostgreSQL), with a
-    /// lock timeout so a recount never waits forever.
-    pub(crate) async fn in_transaction<C: ConnectionTrait>(
-        &self,
-        txn: &C,
-        table: &str,
-        key: &str,
-    ) -> Result<(), DbErr> {
-        if let Self::InTransaction = self {
-            let backend = txn.get_database_backend();
-            txn.execute_unprepared(&format!("SET LOCAL lock_timeout = '{LOCK_WAIT_SECS}s'"))
-                .await?;
-            let lock = Statement::from_sql_and_values(
-                backend,
-                "SELECT pg_advisory_xact_lock($1 # COALESCE(to_regclass($2)::oid::bigint, 0))",
-                [
-                    Value::from(lock_id(table, key)),
-                    Value::from(super::quote(Dialect::Postgres, table)),
-                ],
-            );
-            txn.execute_raw(lock).await?;
-        }
-        Ok(())
+    /// The part of the lock a batch takes inside its transaction
+    /// (PostgreSQL), if any: owned, so that the batch can run in a task of
+    /// its own.
+    pub(crate) fn in_transaction(&self, table: &str, key: &str) -> Option<InTransaction> {
+        let Self::InTransaction = self else {
+            return None;
+        };
+        let lock = Statement::from_sql_and_values(
+            Dialect::Postgres.backend(),
+            "SELECT pg_advisory_xact_lock($1 # COALESCE(to_regclass($2)::oid::bigint, 0))",
+            [
+                Value::from(lock_id(table, key)),
+                Value::from(super::quote(Dialect::Postgres, table)),
+            ],
+        );
+        Some(InTransaction { lock })
     }
 
     /// Releases the lock after the batch's transaction ended, committed or
@@ -193,6 +186,37 @@ fn canonical(value: &Value) -> String {
         Value::String(Some(v)) => v.clone(),
         Value::Uuid(Some(v)) => v.to_string(),
         other => format!("{other:?}"),
+    }
+}
+
+/// Bounds every lock wait of the rest of the transaction on `txn` to
+/// [`LOCK_WAIT_SECS`]: the crate's own maintenance transactions (compaction
+/// and recount batches) never wait forever behind a lock someone else holds
+/// (an idle transaction, a stuck session). PostgreSQL waits forever by
+/// default, so `SET LOCAL lock_timeout`; MySQL/MariaDB already give up
+/// after `innodb_lock_wait_timeout` (50 s by default) and SQLite after the
+/// pool's busy timeout.
+pub(crate) async fn bound_lock_waits<C: ConnectionTrait>(txn: &C) -> Result<(), DbErr> {
+    if txn.get_database_backend() == sea_orm::DbBackend::Postgres {
+        txn.execute_unprepared(&format!("SET LOCAL lock_timeout = '{LOCK_WAIT_SECS}s'"))
+            .await?;
+    }
+    Ok(())
+}
+
+/// A recount lock taken inside a batch's transaction (PostgreSQL), with a
+/// lock timeout so a recount never waits forever.
+pub(crate) struct InTransaction {
+    lock: Statement,
+}
+
+impl InTransaction {
+    /// Waits for the lock, at most [`LOCK_WAIT_SECS`]; the transaction's
+    /// end releases it.
+    pub(crate) async fn take<C: ConnectionTrait>(&self, txn: &C) -> Result<(), DbErr> {
+        bound_lock_waits(txn).await?;
+        txn.execute_raw(self.lock.clone()).await?;
+        Ok(())
     }
 }
 

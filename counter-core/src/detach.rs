@@ -1,0 +1,153 @@
+//! Statements that run to the end even when their caller is dropped.
+//!
+//! axum drops a handler's future when its client goes away, and with it
+//! any counter call in flight. sqlx's connections are not safe to drop at
+//! every `.await`: a MySQL/MariaDB connection dropped while it prepares a
+//! statement keeps the half-read answer in its socket and a note that it
+//! still expects a result; the ping sqlx sends before returning it to the
+//! pool then waits, with no timeout, for an answer the server never sends.
+//! That connection is never returned and never closed: the pool has one
+//! connection fewer for good, `close()` never returns, and once enough calls
+//! were dropped every acquire times out (sessions idle, nothing on the
+//! wire). Upstream: transact-rs/sqlx#563 (dropped MySQL futures leave the
+//! connection out of step), #4349 and the open #4363 (the release ping is
+//! unbounded and strands the pool's permit).
+//!
+//! The crate never leaves a connection half way: on a pool
+//! ([`DatabaseConnection`]), every statement it sends runs in a task of its
+//! own ([`query_all`], [`query_one`], [`execute`]), and so does every
+//! transaction it opens there ([`Detached::run`]). Dropping the caller then drops
+//! only the wait for the answer; the statement or transaction ends as it
+//! would have, and its connection goes back to the pool in step. (Its
+//! outcome is what it would have been: a dropped write may have committed,
+//! as a write whose reply was lost may have.) In the caller's own
+//! transaction the crate cannot own the connection: dropping a transaction
+//! mid-statement there is the application's, and the same sqlx issue applies.
+//!
+//! Without a Tokio runtime (nothing to spawn on) they run in place.
+
+use std::future::Future;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, ExecResult, QueryResult, Statement};
+
+/// `db` as the pool it is, if it is one (a `DatabaseConnection`; sea-orm's
+/// `RestrictedConnection` and other wrappers are used as they are).
+pub(crate) fn pool<C: ConnectionTrait>(db: &C) -> Option<&DatabaseConnection> {
+    // `typeid::of` erases lifetimes; `DatabaseConnection` has none, so
+    // equal ids mean `C` is `DatabaseConnection` itself.
+    if typeid::of::<C>() != typeid::of::<DatabaseConnection>() {
+        return None;
+    }
+    // SAFETY: `C` and `DatabaseConnection` are the same type (above).
+    Some(unsafe { &*std::ptr::from_ref(db).cast::<DatabaseConnection>() })
+}
+
+/// A pool whose work runs apart from the caller, in a task of its own on
+/// the current Tokio runtime (in place where there is none).
+pub(crate) struct Detached {
+    pool: DatabaseConnection,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+/// `db` detached, when it is a pool; `None` otherwise (run on `db`).
+pub(crate) fn detached<C: ConnectionTrait>(db: &C) -> Option<Detached> {
+    pool(db).map(Detached::pool)
+}
+
+impl Detached {
+    /// The pool `db`, detached.
+    pub(crate) fn pool(db: &DatabaseConnection) -> Self {
+        Self {
+            pool: db.clone(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Runs `work` on the pool in a task of its own and waits for it; the
+    /// caller's future may be dropped while it waits, the task runs on.
+    pub(crate) async fn run<T, F, Fut>(&self, work: F) -> Result<T, DbErr>
+    where
+        F: FnOnce(DatabaseConnection) -> Fut,
+        Fut: Future<Output = Result<T, DbErr>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let Some(runtime) = &self.runtime else {
+            return work(self.pool.clone()).await;
+        };
+        match runtime.spawn(work(self.pool.clone())).await {
+            Ok(done) => done,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(DbErr::Custom(format!(
+                "a counter statement's task did not finish: {e}"
+            ))),
+        }
+    }
+}
+
+/// `db.query_all_raw(stmt)`, finished even if the caller is dropped.
+pub(crate) async fn query_all<C: ConnectionTrait>(
+    db: &C,
+    stmt: Statement,
+) -> Result<Vec<QueryResult>, DbErr> {
+    match detached(db) {
+        Some(pool) => {
+            pool.run(|p| async move { p.query_all_raw(stmt).await })
+                .await
+        }
+        None => db.query_all_raw(stmt).await,
+    }
+}
+
+/// `db.query_one_raw(stmt)`, finished even if the caller is dropped.
+pub(crate) async fn query_one<C: ConnectionTrait>(
+    db: &C,
+    stmt: Statement,
+) -> Result<Option<QueryResult>, DbErr> {
+    match detached(db) {
+        Some(pool) => {
+            pool.run(|p| async move { p.query_one_raw(stmt).await })
+                .await
+        }
+        None => db.query_one_raw(stmt).await,
+    }
+}
+
+/// `db.execute_raw(stmt)`, finished even if the caller is dropped.
+pub(crate) async fn execute<C: ConnectionTrait>(
+    db: &C,
+    stmt: Statement,
+) -> Result<ExecResult, DbErr> {
+    match detached(db) {
+        Some(pool) => pool.run(|p| async move { p.execute_raw(stmt).await }).await,
+        None => db.execute_raw(stmt).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn pools_are_recognised_and_transactions_are_not() {
+        use sea_orm::TransactionTrait;
+        let db = sea_orm::Database::connect("sqlite::memory:").await.unwrap();
+        assert!(pool(&db).is_some());
+        let txn = db.begin().await.unwrap();
+        assert!(pool(&txn).is_none());
+        assert!(detached(&txn).is_none());
+        drop(txn); // the in-memory database's one connection
+        let one = detached(&db).unwrap();
+        let answer = one
+            .run(|pool| async move {
+                pool.query_one_raw(sea_orm::Statement::from_string(
+                    pool.get_database_backend(),
+                    "SELECT 7 AS n",
+                ))
+                .await
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.try_get::<i32>("", "n").unwrap(), 7);
+    }
+}
