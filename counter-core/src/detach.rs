@@ -13,9 +13,10 @@
 //! connection out of step), #4349 and the open #4363 (the release ping is
 //! unbounded and strands the pool's permit).
 //!
-//! The crate never leaves a connection half way: on a pool
-//! ([`DatabaseConnection`]), every statement it sends runs in a task of its
-//! own ([`query_all`], [`query_one`], [`execute`]), and so does every
+//! The crate never leaves a connection half way: on a pool (a
+//! [`DatabaseConnection`]; sea-orm's `RestrictedConnection` and other
+//! wrappers are used in place), every statement it sends runs in a task of
+//! its own ([`query_all`], [`query_one`], [`execute`]), and so does every
 //! transaction it opens there ([`Detached::run`]). Dropping the caller then drops
 //! only the wait for the answer; the statement or transaction ends as it
 //! would have, and its connection goes back to the pool in step. (Its

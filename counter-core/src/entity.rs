@@ -290,10 +290,14 @@ pub trait SlottedCounter: EntityTrait {
                 return Ok(Vec::new());
             };
             let ids = ranked.iter().map(|r| r.owner.clone());
-            let models = Self::find()
-                .filter(primary_key.into_column().is_in(ids))
-                .all(db)
-                .await?;
+            let find = Self::find().filter(primary_key.into_column().is_in(ids));
+            let models = match crate::detach::detached(db) {
+                Some(pool) => {
+                    pool.run(|pool| async move { find.all(&pool).await })
+                        .await?
+                }
+                None => find.all(db).await?,
+            };
             let mut by_id: HashMap<Self::OwnerId, Self::Model> = models
                 .into_iter()
                 .map(|m| (Self::owner_id(&m), m))

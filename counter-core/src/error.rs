@@ -278,7 +278,9 @@ pub enum CounterError {
     /// the database ordered owner ids unlike the companion table (a
     /// hand-written truth query that compares owners in another collation;
     /// see [`Truth::query`](crate::Truth::query)). The walk stops here
-    /// instead of repeating batches; the batches before it were applied.
+    /// instead of repeating batches. Each batch up to this one, this one
+    /// included, was applied and is exact on its own (one snapshot each);
+    /// owners after it were not visited.
     #[error("the {walk} of `{table}` cannot advance past owner {owner}: {reason}")]
     WalkStalled {
         /// `recount`, `compaction` or `prune`.

@@ -36,19 +36,24 @@
 //! Any call may be dropped at any `.await` (axum drops a handler's future
 //! when its client goes away) without leaving a lock, a connection, a
 //! session setting or an in-process flag behind that would block, slow or
-//! corrupt a later call. On a pool, every statement and every transaction
-//! the crate opens runs in a Tokio task of its own, so a dropped call only
+//! corrupt a later call. On a pool (`DatabaseConnection`), every statement
+//! and every transaction the crate opens runs in a Tokio task of its own, so a dropped call only
 //! stops waiting: its write commits or rolls back as it would have (like a
 //! write whose reply was lost, its outcome is unknown to the caller), and
 //! its connection goes back to the pool in step. This works around sqlx's
 //! connections, which a future dropped mid-statement can leave waiting
 //! forever for an answer (transact-rs/sqlx#563, #4349); on MySQL/MariaDB
 //! that strands the connection and, call after call, empties the pool.
-//! Every wait is bounded: retries (10 attempts), recount locks and the
-//! locks of compaction and recount batches (60 s), pool acquisition (the
-//! pool's `acquire_timeout`). What the crate cannot own is the caller's
-//! transaction: where a handler may be dropped, run the transaction in a
-//! task of its own (`tokio::spawn`) and await the task.
+//! The crate's own waits are bounded: retries (10 attempts, backoff at
+//! most 200 ms), recount locks (60 s), the lock waits of compaction and
+//! recount batches (60 s on PostgreSQL; MySQL/MariaDB's
+//! `innodb_lock_wait_timeout`, 50 s by default), pool acquisition (the
+//! pool's `acquire_timeout`, 30 s by default). A single write waits for a
+//! row lock as long as the database lets it: on PostgreSQL, whose default
+//! is forever, set `lock_timeout` on the pool's connections to bound it.
+//! What the crate cannot own is the caller's transaction: where a handler
+//! may be dropped, run the transaction in a task of its own
+//! (`tokio::spawn`) and await the task.
 
 #![warn(missing_docs)]
 

@@ -194,21 +194,35 @@ async fn hook_write(
     }
 }
 
-/// A write that was refused and changed nothing.
+/// A write that was refused and changed nothing: a duplicate insert, a
+/// move of a missing row, or a deadlock victim (counted apart, in
+/// [`DEADLOCKS`]).
 fn refused(e: &CounterError) -> bool {
-    match e {
+    let deadlock = match e {
         CounterError::Conflict { .. } => true,
-        CounterError::Database(DbErr::RecordNotUpdated) => true,
         CounterError::Database(db) => {
-            matches!(
-                db.sql_err(),
-                Some(sea_orm::SqlErr::UniqueConstraintViolation(_))
-            ) || db.to_string().to_lowercase().contains("deadlock")
-                || db.to_string().contains("could not serialize")
+            let message = db.to_string().to_lowercase();
+            message.contains("deadlock") || message.contains("could not serialize")
         }
+        _ => false,
+    };
+    if deadlock {
+        DEADLOCKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return true;
+    }
+    match e {
+        CounterError::Database(DbErr::RecordNotUpdated) => true,
+        CounterError::Database(db) => matches!(
+            db.sql_err(),
+            Some(sea_orm::SqlErr::UniqueConstraintViolation(_))
+        ),
         _ => false,
     }
 }
+
+/// Writes that lost a deadlock or a serialization failure (the database
+/// undid them): reported, so that a lock-order regression shows.
+static DEADLOCKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Every (article, user) key raced by an insert, a delete and a move at
 /// once, `ROUNDS` times, each task on a random path in `paths`.
@@ -357,6 +371,10 @@ async fn racing_inserts_deletes_and_moves_of_one_natural_key_stay_exact() {
                 ("deleted", tally.deleted),
                 ("moved", tally.moved),
                 ("refused", tally.refused),
+                (
+                    "deadlock_victims",
+                    DEADLOCKS.swap(0, std::sync::atomic::Ordering::Relaxed),
+                ),
                 ("drift_after", drift(&t.db).await as u64),
             ],
         );

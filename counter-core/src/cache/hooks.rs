@@ -13,7 +13,7 @@
 //! that is counted. A row of the same key inserted at that instant is kept
 //! apart by the row lock on MySQL/MariaDB, by `BEGIN IMMEDIATE` on SQLite
 //! and, on PostgreSQL, for entities whose key the application chooses, by a
-//! transaction-scoped lock on the key (see `sql::row_key_lock`).
+//! transaction-scoped lock on the key (see `sql::row_key_locks`).
 //!
 //! One case the hooks cannot close: on MySQL/MariaDB at READ COMMITTED
 //! (not its default), `am.delete(&txn)` of a natural-key row that is not
@@ -66,7 +66,7 @@ where
     let Some(key) = rows::key_of_active(&am) else {
         return Ok(am);
     };
-    lock_key::<E, C>(db, &am, true).await?;
+    lock_key::<E, C>(db, &am).await?;
     let Some(old) = rows::lock::<E, C>(db, key).await?.pop() else {
         // No row to move, so nothing may be updated: sea-orm's `UPDATE`
         // would run under a newer snapshot and could update a row inserted
@@ -87,36 +87,41 @@ where
 {
     if insert {
         require_transaction::<E, C>()?;
-        lock_model_key::<E, C>(db, &model).await?;
+        lock_model_keys::<E, C>(db, std::slice::from_ref(&model)).await?;
         count::<E, C>(db, [(&model, 1)]).await?;
     }
     Ok(model)
 }
 
-/// PostgreSQL, natural keys: the inserted row's key lock, shared (see
-/// `sql::row_key_lock`).
-pub(super) async fn lock_model_key<E, C>(db: &C, model: &E::Model) -> Result<(), DbErr>
+/// PostgreSQL, natural keys: the inserted rows' key locks, shared (see
+/// `sql::row_key_locks`).
+pub(super) async fn lock_model_keys<E, C>(db: &C, models: &[E::Model]) -> Result<(), DbErr>
 where
     E: CounterCache,
     C: ConnectionTrait,
 {
-    lock_values::<E, C>(db, &rows::key_of::<E>(model), false).await
+    let keys: Vec<Vec<sea_orm::Value>> = models.iter().map(rows::key_of::<E>).collect();
+    lock_values::<E, C>(db, keys.iter().map(Vec::as_slice), false).await
 }
 
 /// PostgreSQL, natural keys: the row key lock of a delete or a move,
-/// exclusive, taken before the row is read (see `sql::row_key_lock`).
-async fn lock_key<E, C>(db: &C, am: &E::ActiveModel, exclusive: bool) -> Result<(), DbErr>
+/// exclusive, taken before the row is read (see `sql::row_key_locks`).
+pub(super) async fn lock_key<E, C>(db: &C, am: &E::ActiveModel) -> Result<(), DbErr>
 where
     E: CounterCache,
     C: ConnectionTrait,
 {
     match rows::key_values_of_active(am) {
-        Some(key) => lock_values::<E, C>(db, &key, exclusive).await,
+        Some(key) => lock_values::<E, C>(db, [key.as_slice()], true).await,
         None => Ok(()),
     }
 }
 
-async fn lock_values<E, C>(db: &C, key: &[sea_orm::Value], exclusive: bool) -> Result<(), DbErr>
+async fn lock_values<'k, E, C>(
+    db: &C,
+    keys: impl IntoIterator<Item = &'k [sea_orm::Value]>,
+    exclusive: bool,
+) -> Result<(), DbErr>
 where
     E: CounterCache,
     C: ConnectionTrait,
@@ -125,7 +130,7 @@ where
         return Ok(());
     }
     let dialect = Dialect::of(db).map_err(CounterError::into_db_err)?;
-    if let Some(lock) = sql::row_key_lock(dialect, &rows::table_name::<E>(), key, exclusive) {
+    for lock in sql::row_key_locks(dialect, &rows::table_name::<E>(), keys, exclusive) {
         db.execute_raw(lock).await?;
     }
     Ok(())
@@ -143,7 +148,7 @@ where
     let Some(key) = rows::key_of_active(&am) else {
         return Ok(am);
     };
-    lock_key::<E, C>(db, &am, true).await?;
+    lock_key::<E, C>(db, &am).await?;
     if let Some(old) = rows::lock::<E, C>(db, key).await?.pop() {
         count::<E, C>(db, [(&old, -1)]).await?;
     }

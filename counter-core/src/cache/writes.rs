@@ -111,6 +111,8 @@ impl<E: CounterCache> OwnWrite for Delete<E> {
     type Output = DeleteResult;
 
     async fn run<C: ConnectionTrait>(&self, txn: &C) -> Result<DeleteResult, DbErr> {
+        // The key's lock before the row's, as the hooks take them.
+        hooks::lock_key::<E, _>(txn, &self.am).await?;
         // Without its key, sea-orm refuses the delete with its own error.
         if let Some(key) = self.key.clone()
             && rows::lock::<E, _>(txn, key).await?.is_empty()
@@ -158,9 +160,7 @@ impl<E: CounterCache> OwnWrite for InsertMany<E> {
                 models.push(E::insert(row.clone()).exec_with_returning(txn).await?);
             }
         }
-        for model in &models {
-            hooks::lock_model_key::<E, _>(txn, model).await?;
-        }
+        hooks::lock_model_keys::<E, _>(txn, &models).await?;
         hooks::count::<E, _>(txn, models.iter().map(|m| (m, 1))).await?;
         Ok(models)
     }

@@ -21,8 +21,6 @@
 //! of it with the counter's slot rows, grouped by owner: see
 //! [`Counters::reconcile`].
 
-use std::sync::Arc;
-
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, QueryTrait, SqliteTransactionMode,
     TransactionOptions, TransactionTrait,
@@ -90,6 +88,7 @@ impl Truth {
     ///
     /// The recount compares, orders and bounds the query's owner column in
     /// the companion table's exact collation (`COLLATE "C"` on PostgreSQL,
+    /// after a cast to `text`, so `citext` columns too;
     /// `utf8mb4_bin` on MySQL/MariaDB, `BINARY` on SQLite), whatever the
     /// column's own. What it cannot undo is the query's own `GROUP BY`: on
     /// a column in MySQL's default `utf8mb4_general_ci`, `GROUP BY post_id`
@@ -102,7 +101,8 @@ impl Truth {
     /// SELECT CONVERT(post_id USING utf8mb4) COLLATE utf8mb4_bin, COUNT(*)
     ///   FROM comments GROUP BY CONVERT(post_id USING utf8mb4) COLLATE utf8mb4_bin
     /// -- PostgreSQL (any database collation; nondeterministic ICU ones included)
-    /// SELECT post_id COLLATE "C", COUNT(*) FROM comments GROUP BY post_id COLLATE "C"
+    /// SELECT CAST(post_id AS TEXT) COLLATE "C", COUNT(*) FROM comments
+    ///   GROUP BY CAST(post_id AS TEXT) COLLATE "C"
     /// ```
     ///
     /// [`Truth::counter_cache`] does this for you. A query whose owners come
@@ -486,25 +486,48 @@ impl<I: OwnerId> Counters<I> {
             sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
             ..TransactionOptions::default()
         };
-        lock.acquire(table, key).await?;
-        // The batch runs in a task of its own (see `detach`): a recount
-        // dropped midway leaves it committed or rolled back, never half sent;
-        // the session lock above is on a connection closed when dropped.
-        let batch = Arc::new((self.clone(), key.to_owned(), snapshot));
-        let in_transaction = Arc::new(lock.in_transaction(table, key));
-        let pool = detach::Detached::pool(db);
-        let repaired = retry::run(db, table, || {
-            let (batch, in_transaction) = (batch.clone(), in_transaction.clone());
-            pool.run(move |db| async move {
-                let (counters, key, snapshot) = &*batch;
-                let txn = db.begin_with_options(options).await?;
-                if let Some(lock) = &*in_transaction {
-                    lock.take(&txn).await?;
-                }
-                let drifts = counters.repair(&txn, key, snapshot).await?;
-                txn.commit().await?;
-                Ok(drifts)
+        // The whole batch, recount lock included, runs in a task of its own
+        // (see `detach`): a recount dropped midway still commits or rolls
+        // back its batch before it lets the lock go, so another recount
+        // never sees the counter between this batch's snapshot and repair.
+        let held = std::mem::replace(lock, RecountLock::None);
+        let batch = (self.clone(), key.to_owned(), snapshot);
+        let (repaired, held) = detach::Detached::pool(db)
+            .run(move |db| async move {
+                let (counters, key, snapshot) = batch;
+                let mut held = held;
+                let repaired = counters
+                    .repair_locked(&db, &key, &snapshot, options, &mut held)
+                    .await;
+                Ok((repaired, held))
             })
+            .await?;
+        *lock = held;
+        repaired
+    }
+
+    /// A batch's transaction under the recount lock: wait for the lock,
+    /// snapshot and repair in one transaction (retried whole after a
+    /// deadlock), let the lock go.
+    async fn repair_locked(
+        &self,
+        db: &DatabaseConnection,
+        key: &str,
+        snapshot: &sea_orm::Statement,
+        options: TransactionOptions,
+        lock: &mut RecountLock,
+    ) -> Result<Vec<Drift<I>>> {
+        let table = self.table().name();
+        lock.acquire(table, key).await?;
+        let in_transaction = lock.in_transaction(table, key);
+        let repaired = retry::run(db, table, || async {
+            let txn = db.begin_with_options(options).await?;
+            if let Some(lock) = &in_transaction {
+                lock.take(&txn).await?;
+            }
+            let drifts = self.repair(&txn, key, snapshot).await?;
+            txn.commit().await?;
+            Ok(drifts)
         })
         .await;
         lock.release().await;

@@ -123,9 +123,11 @@ impl RecountLock {
     }
 }
 
-/// PostgreSQL: the statement that locks one child row's primary key for
-/// the rest of the transaction (`exclusive` for a delete or a move, shared
-/// for an insert), or `None` on the other backends, which need none.
+/// PostgreSQL: the statements that lock child rows' primary keys for the
+/// rest of the transaction (`exclusive` for a delete or a move, shared for
+/// an insert), one per distinct key in one global order (so two writers of
+/// several keys cannot wait for each other in a circle); none on the other
+/// backends, which need none.
 ///
 /// Why: a counter-cache hook decides by a locking read of the row. Under
 /// READ COMMITTED a delete (or move) that finds no row, because the insert
@@ -143,32 +145,48 @@ impl RecountLock {
 ///
 /// The two-`int4` advisory lock space (table hash, key hash) is apart from
 /// the recount lock's `bigint` one; a hash collision only makes two
-/// writers wait for each other.
-pub(crate) fn row_key_lock(
+/// writers wait for each other. Within one transaction the crate takes a
+/// key's lock before the row's (`FOR UPDATE`), on every path. A caller's
+/// transaction that deletes several natural-key rows while another inserts
+/// them in another order can still deadlock; PostgreSQL aborts one of the
+/// two (retried on a pool, `CounterError::Conflict` in a transaction).
+pub(crate) fn row_key_locks<'k>(
     dialect: Dialect,
     table: &str,
-    key: &[Value],
+    keys: impl IntoIterator<Item = &'k [Value]>,
     exclusive: bool,
-) -> Option<Statement> {
+) -> Vec<Statement> {
     if dialect != Dialect::Postgres {
-        return None;
+        return Vec::new();
     }
     let table_id = super::fnv1a(table.bytes()) as u32 as i32;
-    let mut bytes = Vec::new();
-    for value in key {
-        bytes.extend(canonical(value).into_bytes());
-        bytes.push(0);
-    }
-    let key_id = super::fnv1a(bytes) as u32 as i32;
+    // One lock per distinct key, in one order for every writer.
+    let mut ids: Vec<i32> = keys
+        .into_iter()
+        .map(|key| {
+            let mut bytes = Vec::new();
+            for value in key {
+                bytes.extend(canonical(value).into_bytes());
+                bytes.push(0);
+            }
+            super::fnv1a(bytes) as u32 as i32
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
     let sql = match exclusive {
         true => "SELECT pg_advisory_xact_lock($1, $2)",
         false => "SELECT pg_advisory_xact_lock_shared($1, $2)",
     };
-    Some(Statement::from_sql_and_values(
-        Dialect::Postgres.backend(),
-        sql,
-        [Value::from(table_id), Value::from(key_id)],
-    ))
+    ids.into_iter()
+        .map(|key_id| {
+            Statement::from_sql_and_values(
+                Dialect::Postgres.backend(),
+                sql,
+                [Value::from(table_id), Value::from(key_id)],
+            )
+        })
+        .collect()
 }
 
 /// A key column's value as text that is the same for every integer width,
@@ -267,17 +285,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn row_key_locks_are_postgres_only_and_width_blind() {
-        let lock = |key: Value| row_key_lock(Dialect::Postgres, "favorites", &[key], true);
+    fn row_key_locks_are_postgres_only_sorted_and_width_blind() {
+        let lock = |key: Value| {
+            row_key_locks(Dialect::Postgres, "favorites", [&[key][..]], true)
+                .into_iter()
+                .map(|s| s.values)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(lock(Value::from(7i32)), lock(Value::from(7i64)));
+        assert_ne!(lock(Value::from(7i64)), lock(Value::from(8i64)));
+        let (a, b) = ([Value::from(1i64)], [Value::from(2i64)]);
+        let forward = row_key_locks(Dialect::Postgres, "f", [&a[..], &b[..], &a[..]], false);
+        let backward = row_key_locks(Dialect::Postgres, "f", [&b[..], &a[..]], false);
+        assert_eq!(forward.len(), 2);
         assert_eq!(
-            lock(Value::from(7i32)).map(|s| s.values),
-            lock(Value::from(7i64)).map(|s| s.values)
+            forward.iter().map(|s| &s.values).collect::<Vec<_>>(),
+            backward.iter().map(|s| &s.values).collect::<Vec<_>>()
         );
-        assert_ne!(
-            lock(Value::from(7i64)).map(|s| s.values),
-            lock(Value::from(8i64)).map(|s| s.values)
-        );
-        assert!(row_key_lock(Dialect::MySql, "favorites", &[Value::from(7i64)], true).is_none());
+        assert!(row_key_locks(Dialect::MySql, "f", [&a[..]], true).is_empty());
     }
 
     #[test]

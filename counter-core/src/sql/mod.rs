@@ -25,7 +25,7 @@ pub(crate) use compact::{SlotRow, delete_exactly, delete_foldable, lock_slots};
 pub(crate) use ddl::{create_bucket_table, create_key_index, key_index_name};
 pub(crate) use ddl::{create_table, drop_table};
 pub(crate) use errors::{Classified, classify};
-pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_lock};
+pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks};
 pub(crate) use order::owner_order;
 pub(crate) use range::{OwnerRange, nth_row_owner};
 pub(crate) use rank::ranked;

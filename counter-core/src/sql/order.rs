@@ -12,7 +12,7 @@
 //!
 //! | backend | companion `owner_id` | a user's column, as compared |
 //! |---|---|---|
-//! | PostgreSQL | `COLLATE "C"` (byte order) | `col COLLATE "C"` |
+//! | PostgreSQL | `COLLATE "C"` (byte order) | `CAST(col AS TEXT) COLLATE "C"` (`citext` too) |
 //! | MySQL/MariaDB | `utf8mb4_bin` (code points, PAD SPACE) | `CONVERT(col USING utf8mb4) COLLATE utf8mb4_bin` |
 //! | SQLite | `BINARY` (byte order) | `col COLLATE BINARY` |
 //!
@@ -36,7 +36,9 @@ pub(crate) fn exact_owner(dialect: Dialect, column: OwnerColumn, owner: Expr) ->
     // sea-query's placeholder for the expression: `$1` on PostgreSQL, `?`
     // on the others.
     let template = match dialect {
-        Dialect::Postgres => r#"($1 COLLATE "C")"#,
+        // As text first: `citext` compares case-insensitively under any
+        // collation; varchar to text is free and keeps a "C" index usable.
+        Dialect::Postgres => r#"(CAST($1 AS TEXT) COLLATE "C")"#,
         Dialect::MySql => "(CONVERT(? USING utf8mb4) COLLATE utf8mb4_bin)",
         Dialect::Sqlite => "(? COLLATE BINARY)",
     };
@@ -126,7 +128,7 @@ mod tests {
         );
         assert_eq!(
             built(Dialect::Postgres, OwnerColumn::String),
-            r#"SELECT ("post_id" COLLATE "C")"#
+            r#"SELECT (CAST("post_id" AS TEXT) COLLATE "C")"#
         );
         assert_eq!(
             built(Dialect::Sqlite, OwnerColumn::String),

@@ -161,7 +161,8 @@ pub(crate) fn nth_owners(
     };
     let from_truth = match &truth.owners {
         // `SELECT DISTINCT fk AS owner_id FROM child WHERE fk > ? ORDER BY ..`:
-        // an index walk on every backend.
+        // an index walk on every backend (for string owners, where the
+        // column's collation is the exact one `exact_owner` compares in).
         Some(index) => {
             let mut select = Query::select();
             select
