@@ -223,11 +223,32 @@ async fn recount(
     key: Key,
     options: &Reconcile<String>,
 ) -> ReconcileReport<String> {
-    let run = tag::Entity::reconcile(db, key, Truth::counter_cache::<tagging::Entity>(), options);
+    recount_from(db, key, Truth::counter_cache::<tagging::Entity>(), options).await
+}
+
+/// [`recount`] from any truth.
+async fn recount_from(
+    db: &DatabaseConnection,
+    key: Key,
+    truth: Truth,
+    options: &Reconcile<String>,
+) -> ReconcileReport<String> {
+    let run = tag::Entity::reconcile(db, key, truth, options);
     tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("a recount ends within 60 s")
         .expect("the recount succeeds")
+}
+
+/// Asserts a dry run saw every id and found none drifted.
+fn assert_no_drift(t: &TestDb, ids: &[String], report: &ReconcileReport<String>, what: &str) {
+    assert_eq!(
+        (report.owners_checked, report.owners_drifted),
+        (ids.len() as u64, 0),
+        "[{}] {what}: {:?}",
+        t.backend,
+        report.drifted
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -266,13 +287,8 @@ async fn recount_in_every_batch_size(t: &TestDb, ids: &[String], step: &str) -> 
         for key in [Key::Uses, Key::Weight] {
             let dry = Reconcile::new().batch_size(batch).dry_run(true);
             let report = recount(&t.db, key, &dry).await;
-            assert_eq!(
-                (report.owners_checked, report.owners_drifted),
-                (ids.len() as u64, 0),
-                "[{}] {step}: dry run of correct {key:?} counters, batch {batch}: {:?}",
-                t.backend,
-                report.drifted
-            );
+            let what = format!("{step}: dry run of correct {key:?} counters, batch {batch}");
+            assert_no_drift(t, ids, &report, &what);
             recounts += 1;
         }
         // Drift every counter, then repair it in this batch size.
@@ -328,18 +344,9 @@ async fn hand_written_truths(t: &TestDb, ids: &[String], step: &str) -> u64 {
     let mut recounts = 0;
     for batch in [1, 3, 1_000] {
         let dry = Reconcile::new().batch_size(batch).dry_run(true);
-        let run = tag::Entity::reconcile(&t.db, Key::Uses, truth(Expr::cust(exact)), &dry);
-        let report = tokio::time::timeout(Duration::from_secs(60), run)
-            .await
-            .expect("a recount ends within 60 s")
-            .expect("the recount succeeds");
-        assert_eq!(
-            (report.owners_checked, report.owners_drifted),
-            (ids.len() as u64, 0),
-            "[{}] {step}: an exact hand-written truth, batch {batch}: {:?}",
-            t.backend,
-            report.drifted
-        );
+        let report = recount_from(&t.db, Key::Uses, truth(Expr::cust(exact)), &dry).await;
+        let what = format!("{step}: an exact hand-written truth, batch {batch}");
+        assert_no_drift(t, ids, &report, &what);
         recounts += 1;
     }
     let dry = Reconcile::new().dry_run(true);

@@ -106,6 +106,15 @@ fn key(article: i64, user: i64) -> favorite::ActiveModel {
     }
 }
 
+/// The row of `(article, user)` with its `visible` flag: what an insert
+/// writes and a move sets.
+fn row(article: i64, user: i64, visible: bool) -> favorite::ActiveModel {
+    favorite::ActiveModel {
+        visible: Set(visible),
+        ..key(article, user)
+    }
+}
+
 /// One write; `Ok(true)` when it changed a row. Expected refusals (a
 /// duplicate insert, a move or delete of a missing row, a deadlock victim)
 /// are `Ok(false)`: they changed nothing.
@@ -135,24 +144,17 @@ async fn helper_write(
     user: i64,
     visible: bool,
 ) -> Result<bool, CounterError> {
+    let row = row(article, user, visible);
     match op {
-        Op::Insert => {
-            let mut row = key(article, user);
-            row.visible = Set(visible);
-            favorite::Entity::insert_counted(db, row)
-                .await
-                .map(|_| true)
-        }
+        Op::Insert => favorite::Entity::insert_counted(db, row)
+            .await
+            .map(|_| true),
         Op::Delete => favorite::Entity::delete_counted(db, key(article, user))
             .await
             .map(|done| done.rows_affected == 1),
-        Op::Move => {
-            let mut row = key(article, user);
-            row.visible = Set(visible);
-            favorite::Entity::update_counted(db, row)
-                .await
-                .map(|_| true)
-        }
+        Op::Move => favorite::Entity::update_counted(db, row)
+            .await
+            .map(|_| true),
     }
 }
 
@@ -169,17 +171,13 @@ async fn hook_write(
             ..Default::default()
         })
         .await?;
-    let mut row = key(article, user);
     let written: Result<bool, DbErr> = match op {
-        Op::Insert => {
-            row.visible = Set(visible);
-            row.insert(&txn).await.map(|_| true)
-        }
-        Op::Delete => row.delete(&txn).await.map(|done| done.rows_affected == 1),
-        Op::Move => {
-            row.visible = Set(visible);
-            row.update(&txn).await.map(|_| true)
-        }
+        Op::Insert => row(article, user, visible).insert(&txn).await.map(|_| true),
+        Op::Delete => key(article, user)
+            .delete(&txn)
+            .await
+            .map(|done| done.rows_affected == 1),
+        Op::Move => row(article, user, visible).update(&txn).await.map(|_| true),
     };
     match written {
         Ok(changed) => {
