@@ -100,6 +100,9 @@ where
     E: CounterCache,
     C: ConnectionTrait,
 {
+    if !takes_key_locks::<E, C>(db) {
+        return Ok(());
+    }
     let keys: Vec<Vec<sea_orm::Value>> = models.iter().map(rows::key_of::<E>).collect();
     lock_values::<E, C>(db, keys.iter().map(Vec::as_slice), false).await
 }
@@ -111,10 +114,20 @@ where
     E: CounterCache,
     C: ConnectionTrait,
 {
+    if !takes_key_locks::<E, C>(db) {
+        return Ok(());
+    }
     match rows::key_values_of_active(am) {
         Some(key) => lock_values::<E, C>(db, [key.as_slice()], true).await,
         None => Ok(()),
     }
+}
+
+/// Whether writes of `E` on `db` take row key locks: a natural key on
+/// PostgreSQL. Asked first, so that the other writes (auto-increment keys,
+/// the other backends) build no keys at all.
+fn takes_key_locks<E: CounterCache, C: ConnectionTrait>(db: &C) -> bool {
+    rows::natural_key::<E>() && db.get_database_backend() == sea_orm::DbBackend::Postgres
 }
 
 async fn lock_values<'k, E, C>(
@@ -126,9 +139,6 @@ where
     E: CounterCache,
     C: ConnectionTrait,
 {
-    if !rows::natural_key::<E>() {
-        return Ok(());
-    }
     let dialect = Dialect::of(db).map_err(CounterError::into_db_err)?;
     for lock in sql::row_key_locks(dialect, &rows::table_name::<E>(), keys, exclusive) {
         db.execute_raw(lock).await?;

@@ -104,7 +104,6 @@ where
 /// The delete of one row, if it is there when it is locked.
 struct Delete<E: CounterCache> {
     am: E::ActiveModel,
-    key: Option<Condition>,
 }
 
 impl<E: CounterCache> OwnWrite for Delete<E> {
@@ -114,7 +113,7 @@ impl<E: CounterCache> OwnWrite for Delete<E> {
         // The key's lock before the row's, as the hooks take them.
         hooks::lock_key::<E, _>(txn, &self.am).await?;
         // Without its key, sea-orm refuses the delete with its own error.
-        if let Some(key) = self.key.clone()
+        if let Some(key) = rows::key_of_active(&self.am)
             && rows::lock::<E, _>(txn, key).await?.is_empty()
         {
             // A statement that matches nothing: the only way to make
@@ -134,8 +133,7 @@ where
     E: CounterCache,
     C: ConnectionTrait + TransactionTrait,
 {
-    let key = rows::key_of_active(&am);
-    in_own_transaction::<E, C, _>(db, Delete::<E> { am, key }).await
+    in_own_transaction::<E, C, _>(db, Delete::<E> { am }).await
 }
 
 /// Rows inserted and counted as stored.
