@@ -6,12 +6,13 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement, TransactionSession, TransactionTrait, Value};
 
 use crate::{
-    BatchOutcome, CounterTable, Counters, SlottedCounter, detach,
+    BatchReport, CounterTable, Counters, detach,
     error::{CounterError, Result},
-    key::{CounterKey, validate_key},
+    key::validate_key,
     owner::{OwnerId, SortOwner},
     retry,
     sql::{self, Dialect, UpsertRow},
+    typed::{KeyOf, KeySpace},
 };
 
 /// Counter deltas collected across tables, owners and keys, then applied in
@@ -47,7 +48,7 @@ use crate::{
 /// batch.add(&users, 9, "comments", -1)?; // folds to zero: not sent
 /// let outcome = batch.apply(&db).await?;
 /// assert_eq!((outcome.rows, outcome.statements), (2, 1));
-/// assert_eq!(posts.get(&db, &2, "comments").await?, 1);
+/// assert_eq!(posts.get(&db, 2, "comments").await?, 1);
 /// # Ok(())
 /// # }
 /// ```
@@ -87,35 +88,56 @@ impl DeltaBatch {
     /// Deltas are grouped by table name, and the first [`Counters`] added
     /// for a name supplies its configuration (slots, windows) for the whole
     /// batch.
-    pub fn add<I: OwnerId, K: CounterKey>(
+    pub fn add<I: OwnerId, S: KeySpace, K: KeyOf<S>>(
         &mut self,
-        counters: &Counters<I>,
+        counters: &Counters<I, S>,
         owner: I,
         key: K,
         delta: i64,
-    ) -> Result<()> {
+    ) -> Result<&mut Self> {
         self.add_at(counters, owner, key, delta, Utc::now())
+    }
+
+    /// Adds 1 (see [`DeltaBatch::add`]).
+    pub fn increment<I: OwnerId, S: KeySpace, K: KeyOf<S>>(
+        &mut self,
+        counters: &Counters<I, S>,
+        owner: I,
+        key: K,
+    ) -> Result<&mut Self> {
+        self.add(counters, owner, key, 1)
+    }
+
+    /// Subtracts 1 (see [`DeltaBatch::add`]).
+    pub fn decrement<I: OwnerId, S: KeySpace, K: KeyOf<S>>(
+        &mut self,
+        counters: &Counters<I, S>,
+        owner: I,
+        key: K,
+    ) -> Result<&mut Self> {
+        self.add(counters, owner, key, -1)
     }
 
     /// [`DeltaBatch::add`] of an event that happened `at`: a windowed key
     /// counts it in the bucket of `at` (a backfill, an imported log). Its
     /// all-time total counts it either way.
-    pub fn add_at<I: OwnerId, K: CounterKey>(
+    pub fn add_at<I: OwnerId, S: KeySpace, K: KeyOf<S>>(
         &mut self,
-        counters: &Counters<I>,
+        counters: &Counters<I, S>,
         owner: I,
         key: K,
         delta: i64,
         at: DateTime<Utc>,
-    ) -> Result<()> {
-        self.fold_in(counters, owner, key.as_key_str(), delta, Some(at))
+    ) -> Result<&mut Self> {
+        self.fold_in(counters, owner, key.as_key_str(), delta, Some(at))?;
+        Ok(self)
     }
 
     /// Adds `delta` to the all-time total only, never to a bucket: a
     /// recount's repair, which corrects the total and happened at no time.
-    pub(crate) fn add_to_total<I: OwnerId>(
+    pub(crate) fn add_to_total<I: OwnerId, S: KeySpace>(
         &mut self,
-        counters: &Counters<I>,
+        counters: &Counters<I, S>,
         owner: I,
         key: &str,
         delta: i64,
@@ -126,9 +148,9 @@ impl DeltaBatch {
     /// Folds `delta` into the total of `(owner, key)` and, for a windowed
     /// key and a time, into the bucket of `at`, after checking the key and
     /// the owner.
-    fn fold_in<I: OwnerId>(
+    pub(crate) fn fold_in<I: OwnerId, S: KeySpace>(
         &mut self,
-        counters: &Counters<I>,
+        counters: &Counters<I, S>,
         owner: I,
         key: &str,
         delta: i64,
@@ -207,16 +229,6 @@ impl DeltaBatch {
         Ok(())
     }
 
-    /// [`DeltaBatch::add`] with an entity's typed key.
-    pub fn add_to<P: SlottedCounter>(
-        &mut self,
-        owner: P::OwnerId,
-        key: P::Key,
-        delta: i64,
-    ) -> Result<()> {
-        self.add(P::counters(), owner, key, delta)
-    }
-
     /// Whether no counter would change.
     pub fn is_empty(&self) -> bool {
         self.tables.values().all(|t| {
@@ -225,18 +237,18 @@ impl DeltaBatch {
     }
 
     /// Sends the batch, all or nothing: one multi-row upsert per table and
-    /// chunk of [`UPSERT_ROWS_PER_STATEMENT`](crate::UPSERT_ROWS_PER_STATEMENT)
+    /// chunk of [`UPSERT_ROWS_PER_STATEMENT`](crate::limits::UPSERT_ROWS_PER_STATEMENT)
     /// rows, tables in name order and rows in primary-key order. One
     /// statement is sent alone; several run in a transaction of their own (a
     /// savepoint inside the caller's), retried whole on a pool after a
     /// deadlock, so a windowed key's total and bucket, or the two sides of a
     /// move, are never half applied.
-    pub async fn apply<C>(self, db: &C) -> Result<BatchOutcome>
+    pub async fn apply<C>(self, db: &C) -> Result<BatchReport>
     where
         C: ConnectionTrait + TransactionTrait,
     {
         if self.is_empty() {
-            return Ok(BatchOutcome::default());
+            return Ok(BatchReport::default());
         }
         let (outcome, statements) = self.into_statements(Dialect::of(db)?);
         if statements.is_empty() {
@@ -271,9 +283,9 @@ impl DeltaBatch {
     /// a batch of more than one statement is refused with
     /// [`CounterError::BatchNeedsTransaction`] before anything is sent:
     /// there it could be half applied.
-    pub async fn apply_in<C: ConnectionTrait>(self, txn: &C) -> Result<BatchOutcome> {
+    pub async fn apply_in<C: ConnectionTrait>(self, txn: &C) -> Result<BatchReport> {
         if self.is_empty() {
-            return Ok(BatchOutcome::default());
+            return Ok(BatchReport::default());
         }
         let (outcome, statements) = self.into_statements(Dialect::of(txn)?);
         if statements.len() > 1 && retry::is_pool::<C>() {
@@ -293,8 +305,8 @@ impl DeltaBatch {
     pub(crate) fn into_statements(
         self,
         dialect: Dialect,
-    ) -> (BatchOutcome, Vec<(String, Statement)>) {
-        let mut outcome = BatchOutcome::default();
+    ) -> (BatchReport, Vec<(String, Statement)>) {
+        let mut outcome = BatchReport::default();
         let mut statements = Vec::new();
         let mut push = |name: &str, rows: Vec<UpsertRow>| {
             for chunk in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {

@@ -8,10 +8,11 @@ use sea_orm::ConnectionTrait;
 use crate::{
     Counters, detach,
     error::{CounterError, Result},
-    key::{CounterKey, validate_key},
+    key::validate_key,
     owner::OwnerId,
     retry,
     sql::{self, Dialect, col},
+    typed::{KeyOf, KeySpace},
     walk,
     window::{self, Window},
 };
@@ -26,7 +27,7 @@ const MAX_SERIES_CELLS: usize = 10_000_000;
 /// Slot rows per prune statement: the stretch of owners one `DELETE` covers.
 const PRUNE_ROWS_PER_STATEMENT: u64 = 5_000;
 
-impl<I: OwnerId> Counters<I> {
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// The count of a windowed key over the buckets that start in
     /// `[from, to)`: with day buckets, `from` and `to` at midnight give
     /// whole days, and a range that starts mid-day leaves that day out.
@@ -49,30 +50,30 @@ impl<I: OwnerId> Counters<I> {
     /// posts.add_at(&db, 7, "views", 3, nov_1 + Duration::hours(5)).await?;
     /// posts.add_at(&db, 7, "views", 2, nov_1 + Duration::days(2)).await?;
     ///
-    /// assert_eq!(posts.range(&db, &7, "views", nov_1, nov_1 + Duration::days(1)).await?, 3);
-    /// let series = posts.series(&db, &7, "views", nov_1, nov_1 + Duration::days(3)).await?;
+    /// assert_eq!(posts.range(&db, 7, "views", nov_1, nov_1 + Duration::days(1)).await?, 3);
+    /// let series = posts.series(&db, 7, "views", nov_1, nov_1 + Duration::days(3)).await?;
     /// assert_eq!(series.iter().map(|(_, n)| *n).collect::<Vec<_>>(), [3, 0, 2]);
-    /// assert_eq!(posts.get(&db, &7, "views").await?, 5); // the all-time total
+    /// assert_eq!(posts.get(&db, 7, "views").await?, 5); // the all-time total
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn range<C: ConnectionTrait, K: CounterKey>(
+    pub async fn range<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
-        owner: &I,
+        owner: I,
         key: K,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<i64> {
         let mut all = self
-            .range_many(db, std::slice::from_ref(owner), key, from, to)
+            .range_many(db, std::slice::from_ref(&owner), key, from, to)
             .await?;
-        Ok(all.remove(owner).unwrap_or(0))
+        Ok(all.remove(&owner).unwrap_or(0))
     }
 
     /// [`Counters::range`] for many owners, in one grouped query per chunk
     /// of owners; every owner asked for is in the map, zero-filled.
-    pub async fn range_many<C: ConnectionTrait, K: CounterKey>(
+    pub async fn range_many<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         owners: &[I],
@@ -96,26 +97,26 @@ impl<I: OwnerId> Counters<I> {
 
     /// A windowed key's count per bucket, for every bucket that starts in
     /// `[from, to)`, zero-filled, oldest first: a chart's data. At most
-    /// [`MAX_SERIES_BUCKETS`](crate::MAX_SERIES_BUCKETS) buckets.
-    pub async fn series<C: ConnectionTrait, K: CounterKey>(
+    /// [`MAX_SERIES_BUCKETS`](crate::limits::MAX_SERIES_BUCKETS) buckets.
+    pub async fn series<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
-        owner: &I,
+        owner: I,
         key: K,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<Series> {
         let mut all = self
-            .series_many(db, std::slice::from_ref(owner), key, from, to)
+            .series_many(db, std::slice::from_ref(&owner), key, from, to)
             .await?;
-        Ok(all.remove(owner).unwrap_or_default())
+        Ok(all.remove(&owner).unwrap_or_default())
     }
 
     /// [`Counters::series`] for many owners, in one grouped query per chunk
     /// of owners; every owner asked for has a full, zero-filled series. At
     /// most 10,000,000 counts (owners x buckets) in all, else
     /// [`CounterError::InvalidRange`].
-    pub async fn series_many<C: ConnectionTrait, K: CounterKey>(
+    pub async fn series_many<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         owners: &[I],
@@ -194,7 +195,7 @@ impl<I: OwnerId> Counters<I> {
     }
 
     /// The stored name and window of a windowed key.
-    fn windowed<'k, K: CounterKey>(&self, key: &'k K) -> Result<(&'k str, Window)> {
+    fn windowed<'k, K: KeyOf<S>>(&self, key: &'k K) -> Result<(&'k str, Window)> {
         let key = key.as_key_str();
         validate_key(key)?;
         match self.table().window_for(key) {

@@ -3,27 +3,21 @@
 
 use std::{collections::BTreeSet, marker::PhantomData, sync::Arc};
 
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
-};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait};
 
 use crate::{
     Counters, detach,
     error::{CounterError, Result},
-    key::{CounterKey, validate_key},
+    key::CounterKey,
+    key::validate_key,
     owner::{self, OwnerId},
     retry,
     sql::{self, Dialect, Layout, OwnerRange, SlotRow, UpsertRow},
+    typed::KeySpace,
     walk,
 };
 
-/// The largest [`Compact::batch_rows`].
-pub const MAX_COMPACT_BATCH: usize = 10_000;
-
-/// Rows per `DELETE` by primary key (MySQL): three or four binds a row,
-/// under every bind limit.
-const DELETE_ROWS_PER_STATEMENT: usize = 1_000;
+use crate::limits::MAX_COMPACT_BATCH;
 
 /// What [`Counters::compact`] folds, and in what steps.
 ///
@@ -135,7 +129,7 @@ pub struct CompactReport {
     pub buckets: CompactStats,
 }
 
-impl<I: OwnerId> Counters<I> {
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// Folds the slot rows of each counter in scope into its slot 0, so a
     /// read sums one row where it summed up to a slot count's worth, while
     /// increments keep arriving. Totals never change, not even for an
@@ -162,7 +156,7 @@ impl<I: OwnerId> Counters<I> {
     ///
     /// Lock order: a transaction of your own that writes several counters
     /// should write them in primary-key order (owner, then key), as
-    /// [`DeltaBatch`](crate::DeltaBatch) and `Entity::batch()` do. Out of
+    /// [`DeltaBatch`](crate::DeltaBatch) and typed handles do. Out of
     /// order, it can deadlock with a batch that holds a stretch of slot rows
     /// and waits for the next: the database aborts one of the two, your
     /// transaction with [`CounterError::Conflict`], or the batch, which is
@@ -174,7 +168,7 @@ impl<I: OwnerId> Counters<I> {
         db: &DatabaseConnection,
         options: &Compact<I>,
     ) -> Result<CompactReport> {
-        CounterError::check_range(
+        CounterError::check_size(
             "compaction batch_rows",
             options.batch_rows,
             1,
@@ -182,7 +176,7 @@ impl<I: OwnerId> Counters<I> {
         )?;
         // A counter of one row has nothing to fold, and none has more rows
         // than a SMALLINT has slot numbers.
-        CounterError::check_range("compaction min_rows", options.min_rows, 2, 65_536)?;
+        CounterError::check_size("compaction min_rows", options.min_rows, 2, 65_536)?;
         for key in options.keys.iter().flatten() {
             validate_key(key)?;
         }
@@ -252,13 +246,7 @@ impl<I: OwnerId> Counters<I> {
         options: &Compact<I>,
     ) -> Result<CompactStats> {
         let dialect = Dialect::of(db)?;
-        let txn_options = TransactionOptions {
-            // Row locks only: no gap locks for MySQL's REPEATABLE READ to
-            // hold against inserts of new slot rows.
-            isolation_level: (dialect != Dialect::Sqlite).then_some(IsolationLevel::ReadCommitted),
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..TransactionOptions::default()
-        };
+        let txn_options = dialect.batch_transaction();
         let batch = Arc::new(Batch::<I> {
             dialect,
             table: table.to_owned(),
@@ -376,30 +364,38 @@ impl<I: OwnerId> Batch<I> {
         txn: &C,
         victims: &[SlotRow<I>],
     ) -> Result<Vec<SlotRow<I>>, DbErr> {
-        let (dialect, table, layout) = (self.dialect, self.table.as_str(), self.layout);
-        if dialect != Dialect::MySql {
-            let (keys, min_rows) = (self.keys.as_deref(), self.min_rows);
-            let stmt = sql::delete_foldable(dialect, table, layout, &self.range, keys, min_rows);
-            return txn
+        let (table, layout) = (self.table.as_str(), self.layout);
+        let (keys, min_rows) = (self.keys.as_deref(), self.min_rows);
+        let deletion = sql::fold_deletion(
+            self.dialect,
+            table,
+            layout,
+            &self.range,
+            keys,
+            min_rows,
+            victims,
+        );
+        match deletion {
+            sql::FoldDeletion::Returning(stmt) => txn
                 .query_all_raw(stmt)
                 .await?
                 .iter()
                 .map(|row| SlotRow::decode(row, layout).map_err(CounterError::into_db_err))
-                .collect();
-        }
-        for chunk in victims.chunks(DELETE_ROWS_PER_STATEMENT) {
-            let stmt = sql::delete_exactly(table, layout, chunk);
-            let done = txn.execute_raw(stmt).await?;
-            if done.rows_affected() != chunk.len() as u64 {
-                // Locked rows cannot vanish; if they did, fold nothing.
-                return Err(DbErr::Custom(format!(
-                    "compaction of `{table}` deleted {} of the {} rows it had locked; rolled back",
-                    done.rows_affected(),
-                    chunk.len()
-                )));
+                .collect(),
+            sql::FoldDeletion::Exactly(chunks) => {
+                for (stmt, rows) in chunks {
+                    let done = txn.execute_raw(stmt).await?;
+                    if done.rows_affected() != rows {
+                        // Locked rows cannot vanish; if they did, fold nothing.
+                        return Err(DbErr::Custom(format!(
+                            "compaction of `{table}` deleted {} of the {rows} rows it had locked; rolled back",
+                            done.rows_affected(),
+                        )));
+                    }
+                }
+                Ok(victims.to_vec())
             }
         }
-        Ok(victims.to_vec())
     }
 }
 

@@ -1,28 +1,33 @@
-//! Binding an owner entity to its counters.
+//! Binding an owner entity to its counters, and the operations only a typed
+//! handle has (they know the entity's models and its `Counts`).
 
-use std::{collections::HashMap, future::Future};
+use std::collections::HashMap;
 
-use chrono::{DateTime, Utc};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, Iterable, PrimaryKeyToColumn,
-    QueryFilter, TransactionTrait,
+    ColumnTrait, ConnectionTrait, EntityTrait, Iterable, PrimaryKeyToColumn, QueryFilter,
 };
 
 use crate::{
-    BatchOutcome, Compact, CompactReport, CountMap, CountSet, Counters, EntityBatch, KeySet,
-    OwnerId, Ranked, Reconcile, ReconcileReport, Result, Series, Truth, key::CounterKey,
+    CountSet, CounterTable, Counters, KeySet, OwnerId, OwnerTable, Result, SlotStrategy, Window,
 };
+
+/// The typed handle of an entity's counters: `post::Entity::counters()`.
+///
+/// The same type as the untyped [`Counters`], with the entity as its key
+/// space, so it has every operation of [`Counters`] (taking only the
+/// entity's `Key` enum) and the typed reads below ([`Counters::counts`],
+/// [`Counters::counts_many`], [`Counters::load_counts`],
+/// [`Counters::top_models`]). [`Counters::untyped`] gives the same table
+/// with keys chosen at run time.
+pub type EntityCounters<E> = Counters<<E as SlottedCounter>::OwnerId, E>;
 
 /// An entity whose rows own counters in a companion table.
 ///
 /// `#[derive(SlottedCounter)]` implements it (see the derive for the
 /// attribute grammar), with a generated key enum, so a misspelt counter is a
 /// compile error, and a generated [`CountSet`] struct with one field per key.
-/// Every method is provided; an implementation only says where the counters
-/// live and how to get a model's primary key.
-///
-/// Methods take any `&C: ConnectionTrait`: a pool, or the caller's
-/// transaction, with which the counter commits or rolls back.
+/// The trait only binds: every operation is on the handle that
+/// [`SlottedCounter::counters`] returns, [`EntityCounters<Self>`](EntityCounters).
 ///
 /// ```
 /// use counter_core::prelude::*;
@@ -52,9 +57,10 @@ use crate::{
 /// # post::Entity::counters().create_table(&db).await?;
 /// use post::counters::Key;
 ///
-/// post::Entity::increment(&db, 1, Key::Likes).await?;
-/// post::Entity::add(&db, 1, Key::Views, 10).await?;
-/// let counts = post::Entity::counts(&db, &1).await?;
+/// let posts = post::Entity::counters();
+/// posts.increment(&db, 1, Key::Likes).await?;
+/// posts.add(&db, 1, Key::Views, 10).await?;
+/// let counts = posts.counts(&db, 1).await?;
 /// assert_eq!((counts.likes, counts.views), (1, 10));
 /// # Ok(())
 /// # }
@@ -67,297 +73,125 @@ pub trait SlottedCounter: EntityTrait {
     /// One total per key (the generated `counters::Counts`).
     type Counts: CountSet<Key = Self::Key>;
 
-    /// The counters of this entity: also the dynamic API, for keys chosen at
-    /// run time (per-emoji reactions, say) in the same table.
-    fn counters() -> &'static Counters<Self::OwnerId>;
+    /// The typed handle of this entity's counters: every counting operation.
+    fn counters() -> &'static EntityCounters<Self>;
 
     /// The owner id of a model: its primary key.
     fn owner_id(model: &Self::Model) -> Self::OwnerId;
+}
 
-    /// Adds `delta` (which may be negative). See [`Counters::add`].
-    fn add<C: ConnectionTrait + TransactionTrait>(
-        db: &C,
-        owner: Self::OwnerId,
-        key: Self::Key,
-        delta: i64,
-    ) -> impl Future<Output = Result<()>> + Send {
-        Self::counters().add(db, owner, key, delta)
-    }
-
-    /// Adds 1. See [`Counters::increment`].
-    fn increment<C: ConnectionTrait + TransactionTrait>(
-        db: &C,
-        owner: Self::OwnerId,
-        key: Self::Key,
-    ) -> impl Future<Output = Result<()>> + Send {
-        Self::counters().increment(db, owner, key)
-    }
-
-    /// Subtracts 1. See [`Counters::decrement`].
-    fn decrement<C: ConnectionTrait + TransactionTrait>(
-        db: &C,
-        owner: Self::OwnerId,
-        key: Self::Key,
-    ) -> impl Future<Output = Result<()>> + Send {
-        Self::counters().decrement(db, owner, key)
-    }
-
-    /// Applies many deltas at once, all or nothing: folded, sorted and sent
-    /// as multi-row upserts. See [`Counters::add_many`].
-    fn add_many<C, It>(db: &C, deltas: It) -> impl Future<Output = Result<BatchOutcome>> + Send
-    where
-        C: ConnectionTrait + TransactionTrait,
-        It: IntoIterator<Item = (Self::OwnerId, Self::Key, i64)> + Send,
-        It::IntoIter: Send,
-    {
-        Self::counters().add_many(db, deltas)
-    }
-
-    /// Adds `delta` as of `at`: a windowed key counts it in the bucket of
-    /// `at`. See [`Counters::add_at`].
-    fn add_at<C: ConnectionTrait + TransactionTrait>(
-        db: &C,
-        owner: Self::OwnerId,
-        key: Self::Key,
-        delta: i64,
-        at: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send {
-        Self::counters().add_at(db, owner, key, delta, at)
-    }
-
-    /// The total of one counter. See [`Counters::get`].
-    fn get<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owner: &'a Self::OwnerId,
-        key: Self::Key,
-    ) -> impl Future<Output = Result<i64>> + Send + 'a {
-        Self::counters().get(db, owner, key)
-    }
-
-    /// Chosen counters of many owners, by key name. See [`Counters::get_many`].
-    fn get_many<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owners: &'a [Self::OwnerId],
-        keys: &'a [Self::Key],
-    ) -> impl Future<Output = Result<CountMap<Self::OwnerId>>> + Send + 'a {
-        Self::counters().get_many(db, owners, keys)
-    }
-
+impl<E: SlottedCounter> Counters<E::OwnerId, E> {
     /// Every counter of one owner, in one query.
-    fn counts<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owner: &'a Self::OwnerId,
-    ) -> impl Future<Output = Result<Self::Counts>> + Send + 'a {
-        async move {
-            let mut all = Self::counts_many(db, std::slice::from_ref(owner)).await?;
-            Ok(all.remove(owner).unwrap_or_default())
-        }
+    pub async fn counts<C: ConnectionTrait>(&self, db: &C, owner: E::OwnerId) -> Result<E::Counts> {
+        let mut all = self.counts_many(db, std::slice::from_ref(&owner)).await?;
+        Ok(all.remove(&owner).unwrap_or_default())
     }
 
     /// Every counter of many owners, in one grouped query per chunk of
     /// owners. Every requested owner is in the map, zero-filled; an empty
     /// list returns an empty map without a query.
-    fn counts_many<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owners: &'a [Self::OwnerId],
-    ) -> impl Future<Output = Result<HashMap<Self::OwnerId, Self::Counts>>> + Send + 'a {
-        async move {
-            let totals = Self::counters()
-                .get_many(db, owners, Self::Key::ALL)
-                .await?;
-            Ok(totals
-                .into_iter()
-                .map(|(owner, by_key)| {
-                    let mut counts = Self::Counts::default();
-                    for &key in Self::Key::ALL {
-                        let total = by_key.get(key.as_key_str()).copied().unwrap_or(0);
-                        counts.set(key, total);
-                    }
-                    (owner, counts)
-                })
-                .collect())
-        }
+    pub async fn counts_many<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        owners: &[E::OwnerId],
+    ) -> Result<HashMap<E::OwnerId, E::Counts>> {
+        self.get_many(db, owners, E::Key::ALL).await
     }
 
     /// Pairs each model with its counts: one query for the whole page, not
     /// one per model. Order is kept.
-    fn load_counts<'a, C, It>(
-        db: &'a C,
-        models: It,
-    ) -> impl Future<Output = Result<Vec<(Self::Model, Self::Counts)>>> + Send + 'a
+    pub async fn load_counts<C, It>(&self, db: &C, models: It) -> Result<Vec<(E::Model, E::Counts)>>
     where
         C: ConnectionTrait,
-        It: IntoIterator<Item = Self::Model> + Send + 'a,
+        It: IntoIterator<Item = E::Model>,
     {
-        async move {
-            let models: Vec<Self::Model> = models.into_iter().collect();
-            let owners: Vec<Self::OwnerId> = models.iter().map(Self::owner_id).collect();
-            let counts = Self::counts_many(db, &owners).await?;
-            Ok(models
-                .into_iter()
-                .zip(owners)
-                .map(|(model, owner)| {
-                    // A model may appear twice in a page: clone, do not take.
-                    (model, counts.get(&owner).cloned().unwrap_or_default())
-                })
-                .collect())
-        }
+        let models: Vec<E::Model> = models.into_iter().collect();
+        let owners: Vec<E::OwnerId> = models.iter().map(E::owner_id).collect();
+        let counts = self.counts_many(db, &owners).await?;
+        Ok(models
+            .into_iter()
+            .zip(owners)
+            .map(|(model, owner)| {
+                // A model may appear twice in a page: clone, do not take.
+                (model, counts.get(&owner).cloned().unwrap_or_default())
+            })
+            .collect())
     }
 
-    /// A windowed key's count over the buckets starting in `[from, to)`.
-    /// See [`Counters::range`].
-    fn range<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owner: &'a Self::OwnerId,
-        key: Self::Key,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-    ) -> impl Future<Output = Result<i64>> + Send + 'a {
-        Self::counters().range(db, owner, key, from, to)
-    }
-
-    /// [`SlottedCounter::range`] of many owners, zero-filled, one query per
-    /// chunk. See [`Counters::range_many`].
-    fn range_many<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owners: &'a [Self::OwnerId],
-        key: Self::Key,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-    ) -> impl Future<Output = Result<HashMap<Self::OwnerId, i64>>> + Send + 'a {
-        Self::counters().range_many(db, owners, key, from, to)
-    }
-
-    /// A windowed key's zero-filled count per bucket in `[from, to)`. See
-    /// [`Counters::series`].
-    fn series<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owner: &'a Self::OwnerId,
-        key: Self::Key,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Series>> + Send + 'a {
-        Self::counters().series(db, owner, key, from, to)
-    }
-
-    /// [`SlottedCounter::series`] of many owners, one query per chunk. See
-    /// [`Counters::series_many`].
-    fn series_many<'a, C: ConnectionTrait>(
-        db: &'a C,
-        owners: &'a [Self::OwnerId],
-        key: Self::Key,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-    ) -> impl Future<Output = Result<HashMap<Self::OwnerId, Series>>> + Send + 'a {
-        Self::counters().series_many(db, owners, key, from, to)
-    }
-
-    /// The `n` owners with the highest totals of `key`, ties by id. See
-    /// [`Counters::top`].
-    fn top<'a, C: ConnectionTrait>(
-        db: &'a C,
-        key: Self::Key,
-        n: usize,
-    ) -> impl Future<Output = Result<Vec<Ranked<Self::OwnerId>>>> + Send + 'a {
-        Self::counters().top(db, key, n)
-    }
-
-    /// The page of [`SlottedCounter::top`] after `last`. See
-    /// [`Counters::top_after`].
-    fn top_after<'a, C: ConnectionTrait>(
-        db: &'a C,
-        key: Self::Key,
-        last: &'a Ranked<Self::OwnerId>,
-        n: usize,
-    ) -> impl Future<Output = Result<Vec<Ranked<Self::OwnerId>>>> + Send + 'a {
-        Self::counters().top_after(db, key, last, n)
-    }
-
-    /// [`SlottedCounter::top`] with the owners' models, loaded in one more
-    /// query: the "most liked posts" list. Owners whose row no longer
-    /// exists are left out, so a page may be shorter than `n`.
-    fn top_models<'a, C: ConnectionTrait>(
-        db: &'a C,
-        key: Self::Key,
-        n: usize,
-    ) -> impl Future<Output = Result<Vec<(Self::Model, i64)>>> + Send + 'a
-    where
-        Self::Model: Send + Sync,
-    {
-        async move {
-            let ranked = Self::counters().top(db, key, n).await?;
-            let Some(primary_key) = Self::PrimaryKey::iter().next() else {
-                return Ok(Vec::new());
-            };
-            let ids = ranked.iter().map(|r| r.owner.clone());
-            let find = Self::find().filter(primary_key.into_column().is_in(ids));
-            let models = match crate::detach::detached(db) {
-                Some(pool) => {
-                    pool.run(|pool| async move { find.all(&pool).await })
-                        .await?
-                }
-                None => find.all(db).await?,
-            };
-            let mut by_id: HashMap<Self::OwnerId, Self::Model> = models
-                .into_iter()
-                .map(|m| (Self::owner_id(&m), m))
-                .collect();
-            Ok(ranked
-                .into_iter()
-                .filter_map(|r| by_id.remove(&r.owner).map(|m| (m, r.total)))
-                .collect())
-        }
-    }
-
-    /// Deletes the time buckets that ended by `before`; totals stay. See
-    /// [`Counters::prune`].
-    fn prune<C: ConnectionTrait>(
+    /// [`Counters::top`] with the owners' models, loaded in one more query:
+    /// the "most liked posts" list. Owners whose row no longer exists are
+    /// left out, so a page may be shorter than `n`.
+    pub async fn top_models<C: ConnectionTrait>(
+        &self,
         db: &C,
-        before: DateTime<Utc>,
-    ) -> impl Future<Output = Result<u64>> + Send {
-        Self::counters().prune(db, before)
-    }
-
-    /// Folds each counter's slot rows into slot 0 while writes go on. See
-    /// [`Counters::compact`].
-    fn compact<'a>(
-        db: &'a DatabaseConnection,
-        options: &'a Compact<Self::OwnerId>,
-    ) -> impl Future<Output = Result<CompactReport>> + Send + 'a {
-        Self::counters().compact(db, options)
-    }
-
-    /// Recounts `key` from `truth` and repairs each owner's drift. See
-    /// [`Counters::reconcile`].
-    ///
-    /// For a counter kept by a counter cache, the truth is derived from the
-    /// declaration: `post::Entity::reconcile(&db, Key::Comments,
-    /// Truth::counter_cache::<comment::Entity>(), &Reconcile::new())`.
-    fn reconcile<'a>(
-        db: &'a DatabaseConnection,
-        key: Self::Key,
-        truth: impl Into<Truth>,
-        options: &'a Reconcile<Self::OwnerId>,
-    ) -> impl Future<Output = Result<ReconcileReport<Self::OwnerId>>> + Send + 'a {
-        let truth = truth.into();
-        Self::counters().reconcile(db, key, truth, options)
-    }
-
-    /// An empty unit-of-work batch with this entity's typed keys: collect
-    /// deltas, then apply them together in one sorted upsert per chunk,
-    /// inside the caller's transaction if given one. See [`EntityBatch`].
-    fn batch() -> EntityBatch<Self>
+        key: E::Key,
+        n: usize,
+    ) -> Result<Vec<(E::Model, i64)>>
     where
-        Self: Sized,
+        E::Model: Send + Sync,
     {
-        EntityBatch::default()
+        let ranked = self.top(db, key, n).await?;
+        let Some(primary_key) = E::PrimaryKey::iter().next() else {
+            return Ok(Vec::new());
+        };
+        let ids = ranked.iter().map(|r| r.owner.clone());
+        let find = E::find().filter(primary_key.into_column().is_in(ids));
+        let models = match crate::detach::detached(db) {
+            Some(pool) => {
+                pool.run(|pool| async move { find.all(&pool).await })
+                    .await?
+            }
+            None => find.all(db).await?,
+        };
+        let mut by_id: HashMap<E::OwnerId, E::Model> =
+            models.into_iter().map(|m| (E::owner_id(&m), m)).collect();
+        Ok(ranked
+            .into_iter()
+            .filter_map(|r| by_id.remove(&r.owner).map(|m| (m, r.total)))
+            .collect())
     }
+}
 
-    /// The migration creating this entity's companion table, for a
-    /// `Migrator` (after the migration of the owner's table):
-    /// `Box::new(post::Entity::counter_migration())`.
-    #[cfg(feature = "migration")]
-    fn counter_migration() -> crate::CounterTableMigration {
-        Self::counters().migration()
+/// The typed handle of a derived entity, for the derive's generated code.
+/// The derive has already checked every name and slot count at compile
+/// time, so this cannot fail. With `cascade_column`, the table references
+/// the owner entity `E`; `key_windows` are the keys also counted in time
+/// buckets; `strategy` is the `slot_strategy` option (without it the table
+/// keeps [`SlotStrategy::default()`]).
+#[doc(hidden)]
+pub fn derived_counters<E: SlottedCounter>(
+    table: &'static str,
+    slots: u16,
+    key_slots: &[(&str, u16)],
+    key_windows: &[(&str, Window)],
+    cascade_column: Option<&'static str>,
+    strategy: Option<SlotStrategy>,
+) -> EntityCounters<E> {
+    let build = || -> Result<CounterTable> {
+        let mut config = CounterTable::new(table)?.with_slots(slots)?;
+        for &(key, slots) in key_slots {
+            config = config.with_key_slots(key, slots)?;
+        }
+        for &(key, window) in key_windows {
+            config = config.with_key_window(key, window)?;
+        }
+        if let Some(column) = cascade_column {
+            let owner = E::default();
+            config = config.with_cascade(OwnerTable {
+                schema: owner.schema_name().map(|s| s.to_owned().into()),
+                table: owner.table_name().into(),
+                column: column.into(),
+            });
+        }
+        if let Some(strategy) = strategy {
+            config = config.with_slot_strategy(strategy);
+        }
+        Ok(config)
+    };
+    match build() {
+        Ok(config) => Counters::with_table(config),
+        Err(e) => {
+            unreachable!("#[derive(SlottedCounter)] checked `{table}` at compile time: {e}")
+        }
     }
 }

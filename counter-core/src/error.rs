@@ -1,6 +1,52 @@
-//! The one error type every counter operation returns.
+//! The one error type every counter operation returns, and its classes.
 
 use sea_orm::DbErr;
+
+/// What a caller can do about a [`CounterError`]: its class, from
+/// [`CounterError::kind`]. An HTTP handler maps each class to one status;
+/// a job runner retries [`ErrorKind::Transient`] and nothing else.
+///
+/// ```
+/// use counter_core::{CounterError, ErrorKind};
+///
+/// fn status(err: &CounterError) -> u16 {
+///     match err.kind() {
+///         ErrorKind::InvalidInput => 400,
+///         ErrorKind::Overflow => 409,
+///         ErrorKind::Transient => 503,
+///         _ => 500,
+///     }
+/// }
+/// let err = counter_core::validate_key("no spaces").unwrap_err();
+/// assert_eq!(status(&err), 400);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller's argument was refused before any SQL ran: a bad key,
+    /// owner or table name, an unknown key name, a number out of range, a
+    /// reversed time range, a range read of a key without a window. Safe to
+    /// show to whoever sent it.
+    InvalidInput,
+    /// A sum would leave `i64`: a delta, a fold, a total. Nothing was written.
+    Overflow,
+    /// Worth retrying as it is, later: a write conflict whose retries ran out
+    /// (or that happened in the caller's transaction: retry the transaction),
+    /// a busy recount, a full buffer, an unresolved flush, a database that
+    /// could not be reached.
+    Transient,
+    /// The companion table (or the buffer's ledger table) does not exist:
+    /// a migration has not run.
+    SchemaMissing,
+    /// The program used the crate in a way it refuses: a counter-cache write
+    /// on a pool, a multi-statement batch outside a transaction, a truth
+    /// that names no counter cache, a buffer used after shutdown or outside
+    /// a runtime, an unsupported backend, a walk the database ordered unlike
+    /// the companion table. Fix the code; retrying does not help.
+    Misuse,
+    /// Any other database error, passed through as it came.
+    Database,
+}
 
 /// Everything that can go wrong in a counter operation.
 ///
@@ -9,10 +55,47 @@ use sea_orm::DbErr;
 /// parsing database messages. Database failures that we can recognise across
 /// backends (a missing companion table, a deadlock) get variants of their own;
 /// everything else is passed through untouched in [`CounterError::Database`].
+/// Callers that only need to know what to do match on
+/// [`CounterError::kind`]. Messages are one line and say what happened; what
+/// to do about each is told here, on its variant.
+///
+/// It converts into `sea_orm::DbErr` (for code and hooks that return
+/// `DbErr`, with `?`) and back, typed: see [`From<CounterError> for
+/// DbErr`](#impl-From%3CCounterError%3E-for-DbErr). With the `loco` feature
+/// it converts into `loco_rs::Error`, so `?` works in a Loco handler. An
+/// application's own error type needs one `From` impl, which can sort by
+/// [`CounterError::kind`]:
+///
+/// ```
+/// use counter_core::{CounterError, ErrorKind};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     BadRequest(String),
+///     Unavailable,
+///     Internal(CounterError),
+/// }
+///
+/// impl From<CounterError> for AppError {
+///     fn from(err: CounterError) -> Self {
+///         match err.kind() {
+///             ErrorKind::InvalidInput => AppError::BadRequest(err.to_string()),
+///             ErrorKind::Transient => AppError::Unavailable,
+///             _ => AppError::Internal(err),
+///         }
+///     }
+/// }
+///
+/// fn handler(key: &str) -> Result<(), AppError> {
+///     counter_core::validate_key(key)?; // `?` converts
+///     Ok(())
+/// }
+/// assert!(matches!(handler("bad key"), Err(AppError::BadRequest(_))));
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum CounterError {
-    /// A counter key broke the rules in [`crate::key`].
+    /// A counter key broke the rules of [`CounterKey`](crate::CounterKey).
     #[error("invalid counter key {key:?}: {reason}")]
     InvalidKey {
         /// The offending key (shortened to 80 characters for display).
@@ -49,11 +132,19 @@ pub enum CounterError {
         reason: &'static str,
     },
 
-    /// A slot count outside `1..=1024`.
-    #[error("slot count {slots} is out of range: it must be between 1 and {max}", max = crate::Slots::MAX)]
-    SlotsOutOfRange {
-        /// The requested slot count.
-        slots: i64,
+    /// A number outside its allowed range: a slot count, a page or batch
+    /// size, a buffer setting. The bounds are in [`crate::limits`] and on the
+    /// setting's own documentation.
+    #[error("{what} {value} is out of range: it must be between {min} and {max}")]
+    OutOfRange {
+        /// Which setting.
+        what: &'static str,
+        /// The value given.
+        value: i128,
+        /// The smallest allowed.
+        min: i128,
+        /// The largest allowed.
+        max: i128,
     },
 
     /// A value would not fit in an `i64`: a folded batch delta, a negated
@@ -64,12 +155,9 @@ pub enum CounterError {
         context: String,
     },
 
-    /// The companion table is not in the database.
-    #[error(
-        "counter table `{table}` does not exist: run its migration \
-         (`CounterTableMigration`, or `cargo run -p migration -- up` in this workspace) \
-         before counting"
-    )]
+    /// The companion table is not in the database: run its migration
+    /// ([`Counters::migration`](crate::Counters::migration)) before counting.
+    #[error("counter table `{table}` does not exist")]
     MissingTable {
         /// The table that was not found.
         table: String,
@@ -92,10 +180,8 @@ pub enum CounterError {
     /// with 1305 "SAVEPOINT does not exist". Nothing is applied either way;
     /// dropping the transaction is enough.
     #[error(
-        "write conflict on counter table `{table}` after {attempts} attempt(s) \
-         (deadlock, serialization failure or lock timeout){hint}",
-        hint = if *.in_transaction { "; not retried on a connection that may be a transaction: \
-               if it is one, roll back and retry the whole transaction" } else { "" }
+        "write conflict on counter table `{table}` after {attempts} attempt(s){inside}",
+        inside = if *.in_transaction { " in a transaction" } else { "" }
     )]
     Conflict {
         /// The table written to.
@@ -110,20 +196,10 @@ pub enum CounterError {
         source: DbErr,
     },
 
-    /// The connection's backend is not one this crate has SQL for.
-    #[error(
-        "unsupported database backend {0}: counter-core speaks SQLite, PostgreSQL and MySQL/MariaDB"
-    )]
+    /// The connection's backend is not one this crate has SQL for (it
+    /// speaks SQLite, PostgreSQL and MySQL/MariaDB).
+    #[error("unsupported database backend {0}")]
     UnsupportedBackend(String),
-
-    /// A recount batch size outside `1..=MAX_RECONCILE_BATCH`.
-    #[error("reconcile batch size {size} is out of range: it must be between 1 and {max}")]
-    InvalidBatchSize {
-        /// The requested size.
-        size: usize,
-        /// The largest allowed.
-        max: usize,
-    },
 
     /// [`Truth::counter_cache`](crate::Truth::counter_cache) named a child
     /// entity that declares no counter cache for the counter being recounted.
@@ -152,12 +228,10 @@ pub enum CounterError {
     /// A counter-cache hook ran on a connection pool, outside any
     /// transaction: the row and its counters would be two commits, and two
     /// deletes of one row could both see it. Raised before anything is
-    /// written.
-    #[error(
-        "`{table}` has counter caches, which are kept exact only inside a transaction: \
-         write it with `insert_counted` / `update_counted` / `delete_counted` (CounterCache), \
-         or pass a transaction (`db.begin()`) instead of the pool"
-    )]
+    /// written. Write the row with `insert_counted` / `update_counted` /
+    /// `delete_counted` ([`CounterCache`](crate::CounterCache)), or pass a
+    /// transaction (`db.begin()`) instead of the pool.
+    #[error("`{table}` has counter caches and was written outside a transaction")]
     TransactionRequired {
         /// The child table.
         table: String,
@@ -165,18 +239,17 @@ pub enum CounterError {
 
     /// [`DeltaBatch::apply_in`](crate::DeltaBatch::apply_in) was given a
     /// pool and a batch of several statements, which would not be all or
-    /// nothing there. Raised before anything is written.
-    #[error(
-        "a batch of {statements} statements is all or nothing only inside a transaction: \
-         use `DeltaBatch::apply`, or pass a transaction instead of the pool"
-    )]
+    /// nothing there. Raised before anything is written. Use
+    /// [`DeltaBatch::apply`](crate::DeltaBatch::apply), or pass a
+    /// transaction instead of the pool.
+    #[error("a batch of {statements} statements was applied outside a transaction")]
     BatchNeedsTransaction {
         /// The statements the batch would send.
         statements: usize,
     },
 
     /// A time range that is reversed, or a series longer than
-    /// [`MAX_SERIES_BUCKETS`](crate::MAX_SERIES_BUCKETS).
+    /// [`MAX_SERIES_BUCKETS`](crate::limits::MAX_SERIES_BUCKETS).
     #[error("invalid time range: {reason}")]
     InvalidRange {
         /// What is wrong with it.
@@ -184,11 +257,10 @@ pub enum CounterError {
     },
 
     /// A range or series read of a key that has no time window, so no
-    /// buckets to read.
-    #[error(
-        "counter `{key}` of table `{table}` has no time window: declare it as \
-         `keys({key}(window = day))` (or `CounterTable::with_key_window`) to count it in buckets"
-    )]
+    /// buckets to read. Declare it as `keys(views(window = day))` (or
+    /// [`CounterTable::with_key_window`](crate::CounterTable::with_key_window))
+    /// to count it in buckets.
+    #[error("counter `{key}` of table `{table}` has no time window")]
     NotWindowed {
         /// The counter table.
         table: String,
@@ -196,82 +268,10 @@ pub enum CounterError {
         key: String,
     },
 
-    /// A page size or batch size outside its allowed range.
-    #[error("{what} {value} is out of range: it must be between {min} and {max}")]
-    OutOfRange {
-        /// Which setting.
-        what: &'static str,
-        /// The value given.
-        value: usize,
-        /// The smallest allowed.
-        min: usize,
-        /// The largest allowed.
-        max: usize,
-    },
-
-    /// A [`CounterBuffer`](crate::CounterBuffer) holds its capacity of
-    /// distinct counters and could not wait for room (its policy is
-    /// [`WhenFull::Fail`](crate::WhenFull::Fail), or the add ran on a
-    /// current-thread runtime, where blocking would stop the flusher). The
-    /// delta was not taken.
-    #[error(
-        "counter buffer full: {capacity} distinct counters are waiting for a flush; \
-         the delta was not taken (write it directly, retry, or raise the capacity)"
-    )]
-    BufferFull {
-        /// The buffer's capacity, in distinct counters.
-        capacity: usize,
-    },
-
-    /// The [`CounterBuffer`](crate::CounterBuffer) is shutting down or has
-    /// stopped; the delta was not taken.
-    #[error("counter buffer closed: it is shutting down or has stopped, and takes no more deltas")]
-    BufferClosed,
-
-    /// A buffered read could not be made exact within 5 seconds: a flush's
-    /// `COMMIT` reply was lost and the buffer is still resolving, through
-    /// its ledger, whether it committed (usually because the database is
-    /// unreachable). Retry the read.
-    #[error(
-        "a counter buffer read could not be made exact: a flush's COMMIT outcome is in doubt \
-         (its reply was lost and the database has not been reachable to resolve it); retry the read"
-    )]
-    FlushInDoubt,
-
-    /// A [`CounterBuffer`](crate::CounterBuffer) add through a handle whose
-    /// table the buffer already holds with another owner type or another
-    /// window for the key: one buffer keeps one configuration per table
-    /// name. The delta was not taken.
-    #[error(
-        "counter table `{table}` is already in this buffer with another owner type or \
-         another window for key `{key}`; the delta was not taken"
-    )]
-    BufferTableMismatch {
-        /// The table.
-        table: String,
-        /// The key added to.
-        key: String,
-    },
-
-    /// A [`CounterBuffer`](crate::CounterBuffer)'s flusher task stopped
-    /// without flushing everything: it panicked, or the Tokio runtime it ran
-    /// on shut down. Deltas accepted and not yet committed are lost, as in
-    /// a crash.
-    #[error(
-        "the counter buffer's flusher stopped unexpectedly (a panic, or its runtime shut \
-         down); {unflushed} accepted adds were not flushed"
-    )]
-    FlusherStopped {
-        /// Accepted adds left unflushed.
-        unflushed: u64,
-    },
-
-    /// A [`CounterBuffer`](crate::CounterBuffer) was started outside a Tokio
-    /// runtime, which its flusher task needs.
-    #[error(
-        "a counter buffer needs a Tokio runtime for its flusher task; start it from async code on one"
-    )]
-    NoRuntime,
+    /// The write-behind buffer refused a delta or a read: see [`BufferError`].
+    #[cfg(feature = "buffer")]
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
 
     /// A batch of a recount, compaction or prune walk did not move strictly
     /// forward through the owners, or returned owners outside its bounds:
@@ -295,17 +295,111 @@ pub enum CounterError {
 
     /// Any other database error, unchanged.
     #[error("database error: {0}")]
-    Database(#[from] DbErr),
+    Database(DbErr),
+}
+
+/// Why a [`CounterBuffer`](crate::CounterBuffer) refused: the variants of
+/// [`CounterError::Buffer`]. On an add, the delta was not taken.
+#[cfg(feature = "buffer")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BufferError {
+    /// A [`CounterBuffer`](crate::CounterBuffer) holds its capacity of
+    /// distinct counters and could not wait for room (its policy is
+    /// [`WhenFull::Fail`](crate::WhenFull::Fail), or the add ran on a
+    /// current-thread runtime, where blocking would stop the flusher). The
+    /// delta was not taken.
+    /// Write the delta directly, retry, or raise the capacity.
+    #[error("counter buffer full: {capacity} distinct counters are waiting for a flush")]
+    Full {
+        /// The buffer's capacity, in distinct counters.
+        capacity: usize,
+    },
+
+    /// The [`CounterBuffer`](crate::CounterBuffer) is shutting down or has
+    /// stopped; the delta was not taken.
+    #[error("counter buffer closed: it is shutting down or has stopped")]
+    Closed,
+
+    /// A buffered read could not be made exact within 5 seconds: a flush's
+    /// `COMMIT` reply was lost and the buffer is still resolving, through
+    /// its ledger, whether it committed (usually because the database is
+    /// unreachable). Retry the read.
+    #[error("a buffered read could not be made exact: a flush's commit is in doubt")]
+    FlushInDoubt,
+
+    /// A [`CounterBuffer`](crate::CounterBuffer) add through a handle whose
+    /// table the buffer already holds with another owner type or another
+    /// window for the key: one buffer keeps one configuration per table
+    /// name. The delta was not taken.
+    #[error(
+        "counter table `{table}` is already in this buffer with another configuration of `{key}`"
+    )]
+    TableMismatch {
+        /// The table.
+        table: String,
+        /// The key added to.
+        key: String,
+    },
+
+    /// A [`CounterBuffer`](crate::CounterBuffer)'s flusher task stopped
+    /// without flushing everything: it panicked, or the Tokio runtime it ran
+    /// on shut down. Deltas accepted and not yet committed are lost, as in
+    /// a crash.
+    #[error("the counter buffer's flusher stopped; {unflushed} accepted adds were not flushed")]
+    FlusherStopped {
+        /// Accepted adds left unflushed.
+        unflushed: u64,
+    },
+
+    /// A [`CounterBuffer`](crate::CounterBuffer) was started outside a Tokio
+    /// runtime, which its flusher task needs.
+    #[error("a counter buffer was started outside a Tokio runtime")]
+    NoRuntime,
 }
 
 impl CounterError {
+    /// The class of this error: what a caller can do about it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidKey { .. }
+            | Self::UnknownKey { .. }
+            | Self::InvalidTableName { .. }
+            | Self::InvalidOwner { .. }
+            | Self::OutOfRange { .. }
+            | Self::InvalidRange { .. }
+            | Self::NotWindowed { .. } => ErrorKind::InvalidInput,
+            Self::Overflow { .. } => ErrorKind::Overflow,
+            Self::Conflict { .. } | Self::ReconcileBusy { .. } => ErrorKind::Transient,
+            Self::MissingTable { .. } => ErrorKind::SchemaMissing,
+            Self::UnsupportedBackend(_)
+            | Self::NoCounterCache { .. }
+            | Self::TransactionRequired { .. }
+            | Self::BatchNeedsTransaction { .. }
+            | Self::WalkStalled { .. } => ErrorKind::Misuse,
+            #[cfg(feature = "buffer")]
+            Self::Buffer(e) => match e {
+                BufferError::Full { .. } | BufferError::FlushInDoubt => ErrorKind::Transient,
+                BufferError::Closed
+                | BufferError::TableMismatch { .. }
+                | BufferError::FlusherStopped { .. }
+                | BufferError::NoRuntime => ErrorKind::Misuse,
+            },
+            Self::Database(e) => match e {
+                DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => ErrorKind::Transient,
+                _ => ErrorKind::Database,
+            },
+        }
+    }
+
     /// `Ok` if `min <= value <= max`, else [`CounterError::OutOfRange`].
     pub(crate) fn check_range(
         what: &'static str,
-        value: usize,
-        min: usize,
-        max: usize,
+        value: impl Into<i128>,
+        min: impl Into<i128>,
+        max: impl Into<i128>,
     ) -> Result<()> {
+        let (value, min, max) = (value.into(), min.into(), max.into());
         if (min..=max).contains(&value) {
             Ok(())
         } else {
@@ -316,6 +410,17 @@ impl CounterError {
                 max,
             })
         }
+    }
+
+    /// [`CounterError::check_range`] of a size (sizes are `usize`).
+    pub(crate) fn check_size(
+        what: &'static str,
+        value: usize,
+        min: usize,
+        max: usize,
+    ) -> Result<()> {
+        let wide = |n: usize| i128::try_from(n).unwrap_or(i128::MAX);
+        Self::check_range(what, wide(value), wide(min), wide(max))
     }
 
     /// Splits an error for [`retry::run`](crate::retry): a database error
@@ -330,15 +435,48 @@ impl CounterError {
 }
 
 /// The `from` and `into` of the `DbErr::TryIntoErr` that carries a
-/// [`CounterError`] out of a sea-orm hook, which may only return `DbErr`.
-const CARRIED: (&str, &str) = ("child row", "parent counters");
+/// [`CounterError`] inside a `DbErr` (sea-orm's only variant that can hold
+/// an error of another type): it reads "Error converting `CounterError`
+/// into `DbErr`: " and the counter error's own message.
+const CARRIED: (&str, &str) = ("CounterError", "DbErr");
+
+/// A counter error as a `DbErr`, for code that works in `DbErr` (a sea-orm
+/// hook, a migration, an application whose errors wrap `DbErr`), so `?`
+/// works there.
+///
+/// Database errors go back as they came (a deadlock is still recognised as
+/// one by whoever retries the transaction); the crate's own errors ride
+/// inside `DbErr::TryIntoErr`, whose message is theirs, and
+/// `CounterError::from(db_err)` gets them back typed.
+///
+/// ```
+/// use counter_core::{CounterError, ErrorKind};
+///
+/// let err = counter_core::validate_key("").unwrap_err();
+/// let db: sea_orm::DbErr = err.into();
+/// let back = CounterError::from(db);
+/// assert_eq!(back.kind(), ErrorKind::InvalidInput);
+/// ```
+impl From<CounterError> for DbErr {
+    fn from(err: CounterError) -> Self {
+        err.into_db_err()
+    }
+}
+
+/// A `DbErr` as a counter error: the crate's own error back, typed, if the
+/// `DbErr` carries one (see [`From<CounterError> for DbErr`](#impl-From%3CCounterError%3E-for-DbErr)),
+/// else [`CounterError::Database`].
+impl From<DbErr> for CounterError {
+    fn from(err: DbErr) -> Self {
+        match Self::from_hook_error(&err) {
+            Some(own) => own,
+            None => Self::Database(err),
+        }
+    }
+}
 
 impl CounterError {
-    /// This error as a `DbErr`, for an `ActiveModelBehavior` hook. Database
-    /// errors go back as they came, so a deadlock is still recognised (and
-    /// retried) by whoever runs the transaction; the crate's own errors ride
-    /// inside `DbErr::TryIntoErr`, whose message is theirs, and
-    /// [`CounterError::from_hook_error`] gets them back, typed.
+    /// This error as a `DbErr` (see the `From` impl).
     pub(crate) fn into_db_err(self) -> DbErr {
         match self.split() {
             Err(db) => db,
@@ -356,24 +494,27 @@ impl CounterError {
         }
     }
 
-    /// The crate's own error inside a `DbErr` returned by a counter-cache
-    /// hook (sea-orm hooks can only return `DbErr`): what `am.insert(&txn)`
-    /// returns when, say, a counter overflowed or the hook refused a pool.
-    /// `None` for any other `DbErr`. The `*_counted` methods do this for you.
-    ///
-    /// ```
-    /// use counter_core::CounterError;
-    ///
-    /// let err = sea_orm::DbErr::Custom("unrelated".into());
-    /// assert!(CounterError::from_hook_error(&err).is_none());
-    /// ```
-    pub fn from_hook_error(err: &DbErr) -> Option<Self> {
+    /// The crate's own error inside a `DbErr`, if it carries one: what
+    /// `am.insert(&txn)` returns when a counter-cache hook refused (a pool,
+    /// an overflow). `CounterError::from(db_err)` does this and falls back to
+    /// [`CounterError::Database`].
+    pub(crate) fn from_hook_error(err: &DbErr) -> Option<Self> {
         match err {
             DbErr::TryIntoErr { from, into, source } if (*from, *into) == CARRIED => {
                 source.downcast_ref::<Self>().cloned()
             }
             _ => None,
         }
+    }
+}
+
+/// The error of parsing a string that is none of `expected`: the generated
+/// key enum's `FromStr`.
+#[doc(hidden)]
+pub fn unknown_key(key: &str, expected: &'static [&'static str]) -> CounterError {
+    CounterError::UnknownKey {
+        key: preview(key),
+        expected,
     }
 }
 

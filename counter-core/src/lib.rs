@@ -9,10 +9,11 @@
 //! `SUM(value)`. A batch read of many owners and keys is one grouped query.
 //! Counters are rows, not columns: a new counter needs no DDL.
 //!
-//! * [`Counters`] is the runtime API over one companion table, with keys
-//!   chosen at run time ([`CounterKey`] is implemented for `str`/`String`).
-//! * [`SlottedCounter`] binds an owner entity to its counters, with typed keys;
-//!   `#[derive(SlottedCounter)]` implements it for you.
+//! * [`Counters`] is the one handle to a companion table: every operation
+//!   lives there, once. `post::Entity::counters()` gives the typed handle of
+//!   an entity with `#[derive(SlottedCounter)]` ([`EntityCounters`]: its
+//!   `Key` enum, its `Counts` record); [`Counters::untyped`] or
+//!   [`Counters::new`] one with keys chosen at run time.
 //! * Every counting call takes a pool or the caller's transaction, with
 //!   which the counter then commits or rolls back; maintenance
 //!   ([`Counters::compact`], [`Counters::reconcile`]) takes the pool and
@@ -23,8 +24,8 @@
 //!   sums and zero-filled series ([`Window`], [`Counters::series`]); exact
 //!   rankings ([`Counters::top`]).
 //! * Coalesced writes: a unit of work's deltas sent together in one sorted
-//!   upsert per chunk ([`DeltaBatch`], typed as `post::Entity::batch()`:
-//!   [`EntityBatch`]), and a process-wide write-behind buffer
+//!   upsert per chunk ([`DeltaBatch`], across tables, typed or not), and a
+//!   process-wide write-behind buffer
 //!   ([`CounterBuffer`], feature `buffer`, on by default) whose flushes are
 //!   exactly-once through a [`FlushLedger`].
 //!
@@ -61,17 +62,19 @@ mod batch;
 mod buckets;
 #[cfg(feature = "buffer")]
 mod buffer;
-pub mod cache;
+mod cache;
 mod compact;
 mod detach;
 mod entity;
-mod entity_batch;
 mod error;
-pub mod key;
+mod key;
+pub mod limits;
+#[cfg(feature = "loco")]
+mod loco;
 mod owner;
 mod rank;
 mod read;
-pub mod reconcile;
+mod reconcile;
 mod retry;
 mod schema;
 #[cfg(feature = "serde")]
@@ -90,28 +93,26 @@ pub use buckets::Series;
 #[cfg(all(feature = "buffer", feature = "migration"))]
 pub use buffer::FlushLedgerMigration;
 #[cfg(feature = "buffer")]
-pub use buffer::{
-    BufferBuilder, BufferStats, CounterBuffer, FlushLedger, MAX_BUFFER_CAPACITY, WhenFull,
-};
-pub use cache::{CacheRule, CounterCache};
-pub use compact::{Compact, CompactReport, CompactStats, MAX_COMPACT_BATCH};
-pub use entity::SlottedCounter;
-pub use entity_batch::EntityBatch;
-pub use error::{CounterError, Result};
-pub use key::{CounterKey, MAX_KEY_LEN, validate_key};
-pub use owner::{MAX_STRING_OWNER_LEN, OwnerColumn, OwnerId};
-pub use rank::{MAX_RANK_PAGE, Ranked};
+pub use buffer::{BufferBuilder, BufferStats, CounterBuffer, FlushLedger, WhenFull};
+pub use cache::{CacheRule, CounterCache, hooks};
+pub use compact::{Compact, CompactReport, CompactStats};
+pub use entity::{EntityCounters, SlottedCounter};
+#[cfg(feature = "buffer")]
+pub use error::BufferError;
+pub use error::{CounterError, ErrorKind, Result};
+pub use key::{CounterKey, validate_key};
+pub use owner::{OwnerColumn, OwnerId};
+pub use rank::Ranked;
 pub use read::CountMap;
-pub use reconcile::{Drift, MAX_RECONCILE_BATCH, Reconcile, ReconcileReport, Truth};
+pub use reconcile::{Drift, Reconcile, ReconcileReport, Truth};
 #[cfg(feature = "migration")]
 pub use schema::migration::{CounterTableMigration, CounterTableUpgrade};
 pub use slots::Slots;
-pub use sql::UPSERT_ROWS_PER_STATEMENT;
 pub use strategy::SlotStrategy;
-pub use table::{CounterTable, Counters, MAX_TABLE_NAME_LEN, OwnerTable, validate_table_name};
-pub use typed::{CountSet, KeySet};
-pub use window::{MAX_SERIES_BUCKETS, Window};
-pub use write::BatchOutcome;
+pub use table::{CounterTable, Counters, OwnerTable, validate_table_name};
+pub use typed::{CountSet, KeyOf, KeySet, KeySpace, Untyped};
+pub use window::Window;
+pub use write::BatchReport;
 
 /// ```
 /// mod post {
@@ -139,21 +140,22 @@ pub use write::BatchOutcome;
 /// use post::counters::{Counts, Key};
 ///
 /// let db = sea_orm::Database::connect("sqlite::memory:").await?;
-/// // In an application: `Box::new(post::Entity::counter_migration())` in the Migrator.
-/// post::Entity::counters().create_table(&db).await?;
+/// let posts = post::Entity::counters();
+/// // In an application: `Box::new(posts.migration())` in the Migrator.
+/// posts.create_table(&db).await?;
 ///
-/// post::Entity::increment(&db, 1, Key::Likes).await?;
-/// post::Entity::add(&db, 1, Key::Views, 100).await?;
-/// post::Entity::add_many(&db, [(2, Key::Likes, 5), (2, Key::Comments, 1)]).await?;
+/// posts.increment(&db, 1, Key::Likes).await?;
+/// posts.add(&db, 1, Key::Views, 100).await?;
+/// posts.add_many(&db, [(2, Key::Likes, 5), (2, Key::Comments, 1)]).await?;
 ///
-/// let one: Counts = post::Entity::counts(&db, &1).await?;
+/// let one: Counts = posts.counts(&db, 1).await?;
 /// assert_eq!(one, Counts { likes: 1, comments: 0, views: 100 });
-/// let many = post::Entity::counts_many(&db, &[1, 2, 3]).await?;
+/// let many = posts.counts_many(&db, &[1, 2, 3]).await?;
 /// assert_eq!((many[&2].likes, many[&3].likes), (5, 0)); // zero-filled
 ///
 /// // The same table, with keys chosen at run time:
-/// post::Entity::counters().increment(&db, 1, "reaction:heart").await?;
-/// assert_eq!(post::Entity::counters().get(&db, &1, "reaction:heart").await?, 1);
+/// posts.untyped().increment(&db, 1, "reaction:heart").await?;
+/// assert_eq!(posts.untyped().get(&db, 1, "reaction:heart").await?, 1);
 ///
 /// // Keys round-trip through their stored names.
 /// assert_eq!("views".parse::<Key>()?, Key::Views);
@@ -183,14 +185,19 @@ macro_rules! __derive_serde {
 /// `use counter_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        CountSet, CounterCache, CounterError, CounterKey, Counters, KeySet, SlottedCounter,
+        CountSet, CounterCache, CounterError, CounterKey, Counters, ErrorKind, KeySet,
+        SlottedCounter,
     };
 }
 
-/// Paths used by code that `#[derive(SlottedCounter)]` generates. Not public API.
+/// Paths used by the code the derives generate: re-exports only, versioned
+/// with the crate so that a derive of another version fails to compile
+/// instead of misbehaving. Not public API.
 #[doc(hidden)]
-pub mod __private {
+pub mod __private_0_1_0 {
     pub use crate::cache::{cache_amount, cache_delta, cache_parent, cache_when};
+    pub use crate::entity::derived_counters;
+    pub use crate::error::unknown_key;
     #[cfg(feature = "serde")]
     pub use crate::serde_support::{
         deserialize_counts, deserialize_key, serialize_counts, serialize_key,
@@ -198,60 +205,4 @@ pub mod __private {
     pub use sea_orm;
     #[cfg(feature = "serde")]
     pub use serde;
-
-    use crate::{
-        CounterError, CounterTable, Counters, OwnerId, OwnerTable, Result, SlotStrategy,
-        error::preview,
-    };
-
-    /// The error of parsing a string that is none of `expected`.
-    pub fn unknown_key(key: &str, expected: &'static [&'static str]) -> CounterError {
-        CounterError::UnknownKey {
-            key: preview(key),
-            expected,
-        }
-    }
-
-    /// The counters of a derived entity. The derive has already checked
-    /// every name and slot count at compile time, so this cannot fail.
-    /// With `cascade_column`, the table references the owner entity `E`.
-    /// `key_windows` are the keys also counted in time buckets.
-    /// `strategy` is the `slot_strategy` option; without it the table keeps
-    /// [`SlotStrategy::default()`].
-    pub fn derived_counters<I: OwnerId, E: sea_orm::EntityName>(
-        table: &'static str,
-        slots: u16,
-        key_slots: &[(&str, u16)],
-        key_windows: &[(&str, crate::Window)],
-        cascade_column: Option<&'static str>,
-        strategy: Option<SlotStrategy>,
-    ) -> Counters<I> {
-        let build = || -> Result<CounterTable> {
-            let mut config = CounterTable::new(table)?.with_slots(slots)?;
-            for &(key, slots) in key_slots {
-                config = config.with_key_slots(key, slots)?;
-            }
-            for &(key, window) in key_windows {
-                config = config.with_key_window(key, window)?;
-            }
-            if let Some(column) = cascade_column {
-                let owner = E::default();
-                config = config.with_cascade(OwnerTable {
-                    schema: owner.schema_name().map(|s| s.to_owned().into()),
-                    table: owner.table_name().into(),
-                    column: column.into(),
-                });
-            }
-            if let Some(strategy) = strategy {
-                config = config.with_slot_strategy(strategy);
-            }
-            Ok(config)
-        };
-        match build() {
-            Ok(config) => Counters::new(config),
-            Err(e) => {
-                unreachable!("#[derive(SlottedCounter)] checked `{table}` at compile time: {e}")
-            }
-        }
-    }
 }

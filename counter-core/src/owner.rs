@@ -6,8 +6,7 @@ use sea_orm::{TryGetable, Value};
 
 use crate::error::{CounterError, Result, preview};
 
-/// The longest string owner id, in characters (`VARCHAR(255)`).
-pub const MAX_STRING_OWNER_LEN: usize = 255;
+use crate::limits::MAX_STRING_OWNER_LEN;
 
 /// The SQL type of the `owner_id` column, chosen from the owner's key type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

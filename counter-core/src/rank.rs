@@ -5,14 +5,14 @@ use sea_orm::ConnectionTrait;
 use crate::{
     Counters, detach,
     error::{CounterError, Result},
-    key::{CounterKey, validate_key},
+    key::validate_key,
     owner::OwnerId,
     retry,
     sql::{self, Dialect, col},
+    typed::{KeyOf, KeySpace},
 };
 
-/// The largest page of a ranking.
-pub const MAX_RANK_PAGE: usize = 10_000;
+use crate::limits::MAX_RANK_PAGE;
 
 /// One owner of a ranking and its total. Also the cursor of the next page:
 /// pass the last one of a page to [`Counters::top_after`].
@@ -24,7 +24,7 @@ pub struct Ranked<I> {
     pub total: i64,
 }
 
-impl<I: OwnerId> Counters<I> {
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// The `n` owners with the highest totals of `key`, highest first; ties
     /// are broken by owner id, ascending (string ids byte-wise, on tables
     /// this version created), so the order is deterministic. Owners with no
@@ -57,7 +57,7 @@ impl<I: OwnerId> Counters<I> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn top<C: ConnectionTrait, K: CounterKey>(
+    pub async fn top<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         key: K,
@@ -70,7 +70,7 @@ impl<I: OwnerId> Counters<I> {
     /// the page before): keyset pagination, so a page costs the same however
     /// deep it is, and an owner is listed once even if totals change between
     /// pages (unless its total moved it across the cursor).
-    pub async fn top_after<C: ConnectionTrait, K: CounterKey>(
+    pub async fn top_after<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         key: K,
@@ -80,7 +80,7 @@ impl<I: OwnerId> Counters<I> {
         self.ranked(db, key, Some(last), n).await
     }
 
-    async fn ranked<C: ConnectionTrait, K: CounterKey>(
+    async fn ranked<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         key: K,
@@ -89,7 +89,7 @@ impl<I: OwnerId> Counters<I> {
     ) -> Result<Vec<Ranked<I>>> {
         let key = key.as_key_str();
         validate_key(key)?;
-        CounterError::check_range("ranking page size", n, 1, MAX_RANK_PAGE)?;
+        CounterError::check_size("ranking page size", n, 1, MAX_RANK_PAGE)?;
         if let Some(last) = after {
             last.owner.check()?;
         }

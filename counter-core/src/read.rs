@@ -7,54 +7,63 @@ use sea_orm::ConnectionTrait;
 use crate::{
     Counters, detach,
     error::Result,
-    key::{CounterKey, validate_key},
+    key::validate_key,
     owner::OwnerId,
     retry,
     sql::{self, Dialect, SumRow},
+    typed::{KeyOf, KeySpace},
 };
 
 /// Totals by owner, then by key.
 pub type CountMap<I> = HashMap<I, HashMap<String, i64>>;
 
-impl<I: OwnerId> Counters<I> {
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// The total of one counter; 0 if it was never written.
-    pub async fn get<C: ConnectionTrait, K: CounterKey>(
+    pub async fn get<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
-        owner: &I,
+        owner: I,
         key: K,
     ) -> Result<i64> {
         let key = key.as_key_str();
-        let counts = self
-            .get_many(db, std::slice::from_ref(owner), &[key])
+        validate_key(key)?;
+        let mut counts = self
+            .read(db, std::slice::from_ref(&owner), Some(vec![key.to_owned()]))
             .await?;
         Ok(counts
-            .get(owner)
-            .and_then(|keys| keys.get(key))
-            .copied()
+            .remove(&owner)
+            .and_then(|keys| keys.get(key).copied())
             .unwrap_or(0))
     }
 
     /// The totals of `keys` for each of `owners`, in one grouped `SUM` query
     /// per chunk of owners (chunks stay under the backend's bind limit).
     ///
-    /// Every requested owner and key is in the result, zero-filled, so the
-    /// map can be indexed without checks. Duplicate owners or keys are fine;
-    /// an empty owner list returns an empty map without a query.
-    pub async fn get_many<C: ConnectionTrait, K: CounterKey>(
+    /// Every requested owner is in the result, and every requested key in
+    /// its totals, zero-filled, so the map can be indexed without checks: by
+    /// key name on an untyped handle, as the entity's `Counts` on a typed one
+    /// (where the fields of keys not asked for are 0 too). Duplicate owners
+    /// or keys are fine; an empty owner list returns an empty map without a
+    /// query.
+    pub async fn get_many<C: ConnectionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         owners: &[I],
         keys: &[K],
-    ) -> Result<CountMap<I>> {
+    ) -> Result<HashMap<I, S::Totals>> {
         let mut wanted = BTreeSet::new();
         for key in keys {
             let key = key.as_key_str();
             validate_key(key)?;
             wanted.insert(key.to_owned());
         }
-        self.read(db, owners, Some(wanted.into_iter().collect()))
-            .await
+        let counts = self
+            .read(db, owners, Some(wanted.into_iter().collect()))
+            .await?;
+        Ok(counts
+            .into_iter()
+            .map(|(owner, by_name)| (owner, S::totals(by_name)))
+            .collect())
     }
 
     /// Every counter that exists for each of `owners`, for keys not known in

@@ -6,7 +6,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr};
 
 use crate::{
     error::{CounterError, Result},
-    sql::{Classified, classify},
+    sql::{Classified, classify, names_table},
 };
 
 /// Attempts before a conflict is handed to the caller.
@@ -118,26 +118,6 @@ where
             Classified::Overflow | Classified::Other => return Err(CounterError::Database(err)),
         }
     }
-}
-
-/// Whether a "no such table" error is about `table`: PostgreSQL quotes it
-/// (`relation "t" does not exist`), MySQL qualifies it (`Table 'db.t'
-/// doesn't exist`), SQLite names it last (`no such table: t`).
-fn names_table(err: &DbErr, table: &str) -> bool {
-    let message = err.to_string();
-    let sqlite = format!("no such table: {table}");
-    // SQLite's form is unquoted: `t` must not match `t_buckets`.
-    let sqlite_names = message.match_indices(&sqlite).any(|(at, _)| {
-        !message[at + sqlite.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
-    });
-    sqlite_names
-        || [
-            format!("\"{table}\""),
-            format!(".{table}'"),
-            format!("'{table}'"),
-        ]
-        .iter()
-        .any(|form| message.contains(form.as_str()))
 }
 
 /// Whether `C` is a connection pool (`DatabaseConnection`, or sea-orm's

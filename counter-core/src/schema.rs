@@ -8,9 +8,10 @@ use crate::{
     owner::OwnerId,
     retry,
     sql::{self, Dialect},
+    typed::KeySpace,
 };
 
-impl<I: OwnerId> Counters<I> {
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// Creates the companion table, its key index and (with a windowed
     /// key) its bucket table, where they do not exist (on MySQL the key
     /// index comes with a new table only: an older table gets it from
@@ -39,7 +40,7 @@ impl<I: OwnerId> Counters<I> {
     /// if a key is windowed), for a `Migrator`.
     #[cfg(feature = "migration")]
     pub fn migration(&self) -> migration::CounterTableMigration {
-        migration::CounterTableMigration::new(self.clone())
+        migration::CounterTableMigration::new(self.untyped())
     }
 
     /// The migration that brings a companion table created by an earlier
@@ -55,7 +56,7 @@ impl<I: OwnerId> Counters<I> {
     /// migration skips it.
     #[cfg(feature = "migration")]
     pub fn upgrade_migration(&self) -> migration::CounterTableUpgrade {
-        migration::CounterTableUpgrade::new(self.clone())
+        migration::CounterTableUpgrade::new(self.untyped())
     }
 }
 

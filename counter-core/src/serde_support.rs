@@ -93,37 +93,37 @@ where
 #[macro_export]
 macro_rules! __derive_serde {
     ($key:ident, $counts:ident) => {
-        impl $crate::__private::serde::Serialize for $key {
-            fn serialize<S: $crate::__private::serde::Serializer>(
+        impl $crate::__private_0_1_0::serde::Serialize for $key {
+            fn serialize<S: $crate::__private_0_1_0::serde::Serializer>(
                 &self,
                 serializer: S,
             ) -> ::core::result::Result<S::Ok, S::Error> {
-                $crate::__private::serialize_key(self, serializer)
+                $crate::__private_0_1_0::serialize_key(self, serializer)
             }
         }
 
-        impl<'de> $crate::__private::serde::Deserialize<'de> for $key {
-            fn deserialize<D: $crate::__private::serde::Deserializer<'de>>(
+        impl<'de> $crate::__private_0_1_0::serde::Deserialize<'de> for $key {
+            fn deserialize<D: $crate::__private_0_1_0::serde::Deserializer<'de>>(
                 deserializer: D,
             ) -> ::core::result::Result<Self, D::Error> {
-                $crate::__private::deserialize_key(deserializer)
+                $crate::__private_0_1_0::deserialize_key(deserializer)
             }
         }
 
-        impl $crate::__private::serde::Serialize for $counts {
-            fn serialize<S: $crate::__private::serde::Serializer>(
+        impl $crate::__private_0_1_0::serde::Serialize for $counts {
+            fn serialize<S: $crate::__private_0_1_0::serde::Serializer>(
                 &self,
                 serializer: S,
             ) -> ::core::result::Result<S::Ok, S::Error> {
-                $crate::__private::serialize_counts(self, serializer)
+                $crate::__private_0_1_0::serialize_counts(self, serializer)
             }
         }
 
-        impl<'de> $crate::__private::serde::Deserialize<'de> for $counts {
-            fn deserialize<D: $crate::__private::serde::Deserializer<'de>>(
+        impl<'de> $crate::__private_0_1_0::serde::Deserialize<'de> for $counts {
+            fn deserialize<D: $crate::__private_0_1_0::serde::Deserializer<'de>>(
                 deserializer: D,
             ) -> ::core::result::Result<Self, D::Error> {
-                $crate::__private::deserialize_counts(deserializer)
+                $crate::__private_0_1_0::deserialize_counts(deserializer)
             }
         }
     };

@@ -29,10 +29,8 @@ impl Slots {
     /// Validates a slot count.
     pub fn new(slots: impl TryInto<i64> + Copy) -> Result<Self> {
         let requested = slots.try_into().unwrap_or(i64::MAX);
-        match u16::try_from(requested) {
-            Ok(n) if (1..=Self::MAX).contains(&n) => Ok(Slots(n)),
-            _ => Err(CounterError::SlotsOutOfRange { slots: requested }),
-        }
+        CounterError::check_range("slot count", requested, 1, Self::MAX)?;
+        Ok(Slots(u16::try_from(requested).unwrap_or(Self::MAX)))
     }
 
     /// The slot count.

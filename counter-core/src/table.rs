@@ -8,11 +8,11 @@ use crate::{
     owner::OwnerId,
     slots::Slots,
     strategy::SlotStrategy,
+    typed::{KeySpace, Untyped},
     window::Window,
 };
 
-/// The longest table name accepted (PostgreSQL truncates identifiers past 63 bytes).
-pub const MAX_TABLE_NAME_LEN: usize = 63;
+use crate::limits::MAX_TABLE_NAME_LEN;
 
 /// The configuration of one companion table `(owner_id, count_key, slot, value)`.
 ///
@@ -250,12 +250,20 @@ pub fn validate_table_name(name: &str) -> Result<()> {
     })
 }
 
-/// The counters of one companion table whose owners are keyed by `I`.
+/// The handle to one companion table: every counting operation, written once.
 ///
-/// This is the dynamic API: keys are any [`CounterKey`](crate::CounterKey),
-/// including strings chosen at run time, and no DDL is ever needed for a new
-/// key. Every method takes any `&C: ConnectionTrait`, so it runs on a pool or
-/// inside the caller's transaction.
+/// `I` is the owners' id type. `S` says which keys the handle takes
+/// ([`KeySpace`]): [`Untyped`] (the default) takes any
+/// [`CounterKey`](crate::CounterKey), including strings chosen at run time,
+/// and no DDL is ever needed for a new key; an entity with
+/// `#[derive(SlottedCounter)]` gets a typed handle,
+/// [`EntityCounters<E>`](crate::EntityCounters), from `E::counters()`, which
+/// takes only its `Key` enum and reads into its `Counts`. Both are the same
+/// type, so the buffer, batches and cache tiers take either.
+///
+/// Every method takes any `&C: ConnectionTrait`, so it runs on a pool or
+/// inside the caller's transaction; owners are passed by value, lists of
+/// owners as slices.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -268,7 +276,7 @@ pub fn validate_table_name(name: &str) -> Result<()> {
 ///
 /// reactions.increment(&db, 7, "reaction:heart").await?;
 /// reactions.add(&db, 7, "reaction:rocket", 3).await?;
-/// assert_eq!(reactions.get(&db, &7, "reaction:rocket").await?, 3);
+/// assert_eq!(reactions.get(&db, 7, "reaction:rocket").await?, 3);
 ///
 /// let counts = reactions.get_many(&db, &[7, 8], &["reaction:heart"]).await?;
 /// assert_eq!(counts[&7]["reaction:heart"], 1);
@@ -276,14 +284,21 @@ pub fn validate_table_name(name: &str) -> Result<()> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Counters<I> {
+pub struct Counters<I, S = Untyped> {
     table: CounterTable,
-    owner: PhantomData<fn() -> I>,
+    owner: PhantomData<fn() -> (I, S)>,
 }
 
 impl<I: OwnerId> Counters<I> {
-    /// Counters stored in `table`.
+    /// Untyped counters stored in `table`.
     pub fn new(table: CounterTable) -> Self {
+        Self::with_table(table)
+    }
+}
+
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
+    /// The same table behind a handle of another key space.
+    pub(crate) fn with_table(table: CounterTable) -> Self {
         Self {
             table,
             owner: PhantomData,
@@ -294,9 +309,15 @@ impl<I: OwnerId> Counters<I> {
     pub fn table(&self) -> &CounterTable {
         &self.table
     }
+
+    /// The same table with keys chosen at run time: per-emoji reactions
+    /// beside an entity's declared keys, or a string key from a request.
+    pub fn untyped(&self) -> Counters<I> {
+        Counters::with_table(self.table.clone())
+    }
 }
 
-impl<I> Clone for Counters<I> {
+impl<I, S> Clone for Counters<I, S> {
     fn clone(&self) -> Self {
         Self {
             table: self.table.clone(),
@@ -305,11 +326,12 @@ impl<I> Clone for Counters<I> {
     }
 }
 
-impl<I> std::fmt::Debug for Counters<I> {
+impl<I, S> std::fmt::Debug for Counters<I, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Counters")
             .field("table", &self.table)
             .field("owner", &std::any::type_name::<I>())
+            .field("keys", &std::any::type_name::<S>())
             .finish()
     }
 }

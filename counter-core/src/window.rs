@@ -4,8 +4,7 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use crate::error::{CounterError, Result};
 
-/// The most buckets one series may return (about 11 years of hours).
-pub const MAX_SERIES_BUCKETS: usize = 100_000;
+use crate::limits::MAX_SERIES_BUCKETS;
 
 /// The width of a windowed key's buckets, always in UTC.
 ///

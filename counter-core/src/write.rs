@@ -6,22 +6,23 @@ use sea_orm::{ConnectionTrait, TransactionTrait};
 use crate::{
     Counters, DeltaBatch, detach,
     error::Result,
-    key::{CounterKey, validate_key},
+    key::validate_key,
     owner::OwnerId,
     retry,
     sql::{self, Dialect, UpsertRow},
+    typed::{KeyOf, KeySpace},
 };
 
 /// What a batch write sent to the database.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BatchOutcome {
+pub struct BatchReport {
     /// Slot rows upserted, after folding duplicates and dropping net zeros.
     pub rows: usize,
     /// Statements sent (one per chunk of rows, not counting BEGIN/COMMIT).
     pub statements: usize,
 }
 
-impl<I: OwnerId> Counters<I> {
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// Adds `delta` (which may be negative) to a counter.
     ///
     /// One upsert of one slot row, picked among the key's slots by the
@@ -41,7 +42,7 @@ impl<I: OwnerId> Counters<I> {
     pub async fn add<C, K>(&self, db: &C, owner: I, key: K, delta: i64) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: CounterKey,
+        K: KeyOf<S>,
     {
         self.add_at(db, owner, key, delta, Utc::now()).await
     }
@@ -60,7 +61,7 @@ impl<I: OwnerId> Counters<I> {
     ) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: CounterKey,
+        K: KeyOf<S>,
     {
         let key = key.as_key_str();
         validate_key(key)?;
@@ -70,7 +71,7 @@ impl<I: OwnerId> Counters<I> {
         }
         if self.table().window_for(key).is_some() {
             let mut batch = DeltaBatch::new();
-            batch.add_at(self, owner, key, delta, at)?;
+            batch.fold_in(self, owner, key, delta, Some(at))?;
             return batch.apply(db).await.map(drop);
         }
         let dialect = Dialect::of(db)?;
@@ -88,7 +89,7 @@ impl<I: OwnerId> Counters<I> {
     }
 
     /// Adds 1.
-    pub async fn increment<C: ConnectionTrait + TransactionTrait, K: CounterKey>(
+    pub async fn increment<C: ConnectionTrait + TransactionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         owner: I,
@@ -98,7 +99,7 @@ impl<I: OwnerId> Counters<I> {
     }
 
     /// Subtracts 1. Totals may go below zero: a counter is a sum of deltas.
-    pub async fn decrement<C: ConnectionTrait + TransactionTrait, K: CounterKey>(
+    pub async fn decrement<C: ConnectionTrait + TransactionTrait, K: KeyOf<S>>(
         &self,
         db: &C,
         owner: I,
@@ -114,7 +115,7 @@ impl<I: OwnerId> Counters<I> {
     /// counter gets one slot; rows are sorted by primary key, so
     /// concurrent batches lock in the same order and cannot deadlock on each
     /// other; then one multi-row upsert is sent per chunk of
-    /// [`UPSERT_ROWS_PER_STATEMENT`](crate::UPSERT_ROWS_PER_STATEMENT) rows.
+    /// [`UPSERT_ROWS_PER_STATEMENT`](crate::limits::UPSERT_ROWS_PER_STATEMENT) rows.
     /// Several chunks run in a transaction of their own (a savepoint inside
     /// the caller's), so a batch is never half applied; a single chunk is one
     /// statement, atomic by itself.
@@ -130,14 +131,14 @@ impl<I: OwnerId> Counters<I> {
     ///     .add_many(&db, [(1, "likes", 1), (1, "likes", 1), (2, "views", 5), (3, "views", 0)])
     ///     .await?;
     /// assert_eq!((outcome.rows, outcome.statements), (2, 1));
-    /// assert_eq!(counters.get(&db, &1, "likes").await?, 2);
+    /// assert_eq!(counters.get(&db, 1, "likes").await?, 2);
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn add_many<C, K, It>(&self, db: &C, deltas: It) -> Result<BatchOutcome>
+    pub async fn add_many<C, K, It>(&self, db: &C, deltas: It) -> Result<BatchReport>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: CounterKey,
+        K: KeyOf<S>,
         It: IntoIterator<Item = (I, K, i64)>,
     {
         let mut batch = DeltaBatch::new();

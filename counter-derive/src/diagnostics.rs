@@ -1,7 +1,43 @@
-//! Collecting every error in the user's attributes, so one build shows them all.
+//! Collecting every error in the user's attributes, so one build shows them
+//! all, and what a derive then makes of its input: a model to expand, or
+//! the errors with a fallback for what did parse.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
 use std::fmt::Display;
+
+/// What the checks of one derive's input came to.
+pub(crate) enum Checked<M, F> {
+    /// Nothing to generate: the `ModelEx` copy of a dense-format entity.
+    Skip,
+    /// Everything checked: the model to expand.
+    Valid(M),
+    /// Every error found, and the fallback of what did parse: stand-ins
+    /// for the generated items, so that the code using them compiles and
+    /// the errors are the only ones the user sees. No fallback when the
+    /// input is no entity's `Model` (there is no `Entity` to implement for).
+    Invalid(syn::Error, Option<F>),
+}
+
+impl<M, F> Checked<M, F> {
+    /// The derive's output: the expansion, or the errors and the fallback.
+    pub(crate) fn expand(
+        self,
+        expand: impl FnOnce(&M) -> TokenStream,
+        fallback: impl FnOnce(&F) -> TokenStream,
+    ) -> TokenStream {
+        match self {
+            Checked::Skip => TokenStream::new(),
+            Checked::Valid(model) => expand(&model),
+            Checked::Invalid(errors, stand_in) => {
+                let mut tokens = errors.to_compile_error();
+                if let Some(stand_in) = stand_in {
+                    tokens.extend(fallback(&stand_in));
+                }
+                tokens
+            }
+        }
+    }
+}
 
 /// The errors found so far; each keeps the span of the tokens it is about.
 #[derive(Default)]
@@ -18,10 +54,10 @@ impl Errors {
         self.push(syn::Error::new(span, message));
     }
 
-    /// All errors as one; `fallback` only if none was recorded, which the
+    /// All errors as one; `otherwise` only if none was recorded, which the
     /// caller believes cannot happen.
-    pub(crate) fn into_error(self, fallback: impl FnOnce() -> syn::Error) -> syn::Error {
-        self.finish().err().unwrap_or_else(fallback)
+    pub(crate) fn into_error(self, otherwise: impl FnOnce() -> syn::Error) -> syn::Error {
+        self.finish().err().unwrap_or_else(otherwise)
     }
 
     /// All errors as one, or `Ok` if there were none.

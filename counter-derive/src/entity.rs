@@ -1,15 +1,21 @@
 //! What the derives need to know about the SeaORM entity they are on: for
 //! `SlottedCounter`, the owner table's name and its single primary key; for
 //! both, whether the input is an entity's `Model` (or the `ModelEx` copy to
-//! skip) and which `Column` variant sea-orm gives a field.
+//! skip), whether sea-orm's derive makes an `Entity` of it (for a fallback
+//! to implement a trait for), and which `Column` variant sea-orm gives a
+//! field.
 
+use heck::ToUpperCamelCase;
 use proc_macro2::Span;
 use syn::{
     Data, DeriveInput, Expr, ExprLit, Field, Fields, Ident, Lit, LitStr, Meta, Token, Type,
     ext::IdentExt, punctuated::Punctuated, spanned::Spanned,
 };
 
-use crate::{diagnostics::Errors, model::variant_ident};
+use crate::{
+    diagnostics::Errors,
+    symbol::{ENUM_NAME, IGNORE, PRIMARY_KEY, SEA_ORM, Symbol, TABLE_NAME},
+};
 
 /// What the derive was put on.
 pub(crate) enum Target {
@@ -25,6 +31,9 @@ pub(crate) struct EntityInfo {
     /// `#[sea_orm(table_name = "...")]`.
     pub table_name: Option<LitStr>,
     pub primary_key: Option<PrimaryKey>,
+    /// Whether `DeriveEntityModel` generates an `Entity` from this `Model`
+    /// (see [`has_entity`]).
+    pub has_entity: bool,
 }
 
 /// The owner's single primary key.
@@ -68,7 +77,7 @@ pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
         errors.at(
             input.ident.span(),
             format!(
-                "{}, with `#[sea_orm(table_name = \"...\")]`; this `Model` has no `table_name`",
+                "{}, with `#[{SEA_ORM}({TABLE_NAME} = \"...\")]`; this `Model` has no `{TABLE_NAME}`",
                 not_a_model("SlottedCounter")
             ),
         );
@@ -76,7 +85,26 @@ pub(crate) fn read(input: &DeriveInput, errors: &mut Errors) -> Option<Target> {
     Some(Target::Model(Box::new(EntityInfo {
         table_name,
         primary_key: primary_key(input.ident.span(), fields.iter(), errors),
+        has_entity: has_entity(input),
     })))
+}
+
+/// Whether sea-orm's `DeriveEntityModel`, beside the derive, generates an
+/// `Entity` (with its `Column`) from this input: a `Model` struct with named
+/// fields and a `table_name` (without one it generates no `Entity`), every
+/// field of which has a `Column` variant (it panics on one without). Only
+/// then can a fallback implement a trait for `Entity` without an error of
+/// its own; the derive cannot see whether `DeriveEntityModel` is there.
+pub(crate) fn has_entity(input: &DeriveInput) -> bool {
+    let Some(fields) = model_fields(input) else {
+        return false;
+    };
+    table_name(input).is_some()
+        && fields.iter().all(|f| {
+            f.ident
+                .as_ref()
+                .is_some_and(|i| variant_ident(&i.unraw().to_string(), i.span()).is_some())
+        })
 }
 
 /// Whether this is the `ModelEx` that `#[sea_orm::model]` copies the
@@ -108,7 +136,7 @@ pub(crate) fn column_ident(
     span: Span,
 ) -> syn::Result<Ident> {
     if let Some(mut ident) =
-        sea_orm_str(attrs, "enum_name").and_then(|name| name.parse::<Ident>().ok())
+        sea_orm_str(attrs, ENUM_NAME).and_then(|name| name.parse::<Ident>().ok())
     {
         ident.set_span(span);
         return Ok(ident);
@@ -127,17 +155,17 @@ pub(crate) fn column_ident(
 
 /// Whether a field is `#[sea_orm(ignore)]`: sea-orm gives it no column.
 pub(crate) fn is_ignored(attrs: &[syn::Attribute]) -> bool {
-    sea_orm_metas(attrs).any(|meta| matches!(meta, Meta::Path(path) if path.is_ident("ignore")))
+    sea_orm_metas(attrs).any(|meta| matches!(meta, Meta::Path(path) if path == IGNORE))
 }
 
 fn table_name(input: &DeriveInput) -> Option<LitStr> {
-    sea_orm_str(&input.attrs, "table_name")
+    sea_orm_str(&input.attrs, TABLE_NAME)
 }
 
 /// The string of `#[sea_orm(name = "...")]`, if set.
-fn sea_orm_str(attrs: &[syn::Attribute], name: &str) -> Option<LitStr> {
+fn sea_orm_str(attrs: &[syn::Attribute], name: Symbol) -> Option<LitStr> {
     sea_orm_metas(attrs).find_map(|meta| match meta {
-        Meta::NameValue(nv) if nv.path.is_ident(name) => match nv.value {
+        Meta::NameValue(nv) if nv.path == name => match nv.value {
             Expr::Lit(ExprLit {
                 lit: Lit::Str(value),
                 ..
@@ -154,13 +182,16 @@ fn primary_key<'a>(
     errors: &mut Errors,
 ) -> Option<PrimaryKey> {
     let keys: Vec<&Field> = fields
-        .filter(|f| sea_orm_metas(&f.attrs).any(|m| m.path().is_ident("primary_key")))
+        .filter(|f| sea_orm_metas(&f.attrs).any(|m| *m.path() == PRIMARY_KEY))
         .collect();
     let [field] = keys.as_slice() else {
         if keys.is_empty() {
             errors.at(
                 model,
-                "#[derive(SlottedCounter)] needs a `#[sea_orm(primary_key)]` field: it becomes the counters' `owner_id`",
+                format!(
+                    "#[derive(SlottedCounter)] needs a `#[{SEA_ORM}({PRIMARY_KEY})]` field: it \
+                     becomes the counters' `owner_id`"
+                ),
             );
         } else {
             let names: Vec<String> = keys
@@ -231,10 +262,24 @@ fn owner_kind(ty: &Type) -> Option<OwnerKind> {
 fn sea_orm_metas(attrs: &[syn::Attribute]) -> impl Iterator<Item = Meta> + '_ {
     attrs
         .iter()
-        .filter(|a| a.path().is_ident("sea_orm"))
+        .filter(|a| *a.path() == SEA_ORM)
         .filter_map(|a| {
             a.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
                 .ok()
         })
         .flatten()
+}
+
+/// The `Key` variant of a key, or the `Column` variant of a field, in
+/// UpperCamelCase as sea-orm names columns, including its escape of `Self`;
+/// `None` for a name whose UpperCamelCase is no identifier (`_1` is `1`).
+pub(crate) fn variant_ident(name: &str, span: Span) -> Option<Ident> {
+    let camel = match name.to_upper_camel_case() {
+        camel if camel == "Self" => "Self_".to_owned(),
+        camel => camel,
+    };
+    // syn rejects what `Ident::new` would panic on: no identifier, or a keyword.
+    let mut ident = syn::parse_str::<Ident>(&camel).ok()?;
+    ident.set_span(span);
+    Some(ident)
 }

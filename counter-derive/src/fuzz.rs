@@ -10,7 +10,9 @@
 //! accept a model counter-core itself accepts (slots in range, keys and
 //! table names valid by counter-core's own rules, and exactly the options
 //! and keys syn's own `Meta` grammar reads in the attributes) or return
-//! errors that say something. Text syn cannot parse is rejected, not passed;
+//! errors that say something, with a fallback whose keys are valid and
+//! distinct (it is generated beside the errors, and must add none of its
+//! own). Text syn cannot parse is rejected, not passed;
 //! a fixed-seed count proves both generators mostly parse and reach both
 //! outcomes, and `edge_attributes` pins the exact outcome of each edge
 //! input. Only `proc_macro2` is used: `proc_macro` panics outside a macro.
@@ -19,8 +21,12 @@ use proptest::{prelude::*, strategy::ValueTree};
 use syn::DeriveInput;
 
 use crate::{
-    attr::{self, Window},
-    expand, model,
+    counter::{
+        self,
+        attr::{self, Window},
+        model,
+    },
+    diagnostics::Checked,
 };
 
 /// Slot counts as written: valid, at and past the edges, and not integers.
@@ -84,6 +90,19 @@ const KEYS: &[&str] = &[
     "views_Total",
 ];
 
+/// `crate = ...` values: paths in strings, and what is not one.
+const CRATES: &[&str] = &[
+    "\"::counter_core\"",
+    "\"my_counters\"",
+    "\"crate::deps::counters\"",
+    "\"\"",
+    "\"a b\"",
+    "\"a::<T>\"",
+    "\"super::x\"",
+    "counter_core",
+    "5",
+];
+
 /// `table = ...` values.
 const TABLES: &[&str] = &[
     "\"post_counters\"",
@@ -134,6 +153,7 @@ const OPTIONS: &[&str] = &[
     "table",
     "slot_strategy",
     "cascade",
+    "crate",
     "window",
     "key",
     "slot",
@@ -203,6 +223,7 @@ fn counter_option() -> BoxedStrategy<String> {
         1 => one(TABLES).prop_map(|v| format!("slot_strategy = {v}")),
         1 => Just("cascade".to_owned()),
         1 => one(VALUES).prop_map(|v| format!("cascade = {v}")),
+        1 => one(CRATES).prop_map(|v| format!("crate = {v}")),
         1 => Just("keys".to_owned()),
         1 => one(SLOTS).prop_map(|v| format!("keys = {v}")),
         1 => option_with(one(OPTIONS).boxed(), one(VALUES).boxed()),
@@ -231,6 +252,7 @@ const VALID_OPTIONS: &[&str] = &[
     "table = \"post_counters\"",
     "slot_strategy = \"random\"",
     "cascade",
+    "crate = \"::counter_core\"",
 ];
 
 /// A valid `#[counter(...)]` list: distinct valid keys, some with valid
@@ -445,7 +467,7 @@ fn written(input: &DeriveInput) -> Result<Vec<String>, String> {
                         keys.push(ident.unraw().to_string());
                     }
                 }
-                ("slots" | "table" | "slot_strategy", Meta::NameValue(_))
+                ("slots" | "table" | "slot_strategy" | "crate", Meta::NameValue(_))
                 | ("cascade", Meta::Path(_)) => {}
                 _ => return Err(format!("accepted the option `{name}` as written")),
             }
@@ -459,15 +481,15 @@ fn written(input: &DeriveInput) -> Result<Vec<String>, String> {
 /// or errors with messages.
 fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
     match model::build(input) {
-        Ok(None) => prop_assert_eq!(input.ident.to_string(), "ModelEx"),
-        Ok(Some(model)) => {
+        Checked::Skip => prop_assert_eq!(input.ident.to_string(), "ModelEx"),
+        Checked::Valid(model) => {
             prop_assert!((1..=1024).contains(&model.slots), "slots {}", model.slots);
             prop_assert!(!model.keys.is_empty());
             let written = written(input).map_err(TestCaseError::fail)?;
             let keys: Vec<&str> = model.keys.iter().map(|k| k.name.as_str()).collect();
             prop_assert_eq!(keys, written, "the model's keys are the keys written");
             prop_assert!(
-                counter_core::validate_table_name(&model.table).is_ok(),
+                counter_core::CounterTable::new(model.table.clone()).is_ok(),
                 "{}",
                 model.table
             );
@@ -514,15 +536,32 @@ fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
                 }
             }
         }
-        Err(errors) => {
+        Checked::Invalid(errors, fallback) => {
             prop_assert!(!errors.to_string().trim().is_empty());
             for error in errors {
                 prop_assert!(!error.to_string().trim().is_empty());
             }
+            prop_assert!(
+                fallback.is_none() || input.ident == "Model",
+                "a fallback for `{}`",
+                input.ident
+            );
+            for (i, key) in fallback.iter().flat_map(|f| &f.keys).enumerate() {
+                prop_assert!(attr::key_name_problem(&key.name).is_none(), "{}", key.name);
+                let keys = &fallback.as_ref().expect("has keys").keys;
+                prop_assert!(
+                    keys[..i]
+                        .iter()
+                        .all(|o| o.name != key.name && o.variant != key.variant),
+                    "duplicate fallback key {}",
+                    key.name
+                );
+            }
         }
     }
-    // The whole derive: items or `compile_error!`s, always valid tokens.
-    let tokens = expand::derive(input);
+    // The whole derive: items, or `compile_error!`s and the fallback,
+    // always valid tokens.
+    let tokens = counter::derive(input);
     prop_assert!(syn::parse2::<syn::File>(tokens).is_ok());
     Ok(())
 }
@@ -561,9 +600,9 @@ fn outcomes(strategy: impl Strategy<Value = String>, cases: usize) -> (usize, us
         if let Ok(input) = syn::parse_str::<DeriveInput>(&text) {
             parsed += 1;
             match model::build(&input) {
-                Ok(Some(_)) => accepted += 1,
-                Ok(None) => {}
-                Err(_) => refused += 1,
+                Checked::Valid(_) => accepted += 1,
+                Checked::Skip => {}
+                Checked::Invalid(..) => refused += 1,
             }
         }
     }
@@ -707,8 +746,20 @@ fn edge_attributes() {
         ("#[counter(keys(likes), slot = 4)]".into(), Errors(&["unknown option `slot`; did you mean `slots`?"])),
         (
             "#[counter(keys(likes), foo)]".into(),
-            Errors(&["unknown option `foo`; expected one of: `keys`, `slots`, `table`, `slot_strategy`, `cascade`"]),
+            Errors(&[
+                "unknown option `foo`; expected one of: `keys`, `slots`, `table`, `slot_strategy`, `cascade`, `crate`",
+            ]),
         ),
+        ("#[counter(keys(likes), crate = \"::my_counters\")]".into(), Model(s("posts_counters 16 likes"))),
+        ("#[counter(keys(likes), crate = \"crate::deps::cc\")]".into(), Model(s("posts_counters 16 likes"))),
+        ("#[counter(keys(likes), crate = my_counters)]".into(), Errors(&["`crate` takes a string literal"])),
+        ("#[counter(keys(likes), crate = \"a b\")]".into(), Errors(&["\"a b\" is no path"])),
+        ("#[counter(keys(likes), crate = \"a::<T>\")]".into(), Errors(&["\"a::<T>\" is no path"])),
+        (
+            "#[counter(keys(likes), crate = \"super::deps::cc\")]".into(),
+            Errors(&["is read from the generated `counters` module too"]),
+        ),
+        ("#[counter(keys(likes), crate)]".into(), Errors(&["`crate` takes a value"])),
         ("#[counter(keys(likes), a::keys(views))]".into(), Errors(&["unknown option `a::keys`"])),
         ("#[counter(keys(likes) slots = 4)]".into(), Errors(&["expected `,`"])),
         ("#[counter(keys(likes), ,)]".into(), Errors(&["unexpected token in nested attribute, expected ident"])),
@@ -732,14 +783,14 @@ fn edge_attributes() {
             .unwrap_or_else(|e| panic!("{attrs} did not parse: {e}"));
         check(&input).unwrap_or_else(|e| panic!("{attrs}: {e}"));
         match (model::build(&input), expect) {
-            (Ok(Some(model)), Model(expected)) if summary(&model) == expected => {}
-            (Ok(Some(model)), expected) => {
+            (Checked::Valid(model), Model(expected)) if summary(&model) == expected => {}
+            (Checked::Valid(model), expected) => {
                 wrong.push(format!(
                     "{attrs}: accepted as {:?}, expected {expected:?}",
                     summary(&model)
                 ));
             }
-            (Err(errors), Errors(expected)) => {
+            (Checked::Invalid(errors, _), Errors(expected)) => {
                 let messages: Vec<String> = errors.into_iter().map(|e| e.to_string()).collect();
                 for wanted in expected {
                     if !messages.iter().any(|m| m.contains(wanted)) {
@@ -749,12 +800,12 @@ fn edge_attributes() {
                     }
                 }
             }
-            (Err(errors), expected) => {
+            (Checked::Invalid(errors, _), expected) => {
                 wrong.push(format!(
                     "{attrs}: refused ({errors}), expected {expected:?}"
                 ));
             }
-            (Ok(None), _) => wrong.push(format!("{attrs}: nothing to generate")),
+            (Checked::Skip, _) => wrong.push(format!("{attrs}: nothing to generate")),
         }
     }
     assert!(

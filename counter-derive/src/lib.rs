@@ -3,21 +3,27 @@
 //! counters. Use them through `counter-core`, which re-exports them; the
 //! documentation is on the derives.
 //!
-//! The crate only parses, checks and expands (`attr` and `entity` read the
-//! input, `model` validates it, `expand` generates; `cache` is the same
-//! pipeline for `CounterCache`, on the same helpers, `options` among them,
-//! so both grammars treat a bad option alike); everything that runs is in
-//! counter-core.
+//! The crate only parses, checks and expands; everything that runs is in
+//! counter-core. Both derives are laid out alike, `counter` for
+//! `SlottedCounter` and `cache` for `CounterCache`: `attr` parses the
+//! attribute, `model` checks it against the entity (`entity` reads what
+//! sea-orm's derive makes of the `Model`), `expand` generates, and
+//! `fallback` generates stand-ins beside the errors of an input that has
+//! some, so that a mistake is one error, not one more at every use of the
+//! derived items. They share `options` (reading `name = value` options, so
+//! both grammars treat a bad option alike), `symbol` (every attribute and
+//! option name, once), `diagnostics` (errors reported together) and `root`
+//! (the path to counter-core and its versioned private module).
 
-mod attr;
 mod cache;
+mod counter;
 mod diagnostics;
 mod entity;
-mod expand;
 #[cfg(test)]
 mod fuzz;
-mod model;
 mod options;
+mod root;
+mod symbol;
 #[cfg(test)]
 mod testing;
 
@@ -30,9 +36,26 @@ use proc_macro::TokenStream;
 ///
 /// (The runnable example is on counter-core's re-export of this derive.)
 ///
+/// ```text
+/// #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
+/// #[sea_orm(table_name = "posts")]
+/// #[counter(keys(likes, comments, views(slots = 64)))]
+/// pub struct Model {
+///     #[sea_orm(primary_key)]
+///     pub id: i64,
+///     pub title: String,
+/// }
+///
+/// // Elsewhere, with `use counter_core::prelude::*;` in scope:
+/// let posts = post::Entity::counters();
+/// posts.increment(&db, 1, post::counters::Key::Likes).await?;
+/// let counts: post::counters::Counts = posts.counts(&db, 1).await?;
+/// posts.untyped().increment(&db, 1, "reaction:heart").await?;
+/// ```
+///
 /// # The attribute
 ///
-/// `#[counter(keys(...), slots = N, table = "name", slot_strategy = "random", cascade)]`
+/// `#[counter(keys(...), slots = N, table = "name", slot_strategy = "random", cascade, crate = "path")]`
 ///
 /// | option | meaning | default |
 /// |---|---|---|
@@ -41,6 +64,7 @@ use proc_macro::TokenStream;
 /// | `table = "name"` | the companion table | `"<table_name>_counters"` |
 /// | `slot_strategy = "rotating"` or `"random"` | how a write picks one of a counter's slots, a [`SlotStrategy`]: successive writes of a counter take successive slots, or each takes a random one | counter-core's `SlotStrategy::default()` (rotating) |
 /// | `cascade` | the counter table references the owner table (its schema, table and primary-key column, as the entity names them) with `ON DELETE CASCADE` | off |
+/// | `crate = "path"` | the path of counter-core, for a renamed dependency (`crate = "my_counters"` with `my_counters = { package = "counter-core", ... }`) or a re-export (`crate = "crate::deps::counter_core"`); every path the derive generates starts there. It is also resolved inside the generated `counters` module, so it cannot start with `self` or `super` | `"::counter_core"` |
 ///
 /// Slot counts can change at any time without a migration: reads sum every
 /// slot row that exists. `cascade` costs a foreign-key check on every write
@@ -51,26 +75,38 @@ use proc_macro::TokenStream;
 /// The owner's primary key must be a single column of type `i32`, `i64`,
 /// `Uuid` or `String` (at most 255 characters); a composite key is a compile
 /// error. Mistakes in the attribute are compile errors pointing at the
-/// attribute, all reported at once.
+/// attribute, all reported at once; beside them the derive still generates
+/// stand-ins for its items (the trait impl, `counters::Key` and
+/// `counters::Counts` with the keys that were valid), so the code using
+/// them compiles and the mistakes are the only errors.
 ///
 /// # What it generates
 ///
 /// Beside `Model`, in the entity's module:
 ///
-/// * `impl counter_core::SlottedCounter for Entity`: the counter methods,
-///   called as `post::Entity::increment(&db, id, Key::Likes)` with the trait
-///   in scope (`use counter_core::prelude::*`):
-///   * writes: `add` (any delta), `increment`, `decrement`, and `add_many`
-///     (many owners and keys, all or nothing, folded and sorted into
-///     multi-row upserts);
+/// * `impl counter_core::SlottedCounter for Entity`, which binds the entity
+///   to its counters: `Entity::counters()` (with the trait in scope, `use
+///   counter_core::prelude::*`) is the typed handle of the companion table,
+///   a [`Counters`] (its alias `EntityCounters<Entity>`), built once, on
+///   which every operation is called, as
+///   `post::Entity::counters().increment(&db, id, Key::Likes)`:
+///   * writes: `add` (any delta), `increment`, `decrement`, `add_at` (at a
+///     given time, for windowed keys) and `add_many` (many owners and keys,
+///     all or nothing, folded and sorted into multi-row upserts);
 ///   * reads: `get` (one counter), `counts` (every counter of one owner, a
 ///     `Counts`), `counts_many` (many owners in one query per chunk, a
 ///     zero-filled `HashMap<id, Counts>`), `load_counts` (a page of `Model`s
-///     paired with their `Counts`, one query for the page), `get_many` (chosen
-///     keys of many owners);
-///   * `counters()`: the dynamic [`Counters`] handle on the same table, for
-///     keys chosen at run time, and `counter_migration()`, the migration of
-///     the companion table (feature `migration`, on by default).
+///     paired with their `Counts`, one query for the page), `get_many`
+///     (chosen keys of many owners); rankings (`top`, `top_models`) and,
+///     for windowed keys, `range` and `series`;
+///   * the table: `migration()` (feature `migration`, on by default) and
+///     `create_table`, compaction and recounts (`compact`, `reconcile`);
+///   * `untyped()`: the same table with keys chosen at run time (any
+///     string, as `"reaction:heart"`), beside the typed `Key`s.
+///
+///   A typed handle takes only the entity's `Key`, so a misspelt counter is
+///   a compile error. The trait's other method, `owner_id`, is a model's
+///   primary key.
 /// * `pub mod counters`, holding:
 ///   * `Key`: an enum with a variant per key (`likes` is `Key::Likes`), with
 ///     `as_str`, `Display`, `FromStr` (an unknown name is
@@ -103,7 +139,7 @@ use proc_macro::TokenStream;
 #[proc_macro_derive(SlottedCounter, attributes(counter))]
 pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
-    expand::derive(&input).into()
+    counter::derive(&input).into()
 }
 
 /// A child entity's rows kept counted in counters of their parents: comments
@@ -141,7 +177,8 @@ pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
 ///
 /// # The attribute
 ///
-/// `#[counter_cache(parent = path::Entity, key = name, via = field, sum = field, when = field)]`
+/// `#[counter_cache(parent = path::Entity, key = name, via = field, sum = field, when = field)]`,
+/// and `#[counter_cache(crate = "path")]`
 ///
 /// | option | meaning | default |
 /// |---|---|---|
@@ -150,9 +187,12 @@ pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
 /// | `via = post_id` | the child field holding the parent's id: the parent's primary-key type `P`, or `Option<P>` (a row without a parent counts nowhere) | required |
 /// | `sum = amount` | add this integer field's value (any of `i8` to `i64`, `u8` to `u64`, or an `Option` of one, `NULL` adding 0) instead of 1 | count rows |
 /// | `when = published`, `when = !published` | count the row only when this `bool` or `Option<bool>` field is `true` (with `!`, `false`); `NULL` never counts, as in SQL's `published = TRUE` | every row |
+/// | `crate = "path"` | the path of counter-core for a renamed dependency or a re-export, as in `#[counter(crate = "...")]`: written once, for every cache, in an attribute of its own (`#[counter_cache(crate = "my_counters")]`) or in any one cache's | `"::counter_core"` |
 ///
 /// Mistakes are compile errors pointing at the attribute, all reported at
-/// once: an unknown, duplicate or missing option, a `parent` not ending in
+/// once (beside them the derive still generates the trait impl, with bodies
+/// that never run, so that the code using it adds no error of its own): an
+/// unknown, duplicate or missing option, a `parent` not ending in
 /// `Entity` (an alias of the entity is refused too: the derive finds the
 /// parent's `counters::Key` through the path), a field `Model` does not
 /// have or that is `#[sea_orm(ignore)]`, the same `parent` and `key`
@@ -193,7 +233,7 @@ pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
 /// ```
 ///
 /// It is the entity's `impl ActiveModelBehavior for ActiveModel`; an entity
-/// with hooks of its own calls `counter_core::cache::hooks` from them instead.
+/// with hooks of its own calls `counter_core::hooks` from them instead.
 ///
 /// **The hooks need a transaction.** They write the counters on the
 /// connection the write was given, so that the counter commits or rolls back
@@ -208,7 +248,9 @@ pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
 /// sea-orm's design), so they change rows without changing counters; use
 /// `insert_many_counted`, `update_many_counted` and `delete_many_counted`
 /// instead. Writes made outside sea-orm (raw SQL, another service) are not
-/// seen either; repair their drift with `Counters::reconcile`.
+/// seen either; repair their drift with
+/// `post::Entity::counters().reconcile(...)` (counter-core's
+/// `Counters::reconcile`, with `Truth::counter_cache`).
 #[proc_macro_derive(CounterCache, attributes(counter_cache))]
 pub fn derive_counter_cache(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);

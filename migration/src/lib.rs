@@ -22,8 +22,8 @@ impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
             Box::new(m20261122_000001_create_blog::Migration),
-            Box::new(post::Entity::counter_migration()),
-            Box::new(user::Entity::counter_migration()),
+            Box::new(post::Entity::counters().migration()),
+            Box::new(user::Entity::counters().migration()),
             // The child table of the `comments` counter cache (entity::comment).
             Box::new(m20261122_000002_create_comments::Migration),
             // Post views got a daily window, and rankings a key index: this

@@ -1,10 +1,19 @@
-//! The test harness: every integration test runs on every configured backend.
+//! The test harness: every integration test runs once per backend.
 //!
 //! * SQLite, in memory: always.
 //! * PostgreSQL: when `COUNTER_TEST_POSTGRES_URL` is set; each test gets a
 //!   schema of its own in that database, dropped when the test passes.
 //! * MySQL/MariaDB: when `COUNTER_TEST_MYSQL_URL` is set; each test gets a
 //!   database of its own on that server, dropped when the test passes.
+//!
+//! A test is written once, with [`backend_test!`], and registered as one
+//! test per backend, named after it:
+//! `reads::all_keys_of_owners_for_runtime_keys::sqlite`, `…::postgres`,
+//! `…::mysql`, so `cargo test postgres` runs the PostgreSQL ones and a
+//! failure on one backend hides none of the others. A test whose backend is
+//! not configured says so and passes. The tests are grouped by area into a
+//! few binaries (`tests/counters`, `caches`, `buffer`, `reliability`,
+//! `blog_server.rs`), one module per former test file.
 //!
 //! A backend whose URL is set but which cannot be reached fails the test: a
 //! configured backend is never skipped silently. When `COUNTER_TEST_REPORT`
@@ -56,10 +65,140 @@ impl fmt::Display for Backend {
     }
 }
 
+/// Registers a test once per backend: written once as
+/// `async fn name(t: TestDb) { ... }`, it becomes the tests `name::sqlite`,
+/// `name::postgres` and `name::mysql`, each of which opens a fresh scratch
+/// space on its backend with [`TestDb::open`] (and skips, saying so, when
+/// that backend is not configured) and runs the function on it.
+///
+/// ```text
+/// backend_test! {
+///     /// Docs, for the shared function.
+///     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+///     #[label = "batch_read_100k"]
+///     async fn batch_read_of_100_000_owners_is_zero_filled(t: TestDb) {
+///         // ... the test, on `t.db`; `t.finish().await` at the end.
+///     }
+/// }
+/// ```
+///
+/// Attributes, in any order, all optional:
+///
+/// * `#[tokio::test]`, `#[tokio::test(...)]`: the runtime of each generated
+///   test, as on a plain test (default: `#[tokio::test]`).
+/// * `#[label = "..."]`: the name the scratch spaces and the
+///   `COUNTER_TEST_REPORT` lines use (default: the function's name).
+/// * `#[backends(postgres, mysql)]`: register only these backends (default:
+///   `sqlite, postgres, mysql`).
+/// * anything else (doc comments) goes on the shared function.
+///
+/// Two more shapes, for tests that need no scratch space of the shared
+/// servers (a private server of their own, say): `async fn name(b: Backend)`
+/// and, for a test that builds its own runtime, `fn name(b: Backend)`; each
+/// generated test calls the function with its backend and nothing else
+/// (the function decides whether its backend is configured).
+///
+/// rustfmt does not format the inside of a macro call: to format a test,
+/// `backend_test! {` can be turned into `mod m {` and back.
+#[macro_export]
+macro_rules! backend_test {
+    // Attributes, one at a time: the test attribute, the label, the
+    // backends; anything else is kept for the shared function.
+    (@collect [$($attrs:tt)*] $test:tt $label:tt $backends:tt
+        #[tokio::test $($args:tt)?] $($rest:tt)*) => {
+        $crate::backend_test!(@collect [$($attrs)*] [$($args)?] $label $backends $($rest)*);
+    };
+    (@collect [$($attrs:tt)*] $test:tt $label:tt $backends:tt
+        #[label = $new:literal] $($rest:tt)*) => {
+        $crate::backend_test!(@collect [$($attrs)*] $test [$new] $backends $($rest)*);
+    };
+    (@collect [$($attrs:tt)*] $test:tt $label:tt $backends:tt
+        #[backends($($backend:ident),+ $(,)?)] $($rest:tt)*) => {
+        $crate::backend_test!(@collect [$($attrs)*] $test $label [$($backend)+] $($rest)*);
+    };
+    (@collect [$($attrs:tt)*] $test:tt $label:tt $backends:tt
+        #[$($attr:tt)*] $($rest:tt)*) => {
+        $crate::backend_test!(@collect [$($attrs)* #[$($attr)*]] $test $label $backends $($rest)*);
+    };
+    // A test on a fresh `TestDb`. The shared function's parameter type is
+    // written unqualified: it resolves where the macro is called, like the
+    // caller's own `TestDb` / `Backend` import.
+    (@collect [$($attrs:tt)*] $test:tt [] $backends:tt
+        async fn $name:ident($t:ident: TestDb $(,)?) $body:block) => {
+        $crate::backend_test!(@collect [$($attrs)*] $test [stringify!($name)] $backends
+            async fn $name($t: TestDb) $body);
+    };
+    (@collect [$($attrs:tt)*] $test:tt [$label:expr] [$($backend:ident)+]
+        async fn $name:ident($t:ident: TestDb $(,)?) $body:block) => {
+        $($attrs)*
+        async fn $name($t: TestDb) $body
+
+        mod $name {
+            $($crate::backend_test!(@open $name $backend $test $label);)+
+        }
+    };
+    // A test that is given its backend only.
+    (@collect [$($attrs:tt)*] $test:tt $label:tt [$($backend:ident)+]
+        async fn $name:ident($b:ident: Backend $(,)?) $body:block) => {
+        $($attrs)*
+        async fn $name($b: Backend) $body
+
+        mod $name {
+            $($crate::backend_test!(@pass $name $backend $test);)+
+        }
+    };
+    (@collect [$($attrs:tt)*] $test:tt $label:tt [$($backend:ident)+]
+        fn $name:ident($b:ident: Backend $(,)?) $body:block) => {
+        $($attrs)*
+        fn $name($b: Backend) $body
+
+        mod $name {
+            $(
+                #[test]
+                fn $backend() {
+                    super::$name($crate::backend_test!(@backend $backend))
+                }
+            )+
+        }
+    };
+    (@open $name:ident $backend:ident [$($args:tt)?] $label:expr) => {
+        #[::tokio::test $($args)?]
+        async fn $backend() {
+            let backend = $crate::backend_test!(@backend $backend);
+            if let ::std::option::Option::Some(t) = $crate::TestDb::open(backend, $label).await {
+                super::$name(t).await;
+            }
+        }
+    };
+    (@pass $name:ident $backend:ident [$($args:tt)?]) => {
+        #[::tokio::test $($args)?]
+        async fn $backend() {
+            super::$name($crate::backend_test!(@backend $backend)).await;
+        }
+    };
+    (@backend sqlite) => { $crate::Backend::Sqlite };
+    (@backend postgres) => { $crate::Backend::Postgres };
+    (@backend mysql) => { $crate::Backend::MySql };
+    (@backend $other:ident) => {
+        compile_error!(concat!("backend_test!: no backend `", stringify!($other), "` (sqlite, postgres or mysql)"))
+    };
+    (@$($rest:tt)*) => {
+        compile_error!(
+            "backend_test!: expected attributes, then `async fn name(t: TestDb) { ... }`, \
+             `async fn name(b: Backend) { ... }` or `fn name(b: Backend) { ... }`"
+        );
+    };
+    ($($input:tt)+) => {
+        $crate::backend_test!(@collect [] [] [] [sqlite postgres mysql] $($input)+);
+    };
+}
+
 /// A fresh, empty database (or schema) for one test on one backend.
 pub struct TestDb {
     pub backend: Backend,
     pub db: DatabaseConnection,
+    /// The name the test opened it with (its line in `COUNTER_TEST_REPORT`).
+    label: String,
     /// Connection used to drop the scratch schema/database at the end.
     admin: Option<(DatabaseConnection, String)>,
     /// How `db` reached its scratch space (none for SQLite).
@@ -74,6 +213,31 @@ struct Location {
 }
 
 impl TestDb {
+    /// A fresh scratch space on `backend` for the test `label` (which names
+    /// the scratch schema or database, and the test's line in
+    /// `COUNTER_TEST_REPORT`), or `None` when `backend` is a server whose
+    /// URL variable is not set: the test is skipped, and says so.
+    ///
+    /// [`backend_test!`] calls this; call it directly only for a second
+    /// scratch space on the same backend (say, a second tenant).
+    pub async fn open(backend: Backend, label: &str) -> Option<TestDb> {
+        let db = match backend {
+            Backend::Sqlite => sqlite(label).await,
+            Backend::Postgres => {
+                postgres(&url_or_skip(POSTGRES_URL_VAR, backend, label)?, label).await
+            }
+            Backend::MySql => mysql(&url_or_skip(MYSQL_URL_VAR, backend, label)?, label).await,
+        };
+        eprintln!("[{backend}] {label}");
+        record(backend, label);
+        Some(db)
+    }
+
+    /// The name the test opened this scratch space with.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
     /// Drops the scratch schema or database. Call it at the end of a test;
     /// a failed test leaves its scratch space behind for inspection (CI drops
     /// the whole run's database afterwards).
@@ -95,22 +259,6 @@ pub fn counters<I: OwnerId>(table: &str, slots: u16) -> Counters<I> {
     Counters::new(table.expect("a valid test table"))
 }
 
-/// Every configured backend, each with a fresh scratch space named after `test`.
-pub async fn backends(test: &str) -> Vec<TestDb> {
-    let mut dbs = vec![sqlite().await];
-    if let Some(url) = configured(POSTGRES_URL_VAR) {
-        dbs.push(postgres(&url, test).await);
-    }
-    if let Some(url) = configured(MYSQL_URL_VAR) {
-        dbs.push(mysql(&url, test).await);
-    }
-    for db in &dbs {
-        eprintln!("[{}] {test}", db.backend);
-        record(db.backend, test);
-    }
-    dbs
-}
-
 /// A number from the environment variable `var` (a test's knob, such as
 /// `COUNTER_SOAK_SECS`): `None` when unset or empty; a panic naming the
 /// variable when it is not a number, rather than a silent default.
@@ -128,7 +276,17 @@ fn configured(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|url| !url.trim().is_empty())
 }
 
-async fn sqlite() -> TestDb {
+/// The URL in `var`, or `None` after saying that `label` is skipped on
+/// `backend`.
+fn url_or_skip(var: &str, backend: Backend, label: &str) -> Option<String> {
+    let url = configured(var);
+    if url.is_none() {
+        eprintln!("skipped {label} on {backend}: {var} is not set");
+    }
+    url
+}
+
+async fn sqlite(label: &str) -> TestDb {
     // An in-memory database lives as long as its one connection.
     let mut options = ConnectOptions::new("sqlite::memory:");
     options
@@ -137,6 +295,7 @@ async fn sqlite() -> TestDb {
         .sqlx_logging(false);
     TestDb {
         backend: Backend::Sqlite,
+        label: label.to_owned(),
         db: Database::connect(options)
             .await
             .expect("open in-memory SQLite"),
@@ -159,6 +318,7 @@ async fn postgres(url: &str, test: &str) -> TestDb {
         .expect("connect to the test schema");
     TestDb {
         backend: Backend::Postgres,
+        label: test.to_owned(),
         db,
         admin: Some((admin, format!("DROP SCHEMA \"{schema}\" CASCADE"))),
         location: Some(Location {
@@ -183,6 +343,7 @@ async fn mysql(url: &str, test: &str) -> TestDb {
         .expect("connect to the test database");
     TestDb {
         backend: Backend::MySql,
+        label: test.to_owned(),
         db,
         admin: Some((admin, format!("DROP DATABASE `{database}`"))),
         location: Some(Location {

@@ -9,7 +9,7 @@ use blog_server::{
 };
 use chrono::{DateTime, Datelike, TimeDelta, Utc};
 use counter_core::{SlottedCounter, Window};
-use counter_tests::{TestDb, backends};
+use counter_tests::{TestDb, backend_test};
 use entity::{
     comment,
     post::{self, counters::Key},
@@ -283,9 +283,10 @@ fn counts(likes: i64, comments: i64, views: i64) -> Value {
     json!({"likes": likes, "comments": comments, "views": views})
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn likes_and_views_round_trip() {
-    for t in backends("blog_server_round_trip").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_round_trip"]
+    async fn likes_and_views_round_trip(t: TestDb) {
         let ids = blog_with_posts(&t, 2).await;
         let (a, b) = (ids[0], ids[1]);
         let server = Server::start(&t).await;
@@ -321,7 +322,7 @@ async fn likes_and_views_round_trip() {
         // The other post is untouched.
         server.assert_post(b, "post 2", counts(0, 0, 0)).await;
         // What the server wrote is what the library reads.
-        let stored = post::Entity::counts(&t.db, &a).await.unwrap();
+        let stored = post::Entity::counters().counts(&t.db, a).await.unwrap();
         assert_eq!(
             (stored.likes, stored.comments, stored.views),
             (1, 0, 1),
@@ -334,10 +335,11 @@ async fn likes_and_views_round_trip() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_likes_are_all_counted() {
-    const REQUESTS: i64 = 32;
-    for t in backends("blog_server_concurrent_likes").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "blog_server_concurrent_likes"]
+    async fn concurrent_likes_are_all_counted(t: TestDb) {
+        const REQUESTS: i64 = 32;
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
         let path = format!("/posts/{id}/likes");
@@ -374,9 +376,10 @@ async fn concurrent_likes_are_all_counted() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn pages_list_posts_with_their_counts() {
-    for t in backends("blog_server_pages").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_pages"]
+    async fn pages_list_posts_with_their_counts(t: TestDb) {
         // A full page and a partial one.
         let n = usize::try_from(PAGE_SIZE).unwrap() + 5;
         let ids = blog_with_posts(&t, n).await;
@@ -388,7 +391,8 @@ async fn pages_list_posts_with_their_counts() {
                 (id, Key::Comments, i % 3),
             ]
         });
-        post::Entity::add_many(&t.db, deltas.collect::<Vec<_>>())
+        post::Entity::counters()
+            .add_many(&t.db, deltas.collect::<Vec<_>>())
             .await
             .unwrap();
         let expected = |range: std::ops::Range<usize>| -> Vec<Value> {
@@ -465,9 +469,10 @@ async fn pages_list_posts_with_their_counts() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn unknown_posts_and_routes_are_404() {
-    for t in backends("blog_server_not_found").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_not_found"]
+    async fn unknown_posts_and_routes_are_404(t: TestDb) {
         let id = blog_with_posts(&t, 1).await[0];
         let missing = id + 1000;
         let not_found = format!("post {missing} does not exist");
@@ -495,7 +500,7 @@ async fn unknown_posts_and_routes_are_404() {
             .await;
         // Nothing was counted for the posts that do not exist.
         for owner in [missing, -1] {
-            let stored = post::Entity::counts(&t.db, &owner).await.unwrap();
+            let stored = post::Entity::counters().counts(&t.db, owner).await.unwrap();
             assert_eq!((stored.likes, stored.views), (0, 0), "[{}]", t.backend);
         }
 
@@ -520,9 +525,10 @@ async fn unknown_posts_and_routes_are_404() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn malformed_ids_and_pages_are_400() {
-    for t in backends("blog_server_bad_request").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_bad_request"]
+    async fn malformed_ids_and_pages_are_400(t: TestDb) {
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
 
@@ -591,27 +597,28 @@ async fn malformed_ids_and_pages_are_400() {
     }
 }
 
-/// Two ways the database fails under a running server, both on every
-/// backend:
-///
-/// 1. The counter table is dropped: the posts query works, the counter call
-///    fails with counter-core's `MissingTable`. Creating the table again
-///    heals the server without a restart.
-/// 2. The pool is closed: SeaORM's own queries fail (`DbErr` on acquiring a
-///    connection), as when the database is down. The router shares the
-///    test's pool (a clone of one `DatabaseConnection`), so closing `t.db`
-///    closes it for the server too. A second connection would not do: on
-///    SQLite in memory it would be another, empty database. `finish` closes
-///    the pool again, which is harmless, and drops the scratch schema
-///    through its own admin connection.
-///
-/// Each failure must be a 503 with the JSON shape and `Retry-After`, without
-/// the database's message, and the server must keep answering. A comment
-/// whose counter cannot be written is not stored either: the row and its
-/// count are one transaction.
-#[tokio::test(flavor = "multi_thread")]
-async fn database_trouble_is_503_and_the_server_keeps_answering() {
-    for t in backends("blog_server_unavailable").await {
+backend_test! {
+    /// Two ways the database fails under a running server, both on every
+    /// backend:
+    ///
+    /// 1. The counter table is dropped: the posts query works, the counter call
+    ///    fails with counter-core's `MissingTable`. Creating the table again
+    ///    heals the server without a restart.
+    /// 2. The pool is closed: SeaORM's own queries fail (`DbErr` on acquiring a
+    ///    connection), as when the database is down. The router shares the
+    ///    test's pool (a clone of one `DatabaseConnection`), so closing `t.db`
+    ///    closes it for the server too. A second connection would not do: on
+    ///    SQLite in memory it would be another, empty database. `finish` closes
+    ///    the pool again, which is harmless, and drops the scratch schema
+    ///    through its own admin connection.
+    ///
+    /// Each failure must be a 503 with the JSON shape and `Retry-After`, without
+    /// the database's message, and the server must keep answering. A comment
+    /// whose counter cannot be written is not stored either: the row and its
+    /// count are one transaction.
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_unavailable"]
+    async fn database_trouble_is_503_and_the_server_keeps_answering(t: TestDb) {
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
         let (comment, _) = server.comment(id, 1, "before the trouble").await;
@@ -826,9 +833,10 @@ async fn assert_counters_agree(t: &TestDb) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn comments_are_rows_counted_on_their_post() {
-    for t in backends("blog_server_comments").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_comments"]
+    async fn comments_are_rows_counted_on_their_post(t: TestDb) {
         let ids = blog_with_posts(&t, 2).await;
         let (a, b) = (ids[0], ids[1]);
         let server = Server::start(&t).await;
@@ -874,9 +882,10 @@ async fn comments_are_rows_counted_on_their_post() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn deleting_a_comment_twice_decrements_once() {
-    for t in backends("blog_server_delete_twice").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_delete_twice"]
+    async fn deleting_a_comment_twice_decrements_once(t: TestDb) {
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
         let (keep, _) = server.comment(id, 1, "stays").await;
@@ -902,7 +911,7 @@ async fn deleting_a_comment_twice_decrements_once() {
             "[{}]",
             t.backend
         );
-        let stored = post::Entity::counts(&t.db, &id).await.unwrap();
+        let stored = post::Entity::counters().counts(&t.db, id).await.unwrap();
         assert_eq!(stored.comments, 1, "[{}] decremented once", t.backend);
         server.assert_post(id, "post 1", counts(0, 1, 0)).await;
         assert_eq!(comment_rows(&t, id).await, 1, "[{}]", t.backend);
@@ -922,10 +931,11 @@ async fn deleting_a_comment_twice_decrements_once() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_comments_are_all_counted() {
-    const REQUESTS: i64 = 16;
-    for t in backends("blog_server_concurrent_comments").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "blog_server_concurrent_comments"]
+    async fn concurrent_comments_are_all_counted(t: TestDb) {
+        const REQUESTS: i64 = 16;
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
 
@@ -992,7 +1002,7 @@ async fn concurrent_comments_are_all_counted() {
                 t.backend
             );
         }
-        let stored = post::Entity::counts(&t.db, &id).await.unwrap();
+        let stored = post::Entity::counters().counts(&t.db, id).await.unwrap();
         assert_eq!(stored.comments, 0, "[{}]", t.backend);
         assert_eq!(comment_rows(&t, id).await, 0, "[{}]", t.backend);
         assert_counters_agree(&t).await;
@@ -1005,9 +1015,10 @@ async fn concurrent_comments_are_all_counted() {
 /// axum's default request body limit, in bytes: a larger body is 413.
 const BODY_LIMIT: usize = 2 * 1024 * 1024;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn malformed_comments_are_refused() {
-    for t in backends("blog_server_bad_comments").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_bad_comments"]
+    async fn malformed_comments_are_refused(t: TestDb) {
         let id = blog_with_posts(&t, 1).await[0];
         let server = Server::start(&t).await;
         let path = format!("/posts/{id}/comments");
@@ -1143,9 +1154,10 @@ async fn malformed_comments_are_refused() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn comments_on_unknown_posts_are_404() {
-    for t in backends("blog_server_comment_not_found").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_comment_not_found"]
+    async fn comments_on_unknown_posts_are_404(t: TestDb) {
         let id = blog_with_posts(&t, 1).await[0];
         let missing = id + 1000;
         let server = Server::start(&t).await;
@@ -1161,7 +1173,10 @@ async fn comments_on_unknown_posts_are_404() {
             .await;
         // Nothing was stored or counted for it.
         assert_eq!(comment_rows(&t, missing).await, 0, "[{}]", t.backend);
-        let stored = post::Entity::counts(&t.db, &missing).await.unwrap();
+        let stored = post::Entity::counters()
+            .counts(&t.db, missing)
+            .await
+            .unwrap();
         assert_eq!(stored.comments, 0, "[{}]", t.backend);
 
         assert_eq!(
@@ -1184,7 +1199,8 @@ async fn comments_on_unknown_posts_are_404() {
 /// and in the daily bucket of `at`).
 async fn views_at(t: &TestDb, post: i64, views: &[(DateTime<Utc>, i64)]) {
     for &(at, n) in views {
-        post::Entity::add_at(&t.db, post, Key::Views, n, at)
+        post::Entity::counters()
+            .add_at(&t.db, post, Key::Views, n, at)
             .await
             .unwrap();
     }
@@ -1264,9 +1280,10 @@ fn views_of(body: &Value) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn daily_views_are_zero_filled_utc_days() {
-    for t in backends("blog_server_daily_views").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_daily_views"]
+    async fn daily_views_are_zero_filled_utc_days(t: TestDb) {
         let ids = blog_with_posts(&t, 3).await;
         let (a, b, quiet) = (ids[0], ids[1], ids[2]);
         let today = Window::Day.start_of(Utc::now());
@@ -1315,9 +1332,10 @@ async fn daily_views_are_zero_filled_utc_days() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn daily_views_refuse_bad_days_and_unknown_posts() {
-    for t in backends("blog_server_daily_views_errors").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_daily_views_errors"]
+    async fn daily_views_refuse_bad_days_and_unknown_posts(t: TestDb) {
         let id = blog_with_posts(&t, 1).await[0];
         let missing = id + 1000;
         let server = Server::start(&t).await;
@@ -1438,9 +1456,10 @@ async fn all_pages(api: &Api, limit: usize) -> (Vec<(i64, String, i64)>, usize) 
     )
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn most_liked_pages_cover_every_liked_post_once() {
-    for t in backends("blog_server_most_liked").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_most_liked"]
+    async fn most_liked_pages_cover_every_liked_post_once(t: TestDb) {
         let ids = blog_with_posts(&t, 7).await;
         let server = Server::start(&t).await;
         assert_eq!(
@@ -1453,11 +1472,13 @@ async fn most_liked_pages_cover_every_liked_post_once() {
         // Three posts tie at 5 likes; post 4 is never liked (only viewed),
         // post 7 is unliked below zero.
         for (i, likes) in [(0, 3), (1, 5), (2, 5), (4, 1), (5, 5)] {
-            post::Entity::add(&t.db, ids[i], Key::Likes, likes)
+            post::Entity::counters()
+                .add(&t.db, ids[i], Key::Likes, likes)
                 .await
                 .unwrap();
         }
-        post::Entity::add(&t.db, ids[3], Key::Views, 100)
+        post::Entity::counters()
+            .add(&t.db, ids[3], Key::Views, 100)
             .await
             .unwrap();
         let (status, _) = server
@@ -1528,9 +1549,10 @@ async fn most_liked_pages_cover_every_liked_post_once() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn most_liked_refuses_bad_limits_and_cursors() {
-    for t in backends("blog_server_most_liked_errors").await {
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_most_liked_errors"]
+    async fn most_liked_refuses_bad_limits_and_cursors(t: TestDb) {
         blog_with_posts(&t, 1).await;
         let server = Server::start(&t).await;
 

@@ -18,7 +18,7 @@ use super::{
     stats::Meter,
 };
 use crate::{
-    BatchOutcome, DeltaBatch,
+    BatchReport, DeltaBatch,
     error::Result,
     sql::{self, Classified, Dialect, classify},
 };
@@ -255,7 +255,7 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
 async fn apply(
     shared: &Shared,
     seq: u64,
-    built: Result<(BatchOutcome, Vec<(String, Statement)>)>,
+    built: Result<(BatchReport, Vec<(String, Statement)>)>,
     drained: &Drained,
 ) -> Result<(), DbErr> {
     let mut attempt = 0u32;
@@ -328,7 +328,7 @@ async fn apply(
 fn statements<'a>(
     shared: &Shared,
     counters: impl Iterator<Item = (&'a CounterId, &'a Delta)>,
-) -> Result<(BatchOutcome, Vec<(String, Statement)>)> {
+) -> Result<(BatchReport, Vec<(String, Statement)>)> {
     let tables = shared.pending.tables();
     let mut batch = DeltaBatch::new();
     for (id, delta) in counters {

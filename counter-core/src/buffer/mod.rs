@@ -27,12 +27,14 @@ pub use ledger::migration::FlushLedgerMigration;
 pub use stats::BufferStats;
 
 use crate::{
-    Counters, SlottedCounter, detach,
+    Counters, detach,
+    error::BufferError,
     error::{CounterError, Result},
-    key::{CounterKey, validate_key},
+    key::validate_key,
     owner::{OwnerId, SortOwner},
     retry,
     sql::{self, Dialect},
+    typed::{KeyOf, KeySpace},
 };
 use flusher::Shared;
 use pending::{CounterRef, Pending, Refused};
@@ -46,16 +48,16 @@ use stats::Meter;
 pub enum WhenFull {
     /// Wake the flusher and block the calling thread until its drain makes
     /// room (back-pressure on the producers), for at most 30 seconds, after
-    /// which the add fails with [`CounterError::BufferFull`]. Do not add
+    /// which the add fails with [`BufferError::Full`]. Do not add
     /// while holding a pooled connection (inside a transaction) with a pool
     /// so small that the flusher could find none free: it could not drain
     /// until that wait ran out. On a multi-thread Tokio runtime
     /// the wait runs in `block_in_place`, so other tasks keep running; on a
     /// current-thread runtime, where blocking would stop the flusher itself,
-    /// the add fails with [`CounterError::BufferFull`] instead.
+    /// the add fails with [`BufferError::Full`] instead.
     #[default]
     Block,
-    /// Fail the add at once with [`CounterError::BufferFull`]; the delta is
+    /// Fail the add at once with [`BufferError::Full`]; the delta is
     /// not taken, and the caller decides (write directly, retry, shed).
     Fail,
 }
@@ -72,18 +74,17 @@ struct Config {
 }
 
 /// Longest time a [`WhenFull::Block`] add waits for room before it fails
-/// with [`CounterError::BufferFull`]: a flusher that cannot drain (the
+/// with [`BufferError::Full`]: a flusher that cannot drain (the
 /// database down, or every pooled connection held by blocked callers) must
 /// not hang its producers for good.
 const MAX_BLOCK: Duration = Duration::from_secs(30);
 /// Longest time [`CounterBuffer::get`] waits for a flush's commit to be
-/// resolved before giving up with [`CounterError::FlushInDoubt`].
+/// resolved before giving up with [`BufferError::FlushInDoubt`].
 const READ_WAIT: Duration = Duration::from_secs(5);
 /// The shortest ledger retention: an hour, so that one buffer cannot prune
 /// the row of another that is retrying through a short outage.
 const MIN_LEDGER_RETENTION_SECS: usize = 3600;
-/// The most distinct counters a buffer may hold pending.
-pub const MAX_BUFFER_CAPACITY: usize = 10_000_000;
+use crate::limits::MAX_BUFFER_CAPACITY;
 
 /// Settings for a [`CounterBuffer`]; from [`CounterBuffer::builder`].
 #[derive(Debug, Clone)]
@@ -144,22 +145,23 @@ impl BufferBuilder {
     /// Errors: [`CounterError::OutOfRange`] for an interval outside 1 ms to
     /// 1 hour, a capacity or threshold out of range, or a retention under
     /// an hour, [`CounterError::MissingTable`] if the
-    /// ledger table does not exist, [`CounterError::NoRuntime`] outside a
+    /// ledger table does not exist, [`BufferError::NoRuntime`] outside a
     /// Tokio runtime.
     pub async fn start(self) -> Result<CounterBuffer> {
         let Self { db, config } = self;
         let millis = usize::try_from(config.interval.as_millis()).unwrap_or(usize::MAX);
-        CounterError::check_range("buffer interval (ms)", millis, 1, 3_600_000)?;
-        CounterError::check_range("buffer capacity", config.capacity, 1, MAX_BUFFER_CAPACITY)?;
-        CounterError::check_range("buffer flush_at", config.flush_at, 1, config.capacity)?;
+        CounterError::check_size("buffer interval (ms)", millis, 1, 3_600_000)?;
+        CounterError::check_size("buffer capacity", config.capacity, 1, MAX_BUFFER_CAPACITY)?;
+        CounterError::check_size("buffer flush_at", config.flush_at, 1, config.capacity)?;
         let retention = usize::try_from(config.retention.as_secs()).unwrap_or(usize::MAX);
-        CounterError::check_range(
+        CounterError::check_size(
             "buffer ledger retention (s)",
             retention,
             MIN_LEDGER_RETENTION_SECS,
             usize::MAX,
         )?;
-        let runtime = Handle::try_current().map_err(|_| CounterError::NoRuntime)?;
+        let runtime =
+            Handle::try_current().map_err(|_| CounterError::from(BufferError::NoRuntime))?;
         let dialect = Dialect::of(&db)?;
         let writer = uuid::Uuid::new_v4().to_string();
         let ledger = config.ledger.name().to_owned();
@@ -214,9 +216,9 @@ impl BufferBuilder {
 /// for _ in 0..1_000 {
 ///     buffer.add(&views, 7, "views", 1)?; // synchronous, no database
 /// }
-/// assert_eq!(buffer.get(&views, &7, "views").await?, 1_000); // read-your-writes
+/// assert_eq!(buffer.get(&views, 7, "views").await?, 1_000); // read-your-writes
 /// buffer.flush().await?; // one transaction for the 1,000
-/// assert_eq!(views.get(&db, &7, "views").await?, 1_000);
+/// assert_eq!(views.get(&db, 7, "views").await?, 1_000);
 /// let stats = buffer.shutdown().await?;
 /// assert_eq!((stats.adds, stats.pending_adds, stats.flushes), (1_000, 0, 1));
 /// # Ok(())
@@ -251,8 +253,8 @@ impl BufferBuilder {
 /// * A windowed key's delta counts in the bucket of the moment it was
 ///   added, not of its flush.
 /// * If the flusher task dies (a panic, or its runtime shut down without
-///   `shutdown`), adds fail with [`CounterError::BufferClosed`] and `flush`
-///   / `shutdown` with [`CounterError::FlusherStopped`], which says how many
+///   `shutdown`), adds fail with [`BufferError::Closed`] and `flush`
+///   / `shutdown` with [`BufferError::FlusherStopped`], which says how many
 ///   adds were left unflushed.
 ///
 /// # Reads
@@ -325,13 +327,13 @@ impl CounterBuffer {
     /// not pending yet.
     ///
     /// Errors: a bad key or owner, [`CounterError::Overflow`] if the
-    /// counter's pending sum would leave `i64`, [`CounterError::BufferFull`]
-    /// (see [`WhenFull`]), [`CounterError::BufferClosed`] once
+    /// counter's pending sum would leave `i64`, [`BufferError::Full`]
+    /// (see [`WhenFull`]), [`BufferError::Closed`] once
     /// [`CounterBuffer::shutdown`] has begun. An error means the delta was
     /// not taken.
-    pub fn add<I: OwnerId, K: CounterKey>(
+    pub fn add<I: OwnerId, S: KeySpace, K: KeyOf<S>>(
         &self,
-        counters: &Counters<I>,
+        counters: &Counters<I, S>,
         owner: I,
         key: K,
         delta: i64,
@@ -371,12 +373,13 @@ impl CounterBuffer {
                         context: format!("the buffered delta of `{key}`"),
                     });
                 }
-                Err(Refused::Closed) => return Err(CounterError::BufferClosed),
+                Err(Refused::Closed) => return Err(BufferError::Closed.into()),
                 Err(Refused::Mismatch) => {
-                    return Err(CounterError::BufferTableMismatch {
+                    return Err(BufferError::TableMismatch {
                         table: table.name().to_owned(),
                         key: key.to_owned(),
-                    });
+                    }
+                    .into());
                 }
                 Err(Refused::Full) => {
                     let since = *waited.get_or_insert_with(|| {
@@ -389,25 +392,15 @@ impl CounterBuffer {
         }
     }
 
-    /// [`CounterBuffer::add`] with an entity's typed key.
-    pub fn add_to<P: SlottedCounter>(
-        &self,
-        owner: P::OwnerId,
-        key: P::Key,
-        delta: i64,
-    ) -> Result<()> {
-        self.add(P::counters(), owner, key, delta)
-    }
-
     /// Applies the full-buffer policy to an add waiting `since`; `Ok` once
     /// there may be room.
     fn wait_for_room(&self, since: Instant) -> Result<()> {
         let shared = self.shared();
-        let full = CounterError::BufferFull {
+        let full = BufferError::Full {
             capacity: shared.config.capacity,
         };
         if shared.config.when_full == WhenFull::Fail || since.elapsed() >= MAX_BLOCK {
-            return Err(full);
+            return Err(full.into());
         }
         shared.wake.notify_one();
         let wait = || {
@@ -422,7 +415,7 @@ impl CounterBuffer {
                 });
         };
         match Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(RuntimeFlavor::CurrentThread) => return Err(full),
+            Ok(RuntimeFlavor::CurrentThread) => return Err(full.into()),
             Ok(_) => tokio::task::block_in_place(wait),
             Err(_) => wait(),
         }
@@ -431,13 +424,13 @@ impl CounterBuffer {
 
     /// The delta this buffer holds for a counter and has not committed yet
     /// (pending and in flight).
-    pub fn unflushed<I: OwnerId, K: CounterKey>(
+    pub fn unflushed<I: OwnerId, S: KeySpace, K: KeyOf<S>>(
         &self,
-        counters: &Counters<I>,
-        owner: &I,
+        counters: &Counters<I, S>,
+        owner: I,
         key: K,
     ) -> i64 {
-        let owner = SortOwner::from_value(owner.clone().into());
+        let owner = SortOwner::from_value(owner.into());
         let id = CounterRef {
             table: counters.table().name(),
             owner: &owner,
@@ -454,24 +447,25 @@ impl CounterBuffer {
     /// buffer holds for it (read-your-writes). Exact: a read that overlaps
     /// a flush's drain or commit is repeated.
     ///
-    /// Errors: those of [`Counters::get`]; [`CounterError::FlushInDoubt`] if
+    /// Errors: those of [`Counters::get`]; [`BufferError::FlushInDoubt`] if
     /// no exact read could be made in 5 seconds (a flush's commit unresolved:
     /// its reply lost and the database unreachable); [`CounterError::Overflow`] if the sum
     /// leaves `i64`.
-    pub async fn get<I: OwnerId, K: CounterKey>(
+    pub async fn get<I: OwnerId, S: KeySpace, K: KeyOf<S>>(
         &self,
-        counters: &Counters<I>,
-        owner: &I,
+        counters: &Counters<I, S>,
+        owner: I,
         key: K,
     ) -> Result<i64> {
+        let counters = counters.untyped();
         let key = key.as_key_str();
         let shared = self.shared();
         let deadline = Instant::now() + READ_WAIT;
         loop {
             let before = shared.epoch.load(Ordering::Acquire);
             if before.is_multiple_of(2) {
-                let held = self.unflushed(counters, owner, key);
-                let stored = counters.get(&shared.db, owner, key).await?;
+                let held = self.unflushed(&counters, owner.clone(), key);
+                let stored = counters.get(&shared.db, owner.clone(), key).await?;
                 if shared.epoch.load(Ordering::Acquire) == before {
                     return stored
                         .checked_add(held)
@@ -483,14 +477,9 @@ impl CounterBuffer {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             if Instant::now() >= deadline {
-                return Err(CounterError::FlushInDoubt);
+                return Err(BufferError::FlushInDoubt.into());
             }
         }
-    }
-
-    /// [`CounterBuffer::get`] with an entity's typed key.
-    pub async fn get_of<P: SlottedCounter>(&self, owner: &P::OwnerId, key: P::Key) -> Result<i64> {
-        self.get(P::counters(), owner, key).await
     }
 
     /// Flushes now and returns once every delta added before the call has
@@ -504,7 +493,7 @@ impl CounterBuffer {
         let done = *flushed
             .wait_for(|done| *done >= target)
             .await
-            .map_err(|_| CounterError::BufferClosed)?;
+            .map_err(|_| CounterError::from(BufferError::Closed))?;
         if done == u64::MAX {
             self.stopped()?;
         }
@@ -516,15 +505,16 @@ impl CounterBuffer {
         if self.shared().stopped_cleanly.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            Err(CounterError::FlusherStopped {
+            Err(BufferError::FlusherStopped {
                 unflushed: self.stats().pending_adds,
-            })
+            }
+            .into())
         }
     }
 
     /// Stops taking adds, flushes everything pending, waits for it to
     /// commit, and stops the flusher. Later adds fail with
-    /// [`CounterError::BufferClosed`]. Like [`CounterBuffer::flush`] it
+    /// [`BufferError::Closed`]. Like [`CounterBuffer::flush`] it
     /// waits out an unreachable database.
     pub async fn shutdown(&self) -> Result<BufferStats> {
         let shared = self.shared();
@@ -533,7 +523,7 @@ impl CounterBuffer {
         flushed
             .wait_for(|done| *done == u64::MAX)
             .await
-            .map_err(|_| CounterError::BufferClosed)?;
+            .map_err(|_| CounterError::from(BufferError::Closed))?;
         self.stopped()?;
         Ok(self.stats())
     }
@@ -591,10 +581,16 @@ mod tests {
             .block_on(buffer.flush())
             .expect_err("not flushed");
         assert!(
-            matches!(err, CounterError::FlusherStopped { unflushed: 1 }),
+            matches!(
+                err,
+                CounterError::Buffer(BufferError::FlusherStopped { unflushed: 1 })
+            ),
             "{err:?}"
         );
         let err = buffer.add(&counters, 1, "likes", 1).expect_err("closed");
-        assert!(matches!(err, CounterError::BufferClosed), "{err:?}");
+        assert!(
+            matches!(err, CounterError::Buffer(BufferError::Closed)),
+            "{err:?}"
+        );
     }
 }

@@ -127,7 +127,7 @@ where
 /// PostgreSQL. Asked first, so that the other writes (auto-increment keys,
 /// the other backends) build no keys at all.
 fn takes_key_locks<E: CounterCache, C: ConnectionTrait>(db: &C) -> bool {
-    rows::natural_key::<E>() && db.get_database_backend() == sea_orm::DbBackend::Postgres
+    rows::natural_key::<E>() && Dialect::of(db).is_ok_and(sql::takes_row_key_locks)
 }
 
 async fn lock_values<'k, E, C>(

@@ -12,7 +12,6 @@ mod rows;
 mod values;
 mod writes;
 
-pub use values::{CacheAmount, CacheFlag, CacheParent};
 #[doc(hidden)]
 pub use values::{cache_amount, cache_delta, cache_parent, cache_when};
 
@@ -62,7 +61,7 @@ use crate::{DeltaBatch, Result};
 ///   when another writer commits in between (counts stay right; the write
 ///   fails);
 /// * a hook's own error (an overflow, a missing counter table) reaches you
-///   as the `DbErr` sea-orm's hooks must return; [`CounterError::from_hook_error`](crate::CounterError::from_hook_error)
+///   as the `DbErr` sea-orm's hooks must return; `CounterError::from(db_err)`
 ///   gets it back typed. The `*_counted` methods return it typed.
 ///
 /// # Writes that bypass the hooks
@@ -143,17 +142,17 @@ use crate::{DeltaBatch, Result};
 /// let published = publish.update(&txn).await?; // published_comments: +1
 /// txn.commit().await?;
 ///
-/// let counts = post::Entity::counts(&db, &1).await?;
+/// let counts = post::Entity::counters().counts(&db, 1).await?;
 /// assert_eq!((counts.comments, counts.published_comments), (1, 1));
 ///
 /// let gone = comment::Entity::delete_counted(&db, published.clone().into_active_model()).await?;
 /// let again = comment::Entity::delete_counted(&db, published.into_active_model()).await?;
 /// assert_eq!((gone.rows_affected, again.rows_affected), (1, 0)); // decremented once
-/// assert_eq!(post::Entity::get(&db, &1, Key::Comments).await?, 0);
+/// assert_eq!(post::Entity::counters().get(&db, 1, Key::Comments).await?, 0);
 ///
 /// // The truth, derived from the declaration: nothing to repair.
 /// let truth = Truth::counter_cache::<comment::Entity>();
-/// let report = post::Entity::reconcile(&db, Key::Comments, truth, &Reconcile::new()).await?;
+/// let report = post::Entity::counters().reconcile(&db, Key::Comments, truth, &Reconcile::new()).await?;
 /// assert_eq!(report.owners_drifted, 0);
 /// # Ok(())
 /// # }
@@ -277,7 +276,7 @@ pub struct CacheRule<E: EntityTrait> {
 /// module in place of `impl ActiveModelBehavior for ActiveModel {}`.
 ///
 /// An entity with hooks of its own calls the functions in
-/// [`cache::hooks`](crate::cache::hooks) from them instead (after its own
+/// [`hooks`](crate::hooks) from them instead (after its own
 /// changes, so the counted values are the ones written).
 ///
 /// The two-argument form names other types: `counter_cache_behavior!(ActiveModel, Entity)`.
@@ -287,41 +286,41 @@ macro_rules! counter_cache_behavior {
         $crate::counter_cache_behavior!(ActiveModel, Entity);
     };
     ($active_model:ty, $entity:ty) => {
-        #[$crate::__private::sea_orm::prelude::async_trait::async_trait]
-        impl $crate::__private::sea_orm::ActiveModelBehavior for $active_model {
+        #[$crate::__private_0_1_0::sea_orm::prelude::async_trait::async_trait]
+        impl $crate::__private_0_1_0::sea_orm::ActiveModelBehavior for $active_model {
             async fn before_save<C>(
                 self,
                 db: &C,
                 insert: bool,
-            ) -> ::core::result::Result<Self, $crate::__private::sea_orm::DbErr>
+            ) -> ::core::result::Result<Self, $crate::__private_0_1_0::sea_orm::DbErr>
             where
-                C: $crate::__private::sea_orm::ConnectionTrait,
+                C: $crate::__private_0_1_0::sea_orm::ConnectionTrait,
             {
-                $crate::cache::hooks::before_save::<$entity, C>(self, db, insert).await
+                $crate::hooks::before_save::<$entity, C>(self, db, insert).await
             }
 
             async fn after_save<C>(
-                model: <$entity as $crate::__private::sea_orm::EntityTrait>::Model,
+                model: <$entity as $crate::__private_0_1_0::sea_orm::EntityTrait>::Model,
                 db: &C,
                 insert: bool,
             ) -> ::core::result::Result<
-                <$entity as $crate::__private::sea_orm::EntityTrait>::Model,
-                $crate::__private::sea_orm::DbErr,
+                <$entity as $crate::__private_0_1_0::sea_orm::EntityTrait>::Model,
+                $crate::__private_0_1_0::sea_orm::DbErr,
             >
             where
-                C: $crate::__private::sea_orm::ConnectionTrait,
+                C: $crate::__private_0_1_0::sea_orm::ConnectionTrait,
             {
-                $crate::cache::hooks::after_save::<$entity, C>(model, db, insert).await
+                $crate::hooks::after_save::<$entity, C>(model, db, insert).await
             }
 
             async fn before_delete<C>(
                 self,
                 db: &C,
-            ) -> ::core::result::Result<Self, $crate::__private::sea_orm::DbErr>
+            ) -> ::core::result::Result<Self, $crate::__private_0_1_0::sea_orm::DbErr>
             where
-                C: $crate::__private::sea_orm::ConnectionTrait,
+                C: $crate::__private_0_1_0::sea_orm::ConnectionTrait,
             {
-                $crate::cache::hooks::before_delete::<$entity, C>(self, db).await
+                $crate::hooks::before_delete::<$entity, C>(self, db).await
             }
         }
     };

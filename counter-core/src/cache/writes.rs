@@ -173,8 +173,8 @@ where
     It: IntoIterator<Item = E::ActiveModel>,
 {
     let rows: Vec<E::ActiveModel> = rows.into_iter().collect();
-    let columns = E::Column::iter().count().max(1);
-    let per_statement = (Dialect::of(db)?.max_binds() / columns).clamp(1, rows::KEYS_PER_STATEMENT);
+    let columns = E::Column::iter().count();
+    let per_statement = Dialect::of(db)?.rows_per_statement(columns, rows::KEYS_PER_STATEMENT);
     in_own_transaction::<E, C, _>(
         db,
         InsertMany::<E> {

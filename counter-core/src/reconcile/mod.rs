@@ -1,47 +1,23 @@
-//! Recounts: repairing a counter's drift from the truth without losing a
-//! write made while the recount runs.
-//!
-//! A counter kept by a counter cache changes in the same transaction as the
-//! child row it counts, so every committed write moves the truth and the
-//! stored total by the same amount: `drift = truth - total` is unchanged by
-//! it. A recount therefore reads both sides in **one statement** (one
-//! snapshot: a write is in both sides or in neither), and adds the drift it
-//! found as an ordinary increment, never an absolute value: writes that
-//! commit between the read and the increment are kept, because they did not
-//! change the drift being corrected. Two recounts of one counter would both
-//! correct the same drift, so each batch holds a lock that keeps them apart.
-//!
-//! | backend | one batch |
-//! |---|---|
-//! | PostgreSQL | `READ COMMITTED` transaction; `pg_advisory_xact_lock(hash(table, key))`; the snapshot statement; the drift as a sorted upsert; `COMMIT` (releases the lock) |
-//! | MySQL/MariaDB | `READ COMMITTED` transaction; `GET_LOCK(name, 60)`; the snapshot statement (a consistent read); the upsert; `COMMIT`, then `RELEASE_LOCK` on the same connection |
-//! | SQLite | `BEGIN IMMEDIATE` (the database's write lock, so writers wait and no other recount runs); the statement; the upsert; `COMMIT` |
-//!
-//! The snapshot statement is a `WITH` of the truth query and a `UNION ALL`
-//! of it with the counter's slot rows, grouped by owner: see
-//! [`Counters::reconcile`].
+//! Recounts: repairing a counter's drift from the truth (the guarantee is on
+//! [`Counters::reconcile`](crate::Counters::reconcile)).
 
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, QueryTrait, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DbErr, QueryTrait, TransactionOptions, TransactionTrait,
     sea_query::{IntoColumnRef, IntoTableRef, SelectStatement},
 };
 
 use crate::{
     CounterCache, Counters, DeltaBatch, detach,
     error::{CounterError, Result},
-    key::{CounterKey, validate_key},
+    key::validate_key,
     owner::{self, OwnerColumn, OwnerId},
     retry,
     sql::{self, Dialect, OwnerIndex, OwnerRange, RecountLock, TruthSql},
+    typed::{KeyOf, KeySpace},
     walk::Forward,
 };
 
-/// The largest [`Reconcile::batch_size`]: a batch's owners may be bound
-/// three times in its statement (each side, and the truth query's own
-/// filter), which stays under SQLite's 32,766 binds with room for the truth
-/// query's.
-pub const MAX_RECONCILE_BATCH: usize = 5_000;
+use crate::limits::MAX_RECONCILE_BATCH;
 
 /// Where the true counts come from: a query yielding `(owner_id, count)`
 /// rows, at most one per owner, or the declaration of a counter cache.
@@ -305,9 +281,25 @@ pub struct Drift<I> {
     pub drift: i64,
 }
 
-impl<I: OwnerId> Counters<I> {
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// Recounts `key` from `truth` and adds each owner's drift to its
-    /// counter. See the [module](crate::reconcile) for the guarantee.
+    /// counter, without losing a write made while the recount runs.
+    ///
+    /// A counter kept by a counter cache changes in the same transaction as the
+    /// child row it counts, so every committed write moves the truth and the
+    /// stored total by the same amount: `drift = truth - total` is unchanged by
+    /// it. A recount therefore reads both sides in **one statement** (one
+    /// snapshot: a write is in both sides or in neither), and adds the drift it
+    /// found as an ordinary increment, never an absolute value: writes that
+    /// commit between the read and the increment are kept, because they did not
+    /// change the drift being corrected. Two recounts of one counter would both
+    /// correct the same drift, so each batch holds a lock that keeps them apart.
+    ///
+    /// | backend | one batch |
+    /// |---|---|
+    /// | PostgreSQL | `READ COMMITTED` transaction; `pg_advisory_xact_lock(hash(table, key))`; the snapshot statement; the drift as a sorted upsert; `COMMIT` (releases the lock) |
+    /// | MySQL/MariaDB | `READ COMMITTED` transaction; `GET_LOCK(name, 60)`; the snapshot statement (a consistent read); the upsert; `COMMIT`, then `RELEASE_LOCK` on the same connection |
+    /// | SQLite | `BEGIN IMMEDIATE` (the database's write lock, so writers wait and no other recount runs); the statement; the upsert; `COMMIT` |
     ///
     /// Owners are taken in primary-key order, `batch_size` at a time (by
     /// keyset, `owner_id > last`), or from the `owners` list; each batch is
@@ -351,15 +343,15 @@ impl<I: OwnerId> Counters<I> {
     /// );
     /// let report = posts.reconcile(&db, "comments", truth.clone(), &Reconcile::new()).await?;
     /// assert_eq!((report.owners_checked, report.owners_drifted, report.total_abs_drift), (2, 2, 4));
-    /// assert_eq!(posts.get(&db, &1, "comments").await?, 2);
-    /// assert_eq!(posts.get(&db, &2, "comments").await?, 1);
+    /// assert_eq!(posts.get(&db, 1, "comments").await?, 2);
+    /// assert_eq!(posts.get(&db, 2, "comments").await?, 1);
     ///
     /// let again = posts.reconcile(&db, "comments", truth, &Reconcile::new()).await?;
     /// assert_eq!(again.owners_drifted, 0);
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn reconcile<K: CounterKey>(
+    pub async fn reconcile<K: KeyOf<S>>(
         &self,
         db: &DatabaseConnection,
         key: K,
@@ -368,12 +360,12 @@ impl<I: OwnerId> Counters<I> {
     ) -> Result<ReconcileReport<I>> {
         let key = key.as_key_str();
         validate_key(key)?;
-        if !(1..=MAX_RECONCILE_BATCH).contains(&options.batch_size) {
-            return Err(CounterError::InvalidBatchSize {
-                size: options.batch_size,
-                max: MAX_RECONCILE_BATCH,
-            });
-        }
+        CounterError::check_size(
+            "recount batch_size",
+            options.batch_size,
+            1,
+            MAX_RECONCILE_BATCH,
+        )?;
         let dialect = Dialect::of(db)?;
         let truth = truth
             .into()
@@ -481,11 +473,7 @@ impl<I: OwnerId> Counters<I> {
             let rows = retry::run(db, table, || detach::query_all(db, snapshot.clone())).await?;
             return decode(&rows, table);
         };
-        let options = TransactionOptions {
-            isolation_level: (dialect != Dialect::Sqlite).then_some(IsolationLevel::ReadCommitted),
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..TransactionOptions::default()
-        };
+        let options = dialect.batch_transaction();
         // The whole batch, recount lock included, runs in a task of its own
         // (see `detach`): a recount dropped midway still commits or rolls
         // back its batch before it lets the lock go, so another recount

@@ -92,6 +92,45 @@ pub(crate) fn lock_slots(
 /// and SQLite; MySQL has no `RETURNING`: see [`delete_exactly`]):
 ///
 /// ```sql
+/// How a compaction batch deletes the slot rows it folds, by dialect.
+pub(crate) enum FoldDeletion {
+    /// One `DELETE .. RETURNING` of every foldable row in the stretch
+    /// ([`delete_foldable`]): PostgreSQL and SQLite. Fold what it returns.
+    Returning(Statement),
+    /// Deletes of exactly the rows the batch locked, in chunks
+    /// ([`delete_exactly`]), each of which must affect all its rows:
+    /// MySQL/MariaDB, which has no `DELETE .. RETURNING`. Fold the locked rows.
+    Exactly(Vec<(Statement, u64)>),
+}
+
+/// Rows per MySQL delete of exactly the locked rows: three or four binds a
+/// row, under every bind limit.
+const DELETE_ROWS_PER_STATEMENT: usize = 1_000;
+
+/// The deletion of a compaction batch over `range` that locked `locked`.
+pub(crate) fn fold_deletion<I: Clone + Into<Value>>(
+    dialect: Dialect,
+    table: &str,
+    layout: Layout,
+    range: &OwnerRange,
+    keys: Option<&[String]>,
+    min_rows: usize,
+    locked: &[SlotRow<I>],
+) -> FoldDeletion {
+    match dialect {
+        Dialect::MySql => FoldDeletion::Exactly(
+            locked
+                .chunks(DELETE_ROWS_PER_STATEMENT)
+                .map(|chunk| (delete_exactly(table, layout, chunk), chunk.len() as u64))
+                .collect(),
+        ),
+        Dialect::Postgres | Dialect::Sqlite => FoldDeletion::Returning(delete_foldable(
+            dialect, table, layout, range, keys, min_rows,
+        )),
+    }
+}
+
+/// ```sql
 /// DELETE FROM t WHERE <owners> [AND count_key IN (..)] AND slot <> 0
 ///   AND (owner_id, count_key[, bucket]) IN (SELECT .. FROM t WHERE <owners> [AND count_key IN (..)]
 ///                                           GROUP BY .. HAVING COUNT(*) >= ?)

@@ -9,7 +9,7 @@ use sea_orm::{
 };
 
 use super::{Dialect, Layout, col};
-use crate::{MAX_TABLE_NAME_LEN, owner::OwnerColumn, table::CounterTable};
+use crate::{limits::MAX_TABLE_NAME_LEN, owner::OwnerColumn, table::CounterTable};
 
 /// Every statement that creates `table`'s storage, idempotently:
 ///

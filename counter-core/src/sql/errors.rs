@@ -37,6 +37,26 @@ pub(crate) fn classify(err: &DbErr) -> Classified {
     }
 }
 
+/// Whether a "no such table" error is about `table`: PostgreSQL quotes it
+/// (`relation "t" does not exist`), MySQL qualifies it (`Table 'db.t'
+/// doesn't exist`), SQLite names it last (`no such table: t`).
+pub(crate) fn names_table(err: &DbErr, table: &str) -> bool {
+    let message = err.to_string();
+    let sqlite = format!("no such table: {table}");
+    // SQLite's form is unquoted: `t` must not match `t_buckets`.
+    let sqlite_names = message.match_indices(&sqlite).any(|(at, _)| {
+        !message[at + sqlite.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    });
+    sqlite_names
+        || [
+            format!("\"{table}\""),
+            format!(".{table}'"),
+            format!("'{table}'"),
+        ]
+        .iter()
+        .any(|form| message.contains(form.as_str()))
+}
+
 /// The messages behind the codes above.
 fn classify_message(message: &str) -> Classified {
     const CONFLICT: [&str; 5] = [

@@ -123,6 +123,12 @@ impl RecountLock {
     }
 }
 
+/// Whether writes of natural-key rows take [`row_key_locks`] on `dialect`:
+/// only PostgreSQL needs them (see there).
+pub(crate) fn takes_row_key_locks(dialect: Dialect) -> bool {
+    dialect == Dialect::Postgres
+}
+
 /// PostgreSQL: the statements that lock child rows' primary keys for the
 /// rest of the transaction (`exclusive` for a delete or a move, shared for
 /// an insert), one per distinct key in one global order (so two writers of
@@ -156,7 +162,7 @@ pub(crate) fn row_key_locks<'k>(
     keys: impl IntoIterator<Item = &'k [Value]>,
     exclusive: bool,
 ) -> Vec<Statement> {
-    if dialect != Dialect::Postgres {
+    if !takes_row_key_locks(dialect) {
         return Vec::new();
     }
     let table_id = super::fnv1a(table.bytes()) as u32 as i32;

@@ -20,12 +20,12 @@ mod sum;
 mod upsert;
 
 pub(crate) use buckets::{bucket_sums, prune_buckets};
-pub(crate) use compact::{SlotRow, delete_exactly, delete_foldable, lock_slots};
+pub(crate) use compact::{FoldDeletion, SlotRow, fold_deletion, lock_slots};
 #[cfg_attr(not(feature = "migration"), allow(unused_imports))]
 pub(crate) use ddl::{create_bucket_table, create_key_index, key_index_name};
 pub(crate) use ddl::{create_table, drop_table};
-pub(crate) use errors::{Classified, classify};
-pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks};
+pub(crate) use errors::{Classified, classify, names_table};
+pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks, takes_row_key_locks};
 pub(crate) use order::owner_order;
 pub(crate) use range::{OwnerRange, nth_row_owner};
 pub(crate) use rank::ranked;
@@ -35,7 +35,9 @@ pub(crate) use reconcile::{
 pub(crate) use sum::{SumRow, parse_total, sums};
 pub(crate) use upsert::{UpsertRow, add_one, add_rows};
 
-use sea_orm::{ConnectionTrait, DbBackend};
+use sea_orm::{
+    ConnectionTrait, DbBackend, IsolationLevel, SqliteTransactionMode, TransactionOptions,
+};
 
 use crate::error::{CounterError, Result};
 
@@ -117,6 +119,25 @@ impl Dialect {
             Self::Postgres | Self::MySql => 65_535,
         }
     }
+
+    /// Rows of `columns` bound values each that one statement may carry:
+    /// the bind limit's share, between 1 and `cap`.
+    pub(crate) fn rows_per_statement(self, columns: usize, cap: usize) -> usize {
+        (self.max_binds() / columns.max(1)).clamp(1, cap)
+    }
+
+    /// The transaction of one maintenance batch (a compaction or recount
+    /// batch): READ COMMITTED on the servers, so it takes row locks only
+    /// and no gap locks that MySQL's REPEATABLE READ would hold against
+    /// inserts of new slot rows; `BEGIN IMMEDIATE` on SQLite, so it holds
+    /// the write lock from its first read.
+    pub(crate) fn batch_transaction(self) -> TransactionOptions {
+        TransactionOptions {
+            isolation_level: (self != Self::Sqlite).then_some(IsolationLevel::ReadCommitted),
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        }
+    }
 }
 
 /// The name of the incoming row in a multi-row upsert: PostgreSQL's and
@@ -124,9 +145,7 @@ impl Dialect {
 /// is reserved (see [`crate::CounterTable::new`]) instead of two.
 pub(crate) const NEW_ROWS: &str = "excluded";
 
-/// Rows per multi-row upsert. Far under every bind limit (4 binds a row), and
-/// small enough that one statement never holds many row locks for long.
-pub const UPSERT_ROWS_PER_STATEMENT: usize = 1_000;
+pub(crate) use crate::limits::UPSERT_ROWS_PER_STATEMENT;
 
 /// Keys and owners per grouped read. Both lists are bound, so both are
 /// chunked: keys take at most half the binds, owners the rest.

@@ -9,19 +9,25 @@ use syn::{
 };
 
 use crate::{
-    attr::key_name_problem,
+    counter::attr::key_name_problem,
     diagnostics::Errors,
-    options::{Options, option_value, path_string},
+    options::{Options, option_value, parse_crate, path_string},
+    root::Root,
+    symbol::{COUNTER_CACHE, CRATE, KEY, PARENT, SUM, Symbol, VIA, WHEN},
 };
 
 /// Listed in the order of the docs, which is the order an unknown option's
 /// error lists them in when none is close enough to suggest.
-const OPTIONS: &[&str] = &["parent", "key", "via", "sum", "when"];
+const OPTIONS: &[Symbol] = &[PARENT, KEY, VIA, SUM, WHEN, CRATE];
 /// The last segment of a `parent` path.
 const ENTITY: &str = "Entity";
 /// Why `parent` is written as it is, for each error about it.
-const PARENT_IS_ENTITY: &str = "`parent` must be a path ending in `Entity`, the parent's entity \
-     type in the module beside the `counters::Key` its #[derive(SlottedCounter)] generated";
+fn parent_is_entity() -> String {
+    format!(
+        "`{PARENT}` must be a path ending in `{ENTITY}`, the parent's entity type in the module \
+         beside the `counters::Key` its #[derive(SlottedCounter)] generated"
+    )
+}
 /// The other items a SeaORM entity module defines, which a `parent` path
 /// may end in by mistake.
 const ENTITY_ITEMS: &[&str] = &[
@@ -39,6 +45,9 @@ const ENTITY_ITEMS: &[&str] = &[
 pub(crate) struct CacheAttr {
     /// The attribute's `counter_cache`, for errors about what it lacks.
     pub span: Span,
+    /// `crate = "..."`, valid, and where `crate` is written, valid or not.
+    pub root: Option<Root>,
+    pub root_span: Option<Span>,
     pub parent: Option<Path>,
     /// The parent's key, as written (its span is the user's).
     pub key: Option<Ident>,
@@ -63,6 +72,8 @@ impl CacheAttr {
     fn new(span: Span) -> Self {
         Self {
             span,
+            root: None,
+            root_span: None,
             parent: None,
             key: None,
             via: None,
@@ -74,10 +85,19 @@ impl CacheAttr {
     }
 }
 
+impl CacheAttr {
+    /// Whether the attribute declares a cache: anything but `crate` alone,
+    /// which is counter-core's path for every cache (`#[counter_cache(crate
+    /// = "...")]`), is one, complete or not.
+    pub(crate) fn declares_cache(&self) -> bool {
+        self.malformed || self.options.written() != [CRATE]
+    }
+}
+
 /// The derive sees every attribute on the struct; `sea_orm`'s and the
 /// user's others are not ours to read.
 pub(crate) fn is_cache(attr: &Attribute) -> bool {
-    attr.path().is_ident("counter_cache")
+    *attr.path() == COUNTER_CACHE
 }
 
 /// Parses one `#[counter_cache(...)]`. Errors are collected, not returned,
@@ -88,21 +108,26 @@ pub(crate) fn parse(attr: &Attribute, errors: &mut Errors) -> CacheAttr {
         let Some(option) = out.options.next(&meta, errors)? else {
             return Ok(());
         };
+        if option == CRATE {
+            out.root_span = Some(meta.path.span());
+            out.root = parse_crate(&meta, errors)?;
+            return Ok(());
+        }
         let example = match option {
-            "parent" => "`parent = super::post::Entity`",
-            "key" => "`key = comments`",
-            "via" => "`via = post_id`",
-            "sum" => "`sum = amount`",
-            _ => "`when = published` or `when = !published`",
+            PARENT => format!("`{PARENT} = super::post::Entity`"),
+            KEY => format!("`{KEY} = comments`"),
+            VIA => format!("`{VIA} = post_id`"),
+            SUM => format!("`{SUM} = amount`"),
+            _ => format!("`{WHEN} = published` or `{WHEN} = !published`"),
         };
-        let Some(value) = option_value(&meta, example, errors)? else {
+        let Some(value) = option_value(&meta, &example, errors)? else {
             return Ok(());
         };
         match option {
-            "parent" => out.parent = parent(value, errors),
-            "key" => out.key = key(value, errors),
-            "via" => out.via = field(option, value, example, errors),
-            "sum" => out.sum = field(option, value, example, errors),
+            PARENT => out.parent = parent(value, errors),
+            KEY => out.key = key(value, errors),
+            VIA => out.via = field(option, value, &example, errors),
+            SUM => out.sum = field(option, value, &example, errors),
             _ => out.when = when(value, errors),
         }
         Ok(())
@@ -125,7 +150,7 @@ fn parent(value: Expr, errors: &mut Errors) -> Option<Path> {
     else {
         errors.at(
             value.span(),
-            format!("{PARENT_IS_ENTITY}, like `super::post::Entity`"),
+            format!("{}, like `super::post::Entity`", parent_is_entity()),
         );
         return None;
     };
@@ -142,7 +167,7 @@ fn parent(value: Expr, errors: &mut Errors) -> Option<Path> {
         errors.at(
             generic.arguments.span(),
             format!(
-                "`parent` takes no generic arguments: an entity type has none, and its \
+                "`{PARENT}` takes no generic arguments: an entity type has none, and its \
                  `counters::Key` is found by the path alone; did you mean `{}`?",
                 path_string(&suggestion)
             ),
@@ -157,9 +182,10 @@ fn parent(value: Expr, errors: &mut Errors) -> Option<Path> {
         errors.at(
             last.ident.span(),
             format!(
-                "{PARENT_IS_ENTITY}; `{name}` may be an alias of it, but an alias cannot be \
+                "{}; `{name}` may be an alias of it, but an alias cannot be \
                  followed to that module: write the path of the parent's module, as in \
-                 `super::post::Entity`"
+                 `super::post::Entity`",
+                parent_is_entity()
             ),
         );
         return None;
@@ -173,7 +199,8 @@ fn parent(value: Expr, errors: &mut Errors) -> Option<Path> {
     errors.at(
         last.ident.span(),
         format!(
-            "{PARENT_IS_ENTITY}: did you mean `{}`?",
+            "{}: did you mean `{}`?",
+            parent_is_entity(),
             path_string(&suggestion)
         ),
     );
@@ -186,7 +213,7 @@ fn key(value: Expr, errors: &mut Errors) -> Option<Ident> {
     let ident = single_ident(&value).or_else(|| {
         errors.at(
             value.span(),
-            "`key` is one of the parent's keys, as an identifier: `key = comments`",
+            format!("`{KEY}` is one of the parent's keys, as an identifier: `{KEY} = comments`"),
         );
         None
     })?;
@@ -201,7 +228,7 @@ fn key(value: Expr, errors: &mut Errors) -> Option<Ident> {
 /// `via = post_id`, `sum = amount`. Only the name is read here: whether
 /// `Model` has the field is checked once all of `Model` is known, and its
 /// type by rustc, in the expansion.
-fn field(option: &str, value: Expr, example: &str, errors: &mut Errors) -> Option<Ident> {
+fn field(option: Symbol, value: Expr, example: &str, errors: &mut Errors) -> Option<Ident> {
     single_ident(&value).or_else(|| {
         errors.at(
             value.span(),
@@ -230,8 +257,10 @@ fn when(value: Expr, errors: &mut Errors) -> Option<When> {
     if when.is_none() {
         errors.at(
             value.span(),
-            "`when` names a `bool` field of `Model`, or its negation: \
-             `when = published` or `when = !published`",
+            format!(
+                "`{WHEN}` names a `bool` field of `Model`, or its negation: \
+                 `{WHEN} = published` or `{WHEN} = !published`"
+            ),
         );
     }
     when

@@ -1,6 +1,7 @@
 //! The generated `impl CounterCache for Entity`. Thin on purpose: reading a
 //! field, folding deltas and applying them live in counter-core, reached
-//! through absolute `::counter_core::...` paths.
+//! through absolute paths from one root (`::counter_core`, or the
+//! `crate = "..."` option).
 //!
 //! Each use of a field or key is spanned at the user's token in the
 //! attribute, so a field of the wrong type or a key the parent lacks is a
@@ -8,31 +9,24 @@
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
-use syn::{DeriveInput, spanned::Spanned};
+use syn::spanned::Spanned;
 
-use super::model::{self, Cache, CacheModel, FieldRef};
+use super::model::{Cache, CacheModel, FieldRef};
+use crate::root::Root;
 
-/// The whole derive: the impl, or the compile errors.
-pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
-    match model::build(input) {
-        Ok(Some(model)) => expand(&model),
-        Ok(None) => TokenStream::new(),
-        Err(errors) => errors.to_compile_error(),
-    }
-}
-
-fn expand(model: &CacheModel) -> TokenStream {
-    let counts = model.caches.iter().map(count_row);
+pub(crate) fn expand(model: &CacheModel) -> TokenStream {
+    let root = &model.root;
+    let counts = model.caches.iter().map(|cache| count_row(root, cache));
     let columns = model.columns.iter().map(column);
-    let rules = model.caches.iter().map(rule);
+    let rules = model.caches.iter().map(|cache| rule(root, cache));
     quote! {
         #[automatically_derived]
-        impl ::counter_core::CounterCache for Entity {
+        impl #root::CounterCache for Entity {
             fn count_row(
                 model: &Model,
                 sign: i64,
-                deltas: &mut ::counter_core::DeltaBatch,
-            ) -> ::counter_core::Result<()> {
+                deltas: &mut #root::DeltaBatch,
+            ) -> #root::Result<()> {
                 #(#counts)*
                 ::core::result::Result::Ok(())
             }
@@ -41,7 +35,7 @@ fn expand(model: &CacheModel) -> TokenStream {
                 ::std::vec::Vec::from([#(#columns),*])
             }
 
-            fn cache_rules() -> ::std::vec::Vec<::counter_core::CacheRule<Self>> {
+            fn cache_rules() -> ::std::vec::Vec<#root::CacheRule<Self>> {
                 ::std::vec::Vec::from([#(#rules),*])
             }
         }
@@ -56,16 +50,24 @@ fn column(field: &FieldRef) -> TokenStream {
 
 /// One cache's part of `count_row`: the delta this row adds to its parent's
 /// counter, if it counts and has a parent.
-fn count_row(cache: &Cache) -> TokenStream {
+fn count_row(root: &Root, cache: &Cache) -> TokenStream {
+    let private = root.private();
     let parent = &cache.parent;
     let via = &cache.via.field;
-    let parent_id = quote_spanned! {via.span()=>
-        ::counter_core::__private::cache_parent::<#parent, _>(&model.#via)
+    // The helpers' paths spanned at the user's field too, as all of each
+    // call is, so that a field of the wrong type is an error there.
+    let at = |span| root.at(span).private();
+    let parent_id = {
+        let private = at(via.span());
+        quote_spanned! {via.span()=>
+            #private::cache_parent::<#parent, _>(&model.#via)
+        }
     };
     let amount = match &cache.sum {
         Some(sum) => {
             let field = &sum.field;
-            quote_spanned!(field.span()=> ::counter_core::__private::cache_amount(&model.#field)?)
+            let private = at(field.span());
+            quote_spanned!(field.span()=> #private::cache_amount(&model.#field)?)
         }
         None => quote!(1),
     };
@@ -73,18 +75,20 @@ fn count_row(cache: &Cache) -> TokenStream {
     let add = quote! {
         if let ::core::option::Option::Some(owner) = #parent_id {
             let amount: i64 = #amount;
-            deltas.add_to::<#parent>(
+            deltas.add(
+                <#parent as #root::SlottedCounter>::counters(),
                 owner,
                 #key,
-                ::counter_core::__private::cache_delta(sign, amount)?,
+                #private::cache_delta(sign, amount)?,
             )?;
         }
     };
     match &cache.when {
         Some((flag, expected)) => {
             let field = &flag.field;
+            let private = at(field.span());
             let counts = quote_spanned! {field.span()=>
-                ::counter_core::__private::cache_when(&model.#field, #expected)
+                #private::cache_when(&model.#field, #expected)
             };
             quote! {
                 if #counts {
@@ -113,7 +117,7 @@ fn key_variant(cache: &Cache) -> TokenStream {
 }
 
 /// The cache's `CacheRule`, for what runs outside a row's hooks.
-fn rule(cache: &Cache) -> TokenStream {
+fn rule(root: &Root, cache: &Cache) -> TokenStream {
     let parent = &cache.parent;
     let key = &cache.key;
     let via = column(&cache.via);
@@ -132,8 +136,8 @@ fn rule(cache: &Cache) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     quote! {
-        ::counter_core::CacheRule {
-            parent_table: <#parent as ::counter_core::SlottedCounter>::counters().table().name(),
+        #root::CacheRule {
+            parent_table: <#parent as #root::SlottedCounter>::counters().table().name(),
             key: #key,
             via: #via,
             sum: #sum,
@@ -144,12 +148,11 @@ fn rule(cache: &Cache) -> TokenStream {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use syn::parse_quote;
+    use syn::{DeriveInput, parse_quote};
 
     /// The expansion, pretty-printed, as reviewers read it.
     fn pretty(input: DeriveInput) -> String {
-        crate::testing::pretty(derive(&input))
+        crate::testing::pretty(super::super::derive(&input))
     }
 
     #[test]

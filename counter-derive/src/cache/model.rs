@@ -11,13 +11,16 @@ use syn::{DeriveInput, Field, Ident, Path, ext::IdentExt};
 
 use super::attr::{self, CacheAttr};
 use crate::{
-    diagnostics::{Errors, unknown},
-    entity::{self, column_ident, is_ignored, not_a_model},
-    model::variant_ident,
+    diagnostics::{Checked, Errors, unknown},
+    entity::{self, column_ident, is_ignored, not_a_model, variant_ident},
     options::path_string,
+    root::Root,
+    symbol::{COUNTER_CACHE, CRATE, KEY, PARENT, VIA},
 };
 
 pub(crate) struct CacheModel {
+    /// The path to counter-core.
+    pub root: Root,
     /// In declaration order.
     pub caches: Vec<Cache>,
     /// Every field a cache reads, once, in the order caches name them.
@@ -54,34 +57,64 @@ impl FieldRef {
     }
 }
 
-const NO_CACHE: &str = "#[derive(CounterCache)] needs a cache: add \
-     `#[counter_cache(parent = super::post::Entity, key = comments, via = post_id)]`, \
-     one attribute per cache";
+/// What parsed of a derive that has errors: the stand-in impl needs only
+/// the path to counter-core.
+pub(crate) struct Fallback {
+    pub root: Root,
+}
 
-/// Reads and checks everything; `Ok(None)` means there is nothing to
-/// generate (the `ModelEx` copy of a dense-format entity). Every problem
-/// found is in the error, not only the first.
-pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CacheModel>> {
+fn no_cache() -> String {
+    format!(
+        "#[derive(CounterCache)] needs a cache: add \
+         `#[{COUNTER_CACHE}({PARENT} = super::post::Entity, {KEY} = comments, {VIA} = post_id)]`, \
+         one attribute per cache"
+    )
+}
+
+/// Reads and checks everything. Every problem found is in the error, not
+/// only the first; with it, a fallback when the input is an entity's `Model`.
+pub(crate) fn build(input: &DeriveInput) -> Checked<CacheModel, Fallback> {
     if entity::is_model_ex(input) {
-        return Ok(None);
+        return Checked::Skip;
     }
     let mut errors = Errors::default();
     let fields = entity::model_fields(input);
     if fields.is_none() {
         // Adding a cache would not help: the derive is in the wrong place.
         errors.at(input.ident.span(), not_a_model("CounterCache"));
-    } else if !input.attrs.iter().any(attr::is_cache) {
-        errors.at(input.ident.span(), NO_CACHE);
     }
     let resolver = Resolver {
         fields: fields.map(|f| f.iter().collect()),
     };
 
     let mut caches: Vec<Cache> = Vec::new();
+    // `crate = "..."`, written once for every cache.
+    let mut root: Option<Root> = None;
+    let mut root_written = false;
+    // Whether any attribute declares a cache, valid or not.
+    let mut any_cache = false;
     // Every (parent, key) declared, valid or not, for the duplicate check.
     let mut declared: Vec<(String, String)> = Vec::new();
     for attr in input.attrs.iter().filter(|a| attr::is_cache(a)) {
         let cache = attr::parse(attr, &mut errors);
+        if let Some(span) = cache.root_span {
+            if root_written {
+                errors.at(
+                    span,
+                    format!(
+                        "duplicate option `{CRATE}`: counter-core's path is written once, \
+                         for every cache"
+                    ),
+                );
+            } else {
+                root_written = true;
+                root = cache.root.clone();
+            }
+        }
+        if !cache.declares_cache() {
+            continue;
+        }
+        any_cache = true;
         // Fields are resolved, and missing options reported, even when the
         // attribute has other errors: one build shows them all.
         let via = resolver.resolve(cache.via.as_ref(), &mut errors);
@@ -101,7 +134,7 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CacheModel>> {
                 key.span(),
                 format!(
                     "duplicate cache: `{name}` of `{parent_name}` is already counted by an \
-                     earlier #[counter_cache]; a counter has one definition"
+                     earlier #[{COUNTER_CACHE}]; a counter has one definition"
                 ),
             );
             continue;
@@ -134,7 +167,14 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CacheModel>> {
             when,
         });
     }
-    errors.finish()?;
+    if fields.is_some() && !any_cache {
+        errors.at(input.ident.span(), no_cache());
+    }
+    let root = root.unwrap_or_default();
+    if let Err(errors) = errors.finish() {
+        let fallback = entity::has_entity(input).then_some(Fallback { root });
+        return Checked::Invalid(errors, fallback);
+    }
 
     let mut columns: Vec<FieldRef> = Vec::new();
     for cache in &caches {
@@ -147,7 +187,11 @@ pub(crate) fn build(input: &DeriveInput) -> syn::Result<Option<CacheModel>> {
             }
         }
     }
-    Ok(Some(CacheModel { caches, columns }))
+    Checked::Valid(CacheModel {
+        root,
+        caches,
+        columns,
+    })
 }
 
 /// Required options the attribute did not write (one it wrote wrongly has
@@ -158,13 +202,16 @@ fn report_missing(cache: &CacheAttr, errors: &mut Errors) {
     }
     let required = [
         (
-            "parent",
-            "the parent entity, as in `parent = super::post::Entity`",
+            PARENT,
+            format!("the parent entity, as in `{PARENT} = super::post::Entity`"),
         ),
-        ("key", "the parent's counter, as in `key = comments`"),
         (
-            "via",
-            "the field holding the parent's id, as in `via = post_id`",
+            KEY,
+            format!("the parent's counter, as in `{KEY} = comments`"),
+        ),
+        (
+            VIA,
+            format!("the field holding the parent's id, as in `{VIA} = post_id`"),
         ),
     ];
     for (option, what) in required {

@@ -89,7 +89,7 @@ fn shown(deltas: &counter_core::DeltaBatch) -> String {
 }
 
 fn main() {
-    use counter_core::{CacheRule, CounterCache, DeltaBatch};
+    use counter_core::{CacheRule, CounterCache, DeltaBatch, SlottedCounter};
 
     /// A rule as `(parent table, key, via, sum, when)`, columns as `Debug`
     /// shows them: `Column` has no `PartialEq`.
@@ -148,10 +148,10 @@ fn main() {
     comment::Entity::count_row(&row, 1, &mut deltas).unwrap();
     let mut expected = DeltaBatch::new();
     expected
-        .add_to::<post::Entity>(7, post::counters::Key::Comments, 1)
+        .add(post::Entity::counters(), 7, post::counters::Key::Comments, 1)
         .unwrap();
     expected
-        .add_to::<post::Entity>(7, post::counters::Key::Tips, 5)
+        .add(post::Entity::counters(), 7, post::counters::Key::Tips, 5)
         .unwrap();
     assert_eq!(shown(&deltas), shown(&expected));
     let debug = shown(&deltas);
@@ -175,7 +175,7 @@ fn main() {
         (post::counters::Key::PublishedComments, -1),
         (post::counters::Key::Tips, -5),
     ] {
-        expected.add_to::<post::Entity>(7, key, delta).unwrap();
+        expected.add(post::Entity::counters(), 7, key, delta).unwrap();
     }
     assert_eq!(shown(&deltas), shown(&expected));
     // Counted in and out again, the row nets to nothing.
@@ -210,10 +210,10 @@ fn main() {
     category::Entity::count_row(&child, 1, &mut deltas).unwrap();
     let mut expected = DeltaBatch::new();
     expected
-        .add_to::<category::Entity>(1, category::counters::Key::Children, 1)
+        .add(category::Entity::counters(), 1, category::counters::Key::Children, 1)
         .unwrap();
     expected
-        .add_to::<category::Entity>(1, category::counters::Key::Type, 1)
+        .add(category::Entity::counters(), 1, category::counters::Key::Type, 1)
         .unwrap();
     assert_eq!(shown(&deltas), shown(&expected));
     // `NULL` never counts for `when`, but the row is still a child.
@@ -225,7 +225,7 @@ fn main() {
     category::Entity::count_row(&untyped, 1, &mut deltas).unwrap();
     let mut expected = DeltaBatch::new();
     expected
-        .add_to::<category::Entity>(1, category::counters::Key::Children, 1)
+        .add(category::Entity::counters(), 1, category::counters::Key::Children, 1)
         .unwrap();
     assert_eq!(shown(&deltas), shown(&expected));
     // A root has no parent: it counts nowhere.

@@ -7,7 +7,7 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use counter_core::CounterError;
+use counter_core::{CounterError, ErrorKind};
 use sea_orm::DbErr;
 use serde::Serialize;
 
@@ -105,40 +105,21 @@ impl From<DbErr> for ApiError {
     }
 }
 
-/// Counter errors by whose fault they are: the database's (503), the
-/// counter's state (409) or ours (500). The endpoints take no keys or owner
-/// strings from the client (keys are the typed `Key`, ids are parsed `i64`s),
-/// so the invalid-input variants would be a bug here, not a bad request;
-/// they are still mapped to 400 in case a route ever passes client input on.
-/// So are a range of days (`InvalidRange`) and a ranking page size
-/// (`OutOfRange`), which do come from the client (`?days=`, `?limit=`) but
-/// are checked against the crate's bounds before counter-core sees them. A
-/// range read of a key without a time window (`NotWindowed`) is a schema
-/// that does not match the entity: ours, a 500.
-///
-/// The comment endpoints (`insert_counted`, `delete_counted`) fail like the
-/// counter writes, typed even when the failure happened inside a hook: a
-/// deadlock still there after the retries is `Conflict` (503, retry later),
-/// a missing table `MissingTable` (503), an overflowing `comments` counter
-/// `Overflow` (409).
+/// Counter errors by their [`ErrorKind`]: the client's input (400), the
+/// counter's state (409), the database's trouble (503) or ours (500). The
+/// comment endpoints (`insert_counted`, `delete_counted`) fail the same way,
+/// typed even when the failure happened inside a hook.
 impl From<CounterError> for ApiError {
     fn from(err: CounterError) -> Self {
-        match err {
-            CounterError::InvalidKey { .. }
-            | CounterError::UnknownKey { .. }
-            | CounterError::InvalidOwner { .. }
-            | CounterError::InvalidRange { .. }
-            | CounterError::OutOfRange { .. } => ApiError::BadRequest(err.to_string()),
-            CounterError::Overflow { .. } => ApiError::Conflict(err.to_string()),
-            CounterError::MissingTable { .. }
-            | CounterError::Conflict { .. }
-            | CounterError::Database(_) => ApiError::Unavailable(err.to_string()),
-            // A recount given a child entity that declares no cache for the
-            // key, a hook run on the pool, invalid table names, slot counts,
-            // unsupported backends and any variant added later: a deployment
-            // or code problem. (A batch size out of range is `OutOfRange`,
-            // a 400 above.)
-            _ => ApiError::Internal(err.to_string()),
+        let detail = err.to_string();
+        match err.kind() {
+            ErrorKind::InvalidInput => ApiError::BadRequest(detail),
+            ErrorKind::Overflow => ApiError::Conflict(detail),
+            ErrorKind::Transient | ErrorKind::SchemaMissing | ErrorKind::Database => {
+                ApiError::Unavailable(detail)
+            }
+            // Misuse, and any kind added later: a deployment or code problem.
+            _ => ApiError::Internal(detail),
         }
     }
 }

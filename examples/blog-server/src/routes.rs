@@ -363,7 +363,8 @@ pub(crate) async fn list_posts(
         .limit(PAGE_SIZE)
         .all(&db)
         .await?;
-    let posts = post::Entity::load_counts(&db, models)
+    let posts = post::Entity::counters()
+        .load_counts(&db, models)
         .await?
         .into_iter()
         .map(|(model, counts)| PostBody {
@@ -381,7 +382,7 @@ pub(crate) async fn get_post(
     Id(id, _): PostId,
 ) -> Result<Json<PostBody>, ApiError> {
     let model = existing_post(&db, id).await?;
-    let counts = post::Entity::counts(&db, &id).await?;
+    let counts = post::Entity::counters().counts(&db, id).await?;
     Ok(Json(PostBody {
         id,
         title: model.title,
@@ -402,7 +403,9 @@ pub(crate) async fn daily_views(
     let today = Window::Day.start_of(Utc::now());
     let from = today - TimeDelta::days(i64::from(days) - 1);
     let to = today + TimeDelta::days(1);
-    let series = post::Entity::series(&db, &id, Key::Views, from, to).await?;
+    let series = post::Entity::counters()
+        .series(&db, id, Key::Views, from, to)
+        .await?;
     let days = series
         .into_iter()
         .map(|(day, views)| DayViews {
@@ -429,7 +432,7 @@ pub(crate) async fn most_liked(
     RankPage { limit, after }: RankPage,
 ) -> Result<Json<MostLikedBody>, ApiError> {
     let ranked = match &after {
-        None => post::Entity::top(&db, Key::Likes, limit).await?,
+        None => post::Entity::counters().top(&db, Key::Likes, limit).await?,
         Some(last) => {
             post::Entity::counters()
                 .top_after(&db, Key::Likes, last, limit)
@@ -557,7 +560,8 @@ async fn count(
     key: Key,
     delta: i64,
 ) -> Result<Json<CountsBody>, ApiError> {
-    let ((), counts) = write_post(db, id, || post::Entity::add(db, id, key, delta)).await?;
+    let ((), counts) =
+        write_post(db, id, || post::Entity::counters().add(db, id, key, delta)).await?;
     Ok(Json(CountsBody { id, counts }))
 }
 
@@ -579,7 +583,7 @@ where
 {
     existing_post(db, id).await?;
     let written = write().await?;
-    let counts = post::Entity::counts(db, &id).await?;
+    let counts = post::Entity::counters().counts(db, id).await?;
     Ok((written, counts))
 }
 

@@ -77,11 +77,12 @@ pub async fn recount(
     db: &DatabaseConnection,
     dry_run: bool,
 ) -> Result<ReconcileReport<i64>, CounterError> {
-    post::Entity::reconcile(
-        db,
-        post::counters::Key::Comments,
-        Truth::counter_cache::<Entity>(),
-        &Reconcile::new().dry_run(dry_run),
-    )
-    .await
+    post::Entity::counters()
+        .reconcile(
+            db,
+            post::counters::Key::Comments,
+            Truth::counter_cache::<Entity>(),
+            &Reconcile::new().dry_run(dry_run),
+        )
+        .await
 }

@@ -391,7 +391,7 @@ async fn measure(
     let mut times = Vec::with_capacity(args.reads as usize);
     for _ in 0..args.reads {
         let started = Instant::now();
-        counters.get(db, &hot, KEY).await?;
+        counters.get(db, hot, KEY).await?;
         times.push(started.elapsed());
     }
     times.sort();
@@ -486,7 +486,7 @@ async fn check(
     acked: i64,
 ) -> Result<bool, BoxError> {
     let mut ok = true;
-    let hot_total = counters.get(db, &hot, KEY).await?;
+    let hot_total = counters.get(db, hot, KEY).await?;
     if hot_total != acked {
         eprintln!("MISMATCH: hot counter {hot_total}, acknowledged {acked}");
         ok = false;

@@ -25,7 +25,7 @@ use std::{collections::BTreeMap, process::ExitCode, time::Instant};
 
 use clap::{Parser, builder::RangedU64ValueParser};
 use counter_core::{
-    CounterTable, Counters, Drift, MAX_RECONCILE_BATCH, Reconcile, ReconcileReport, Truth,
+    CounterTable, Counters, Drift, Reconcile, ReconcileReport, Truth, limits::MAX_RECONCILE_BATCH,
 };
 use sea_orm::{
     ConnectionTrait, Database, DatabaseConnection,
@@ -53,7 +53,7 @@ struct Args {
     /// Child rows per owner, 1 to 1,000.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1_000))]
     children: u64,
-    /// Owners per reconcile batch, 1 to `counter_core::MAX_RECONCILE_BATCH`.
+    /// Owners per reconcile batch, 1 to `counter_core::limits::MAX_RECONCILE_BATCH`.
     #[arg(
         long,
         default_value_t = 1_000,

@@ -175,8 +175,12 @@ async fn run(args: Args) -> Result<(), BoxError> {
     // below sum fewer rows, and the totals must not change. Checked again,
     // against the same expectations.
     let compacted = Compacted {
-        posts: post::Entity::compact(&db, &Compact::new()).await?,
-        users: user::Entity::compact(&db, &Compact::new()).await?,
+        posts: post::Entity::counters()
+            .compact(&db, &Compact::new())
+            .await?,
+        users: user::Entity::counters()
+            .compact(&db, &Compact::new())
+            .await?,
     };
     phases.end("compact");
     let after_compaction = Totals::read(&db, &post_ids, &user_ids, &chart).await?;
@@ -285,8 +289,8 @@ impl Totals {
         chart: &ChartDays,
     ) -> Result<Self, BoxError> {
         Ok(Self {
-            posts: post::Entity::counts_many(db, post_ids).await?,
-            users: user::Entity::counts_many(db, user_ids).await?,
+            posts: post::Entity::counters().counts_many(db, post_ids).await?,
+            users: user::Entity::counters().counts_many(db, user_ids).await?,
             views_by_day: post::Entity::counters()
                 .range_many(
                     db,

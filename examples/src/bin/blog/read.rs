@@ -79,12 +79,14 @@ async fn most_liked(
     use post::counters::Key;
 
     let start = meter.statements();
-    let top = post::Entity::top_models(db, Key::Likes, MOST_LIKED).await?;
+    let top = post::Entity::counters()
+        .top_models(db, Key::Likes, MOST_LIKED)
+        .await?;
     let ranked_with = meter.statements() - start;
 
     let ids: Vec<i64> = top.iter().map(|(post, _)| post.id).collect();
     let start = meter.statements();
-    let mut counts = post::Entity::counts_many(db, &ids).await?;
+    let mut counts = post::Entity::counters().counts_many(db, &ids).await?;
     let mut recent = post::Entity::counters()
         .range_many(db, &ids, Key::Views, from, to)
         .await?;
@@ -119,13 +121,16 @@ async fn most_viewed(
     use post::counters::Key;
 
     let start = meter.statements();
-    let top = post::Entity::top_models(db, Key::Views, MOST_VIEWED).await?;
+    let top = post::Entity::counters()
+        .top_models(db, Key::Views, MOST_VIEWED)
+        .await?;
     let ranked_with = meter.statements() - start;
 
     let ids: Vec<i64> = top.iter().map(|(post, _)| post.id).collect();
     let start = meter.statements();
-    let mut series: HashMap<i64, Series> =
-        post::Entity::series_many(db, &ids, Key::Views, chart.from, chart.to).await?;
+    let mut series: HashMap<i64, Series> = post::Entity::counters()
+        .series_many(db, &ids, Key::Views, chart.from, chart.to)
+        .await?;
     let series_many_with = meter.statements() - start;
 
     let posts = top
@@ -145,9 +150,11 @@ async fn most_viewed(
 /// `top_models` by followers, then the page's other counts.
 async fn most_followed(db: &DatabaseConnection, meter: &Meter) -> Result<MostFollowed, BoxError> {
     let start = meter.statements();
-    let top = user::Entity::top_models(db, user::counters::Key::Followers, MOST_FOLLOWED).await?;
+    let top = user::Entity::counters()
+        .top_models(db, user::counters::Key::Followers, MOST_FOLLOWED)
+        .await?;
     let ids: Vec<i64> = top.iter().map(|(user, _)| user.id).collect();
-    let mut counts = user::Entity::counts_many(db, &ids).await?;
+    let mut counts = user::Entity::counters().counts_many(db, &ids).await?;
     let users = top
         .into_iter()
         .map(|(user, _)| {

@@ -99,7 +99,7 @@ pub async fn seed(db: &DatabaseConnection, posts: usize, users: usize) -> Result
                 1,
             )
         });
-        user::Entity::add_many(&txn, authors).await?;
+        user::Entity::counters().add_many(&txn, authors).await?;
     }
     let all_posts = post::Entity::find()
         .order_by_asc(post::Column::Id)

@@ -311,9 +311,13 @@ impl SimulatedUser {
                 60..85 => {
                     let like = !liked.contains(&post);
                     let written = if like {
-                        post::Entity::increment(db, post, PostKey::Likes).await
+                        post::Entity::counters()
+                            .increment(db, post, PostKey::Likes)
+                            .await
                     } else {
-                        post::Entity::decrement(db, post, PostKey::Likes).await
+                        post::Entity::counters()
+                            .decrement(db, post, PostKey::Likes)
+                            .await
                     };
                     if acknowledged(written, &mut tally.refused)?.is_some() {
                         if like {
@@ -364,14 +368,15 @@ impl SimulatedUser {
                 // statement (a two-row upsert).
                 95.. if them != self.me => {
                     let delta = if following.contains(&them) { -1 } else { 1 };
-                    let written = user::Entity::add_many(
-                        db,
-                        [
-                            (self.me, UserKey::Following, delta),
-                            (them, UserKey::Followers, delta),
-                        ],
-                    )
-                    .await;
+                    let written = user::Entity::counters()
+                        .add_many(
+                            db,
+                            [
+                                (self.me, UserKey::Following, delta),
+                                (them, UserKey::Followers, delta),
+                            ],
+                        )
+                        .await;
                     if acknowledged(written, &mut tally.refused)?.is_some() {
                         if delta > 0 {
                             following.insert(them);
@@ -391,7 +396,9 @@ impl SimulatedUser {
                 // days (its all-time total counts it too).
                 _ => {
                     let at = self.view_times.pick(&mut self.rng);
-                    let written = post::Entity::add_at(db, post, PostKey::Views, 1, at).await;
+                    let written = post::Entity::counters()
+                        .add_at(db, post, PostKey::Views, 1, at)
+                        .await;
                     if acknowledged(written, &mut tally.refused)?.is_some() {
                         tally.actions.views += 1;
                         *tally.posts.entry((post, PostKey::Views)).or_default() += 1;

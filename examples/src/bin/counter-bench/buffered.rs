@@ -324,7 +324,7 @@ async fn probe(
         buffer.add(&setup.counters, owner, KEY, 1)?;
         let added = Instant::now();
         probe.adds += 1;
-        while setup.counters.get(db, &owner, KEY).await? < probe.adds {
+        while setup.counters.get(db, owner, KEY).await? < probe.adds {
             if added.elapsed() > PROBE_TIMEOUT {
                 return Err(format!(
                     "a buffered increment was not visible after {PROBE_TIMEOUT:?}"

@@ -61,7 +61,7 @@ pub async fn run(db: &DatabaseConnection, owners: usize) -> Result<Vec<ReadResul
                 for key in KEYS {
                     totals.insert(
                         (*owner, key.to_owned()),
-                        counters.get(db, owner, key).await?,
+                        counters.get(db, *owner, key).await?,
                     );
                 }
             }

@@ -400,7 +400,7 @@ pub async fn observe(
             .await?
         }
         Design::Slotted | Design::SlottedRaw | Design::Buffered => {
-            setup.counters.get(db, &HOT_OWNER, KEY).await?
+            setup.counters.get(db, HOT_OWNER, KEY).await?
         }
         Design::Uncontended => {
             let owners: Vec<i64> = (0..setup.cell.clients as i64)

@@ -1,0 +1,368 @@
+//! The generated items. Thin on purpose: everything that runs lives in
+//! counter-core, reached through absolute paths from one root
+//! (`::counter_core`, or the `crate = "..."` option).
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::{
+    attr::{SlotStrategy, Window},
+    model::{CounterModel, Key},
+};
+use crate::{entity::OwnerKind, root::Root};
+
+pub(crate) fn expand(model: &CounterModel) -> TokenStream {
+    let root = &model.root;
+    let private = root.private();
+    let trait_impl = slotted_counter_impl(model);
+    let table = &model.table;
+    let table_doc = format!(
+        " The counters of [`Entity`](super::Entity), in the companion table `{table}`: \
+         the typed [`Key`]s, one [`Counts`] record per owner, and the table itself as a \
+         SeaORM entity ([`Entity`], [`Model`], [`Column`])."
+    );
+    let companion = companion_entity(model);
+    let key = key_enum(root, &model.keys);
+    let counts = counts_struct(root, &model.keys);
+    quote! {
+        #trait_impl
+
+        #[doc = #table_doc]
+        pub mod counters {
+            use #private::sea_orm;
+            use sea_orm::entity::prelude::*;
+
+            /// The companion table's name.
+            pub const TABLE: &str = #table;
+
+            #companion
+            #key
+            #counts
+
+            // `Serialize` and `Deserialize` if counter-core has its `serde` feature.
+            #root::__derive_serde!(Key, Counts);
+        }
+    }
+}
+
+fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
+    let root = &model.root;
+    let private = root.private();
+    let owner = &model.primary_key.ty;
+    let field = &model.primary_key.field;
+    let column = &model.primary_key.column;
+    let slots = model.slots;
+    let key_slots = model.keys.iter().filter_map(|k| {
+        let name = &k.name;
+        k.slots.map(|slots| quote!((#name, #slots)))
+    });
+    let key_windows = model.keys.iter().filter_map(|k| {
+        let name = &k.name;
+        k.window.map(|window| {
+            let window = window_tokens(root, window);
+            quote!((#name, #window))
+        })
+    });
+    let cascade = if model.cascade {
+        quote! {
+            ::core::option::Option::Some(
+                #private::sea_orm::IdenStatic::as_str(&Column::#column),
+            )
+        }
+    } else {
+        quote!(::core::option::Option::None)
+    };
+    let strategy = match model.slot_strategy {
+        Some(strategy) => {
+            let strategy = slot_strategy_tokens(root, strategy);
+            quote!(::core::option::Option::Some(#strategy))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    quote! {
+        #[automatically_derived]
+        impl #root::SlottedCounter for Entity {
+            type OwnerId = #owner;
+            type Key = counters::Key;
+            type Counts = counters::Counts;
+
+            fn counters() -> &'static #root::EntityCounters<Self> {
+                static COUNTERS: ::std::sync::LazyLock<#root::EntityCounters<Entity>> =
+                    ::std::sync::LazyLock::new(|| {
+                        #private::derived_counters::<Entity>(
+                            counters::TABLE,
+                            #slots,
+                            &[#(#key_slots),*],
+                            &[#(#key_windows),*],
+                            #cascade,
+                            #strategy,
+                        )
+                    });
+                &COUNTERS
+            }
+
+            fn owner_id(model: &Model) -> #owner {
+                ::core::clone::Clone::clone(&model.#field)
+            }
+        }
+    }
+}
+
+/// `::counter_core::SlotStrategy::Rotating` and so on: the counter-core
+/// variant of the same name.
+fn slot_strategy_tokens(root: &Root, strategy: SlotStrategy) -> TokenStream {
+    let variant = match strategy {
+        SlotStrategy::Rotating => quote!(Rotating),
+        SlotStrategy::Random => quote!(Random),
+    };
+    quote!(#root::SlotStrategy::#variant)
+}
+
+/// `::counter_core::Window::Day` and so on.
+fn window_tokens(root: &Root, window: Window) -> TokenStream {
+    let variant = match window {
+        Window::Hour => quote!(Hour),
+        Window::Day => quote!(Day),
+    };
+    quote!(#root::Window::#variant)
+}
+
+/// The companion table as a classic-format SeaORM entity, so `Schema`,
+/// schema sync and `Entity::find()` all know it.
+fn companion_entity(model: &CounterModel) -> TokenStream {
+    let private = model.root.private();
+    let table = &model.table;
+    let (owner_type, owner_column) = match model.primary_key.owner {
+        OwnerKind::I32 => (quote!(i32), "Integer"),
+        OwnerKind::I64 => (quote!(i64), "BigInteger"),
+        OwnerKind::Uuid => (quote!(#private::sea_orm::prelude::Uuid), "Uuid"),
+        // MySQL needs a length on a VARCHAR in a primary key.
+        OwnerKind::String => (quote!(::std::string::String), "String(StringLen::N(255))"),
+    };
+    let (relation, related) = if model.cascade {
+        let to = format!("super::Column::{}", model.primary_key.column);
+        (
+            quote! {
+                /// The owner; deleting it deletes its counters.
+                #[sea_orm(
+                    belongs_to = "super::Entity",
+                    from = "Column::OwnerId",
+                    to = #to,
+                    on_delete = "Cascade"
+                )]
+                Owner,
+            },
+            quote! {
+                #[automatically_derived]
+                impl Related<super::Entity> for Entity {
+                    fn to() -> RelationDef {
+                        Relation::Owner.def()
+                    }
+                }
+            },
+        )
+    } else {
+        (TokenStream::new(), TokenStream::new())
+    };
+    quote! {
+        /// One slot row: a counter's total is the sum of its slots' values.
+        #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+        #[sea_orm(table_name = #table)]
+        pub struct Model {
+            /// The owner's primary key.
+            #[sea_orm(primary_key, auto_increment = false, column_type = #owner_column)]
+            pub owner_id: #owner_type,
+            /// The counter's name: a [`Key`], or a runtime key of the dynamic API.
+            #[sea_orm(primary_key, auto_increment = false, column_type = "String(StringLen::N(64))")]
+            pub count_key: ::std::string::String,
+            /// Which of the counter's slots this row is.
+            #[sea_orm(primary_key, auto_increment = false)]
+            pub slot: i16,
+            /// This slot's share of the total (may be negative).
+            pub value: i64,
+        }
+
+        /// The companion table's relations.
+        #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+        pub enum Relation {
+            #relation
+        }
+
+        #related
+
+        impl ActiveModelBehavior for ActiveModel {}
+    }
+}
+
+/// The `Key` enum of `keys` and its impls; the fallback's too.
+pub(super) fn key_enum(root: &Root, keys: &[Key]) -> TokenStream {
+    let private = root.private();
+    let count = keys.len();
+    let variants: Vec<_> = keys.iter().map(|k| &k.variant).collect();
+    let names: Vec<_> = keys.iter().map(|k| &k.name).collect();
+    let docs = names.iter().map(|n| format!(" `{n}`"));
+    quote! {
+        /// The counters of an owner. `as_str` is the stored name; `parse`
+        /// turns a stored or user-supplied name back into a key.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Key {
+            #(
+                #[doc = #docs]
+                #variants,
+            )*
+        }
+
+        impl Key {
+            /// Every key, in declaration order.
+            pub const ALL: [Key; #count] = [#(Key::#variants),*];
+            /// Every stored name, in declaration order.
+            pub const NAMES: [&'static str; #count] = [#(#names),*];
+
+            /// The name stored in `count_key`.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    #(Key::#variants => #names,)*
+                }
+            }
+        }
+
+        #[automatically_derived]
+        impl #root::CounterKey for Key {
+            fn as_key_str(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        #[automatically_derived]
+        impl #root::KeySet for Key {
+            const ALL: &'static [Self] = &Key::ALL;
+        }
+
+        #[automatically_derived]
+        impl ::core::fmt::Display for Key {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        #[automatically_derived]
+        impl ::core::str::FromStr for Key {
+            type Err = #root::CounterError;
+
+            fn from_str(name: &str) -> ::core::result::Result<Self, Self::Err> {
+                match name {
+                    #(#names => ::core::result::Result::Ok(Key::#variants),)*
+                    _ => ::core::result::Result::Err(
+                        #private::unknown_key(name, &Key::NAMES),
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The `Counts` struct of `keys` and its impl; the fallback's too.
+pub(super) fn counts_struct(root: &Root, keys: &[Key]) -> TokenStream {
+    let fields: Vec<_> = keys.iter().map(|k| &k.field).collect();
+    let variants: Vec<_> = keys.iter().map(|k| &k.variant).collect();
+    let docs = keys.iter().map(|k| format!(" The total of `{}`.", k.name));
+    quote! {
+        /// One owner's totals, a field per key; zero for a counter never written.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct Counts {
+            #(
+                #[doc = #docs]
+                pub #fields: i64,
+            )*
+        }
+
+        #[automatically_derived]
+        impl #root::CountSet for Counts {
+            type Key = Key;
+
+            fn get(&self, key: Key) -> i64 {
+                match key {
+                    #(Key::#variants => self.#fields,)*
+                }
+            }
+
+            fn set(&mut self, key: Key, total: i64) {
+                match key {
+                    #(Key::#variants => self.#fields = total,)*
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use syn::{DeriveInput, parse_quote};
+
+    /// The expansion, pretty-printed, as reviewers read it.
+    fn pretty(input: DeriveInput) -> String {
+        crate::testing::pretty(super::super::derive(&input))
+    }
+
+    #[test]
+    fn classic_entity_with_per_key_slots() {
+        let input = parse_quote! {
+            #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
+            #[sea_orm(table_name = "posts")]
+            #[counter(keys(likes, comments, views(slots = 64, window = day)), slots = 8)]
+            pub struct Model {
+                #[sea_orm(primary_key)]
+                pub id: i64,
+                pub title: String,
+            }
+        };
+        insta::assert_snapshot!(pretty(input));
+    }
+
+    #[test]
+    fn string_owner_with_cascade_table_and_strategy() {
+        let input = parse_quote! {
+            #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
+            #[sea_orm(table_name = "pages")]
+            #[counter(keys(views, r#type), table = "page_stats", slot_strategy = "random", cascade)]
+            pub struct Model {
+                #[sea_orm(primary_key, auto_increment = false, enum_name = "Slug")]
+                pub id: String,
+            }
+        };
+        insta::assert_snapshot!(pretty(input));
+    }
+
+    #[test]
+    fn dense_model_ex_expands_to_nothing() {
+        let input = parse_quote! {
+            #[derive(Clone, Debug, PartialEq, DeriveModelEx, SlottedCounter)]
+            #[sea_orm(table_name = "videos")]
+            #[counter(keys(plays))]
+            pub struct ModelEx {
+                #[sea_orm(primary_key)]
+                pub id: i64,
+            }
+        };
+        assert_eq!(pretty(input), "");
+    }
+
+    #[test]
+    fn errors_are_reported_together() {
+        let input = parse_quote! {
+            #[sea_orm(table_name = "posts")]
+            #[counter(
+                keys(likes, likes, Views, hits(window = week), runs(window = 3)), slots = 0, slot = 3,
+                table = "no-dash",
+                slot_strategy = "rotatin"
+            )]
+            pub struct Model {
+                #[sea_orm(primary_key)]
+                pub a: i64,
+                #[sea_orm(primary_key)]
+                pub b: i64,
+            }
+        };
+        insta::assert_snapshot!(pretty(input));
+    }
+}

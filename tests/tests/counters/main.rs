@@ -1,0 +1,16 @@
+//! The counters on every backend: reads, owner key types, the example's
+//! entity, the derive, errors, transactions, concurrency, windows, rankings,
+//! compaction and migrations. One test binary, one module per area; each
+//! test is registered per backend (`reads::…::postgres`).
+
+mod compaction;
+mod concurrency;
+mod derive;
+mod entity;
+mod errors;
+mod migrations;
+mod owners;
+mod ranking;
+mod reads;
+mod transactions;
+mod windows;

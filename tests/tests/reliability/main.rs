@@ -1,0 +1,10 @@
+//! The reliability suite (RELIABILITY.md) on every backend: faults, the
+//! soak, the model-based property tests, hostile input and dropped calls.
+//! One test binary, one module per area; each test is registered per
+//! backend. Each test reports its figures with `counter_tests::figures`.
+
+mod cancellation;
+mod faults;
+mod hostile;
+mod model;
+mod soak;
