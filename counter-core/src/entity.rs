@@ -81,6 +81,13 @@ pub trait SlottedCounter: EntityTrait {
 }
 
 impl<E: SlottedCounter> Counters<E::OwnerId, E> {
+    /// The typed handle of `E` stored in `table`: what an implementation of
+    /// [`SlottedCounter::counters`] written by hand keeps in a static (the
+    /// derive does this for you).
+    pub fn for_entity(table: CounterTable) -> Self {
+        Self::with_table(table)
+    }
+
     /// Every counter of one owner, in one query.
     pub async fn counts<C: ConnectionTrait>(&self, db: &C, owner: E::OwnerId) -> Result<E::Counts> {
         let mut all = self.counts_many(db, std::slice::from_ref(&owner)).await?;
@@ -189,7 +196,7 @@ pub fn derived_counters<E: SlottedCounter>(
         Ok(config)
     };
     match build() {
-        Ok(config) => Counters::with_table(config),
+        Ok(config) => Counters::for_entity(config),
         Err(e) => {
             unreachable!("#[derive(SlottedCounter)] checked `{table}` at compile time: {e}")
         }
