@@ -1,4 +1,4 @@
-// A typo'd option in a fresh crate is exactly one error, at the typo: the
+// One typo'd option in a fresh crate is exactly one error, at the typo: the
 // derive still generates `counters()`, `counters::Key` and `counters::Counts`
 // (for the keys that parsed), so the code using them compiles.
 mod post {
