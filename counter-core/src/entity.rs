@@ -161,8 +161,8 @@ impl<E: SlottedCounter> Counters<E::OwnerId, E> {
 
 /// The typed handle of a derived entity, for the derive's generated code.
 /// The derive has already checked every name and slot count at compile
-/// time, so this cannot fail. With `cascade_column`, the table references
-/// the owner entity `E`; `key_windows` are the keys also counted in time
+/// time, so this cannot fail. The owner is `E`'s table and its primary-key
+/// column `owner_column`, referenced if `cascade`; `key_windows` are the keys also counted in time
 /// buckets; `strategy` is the `slot_strategy` option (without it the table
 /// keeps [`SlotStrategy::default()`]).
 #[doc(hidden)]
@@ -171,7 +171,8 @@ pub fn derived_counters<E: SlottedCounter>(
     slots: u16,
     key_slots: &[(&str, u16)],
     key_windows: &[(&str, Window)],
-    cascade_column: Option<&'static str>,
+    owner_column: &'static str,
+    cascade: bool,
     strategy: Option<SlotStrategy>,
 ) -> EntityCounters<E> {
     let build = || -> Result<CounterTable> {
@@ -182,14 +183,17 @@ pub fn derived_counters<E: SlottedCounter>(
         for &(key, window) in key_windows {
             config = config.with_key_window(key, window)?;
         }
-        if let Some(column) = cascade_column {
-            let owner = E::default();
-            config = config.with_cascade(OwnerTable {
-                schema: owner.schema_name().map(|s| s.to_owned().into()),
-                table: owner.table_name().into(),
-                column: column.into(),
-            });
-        }
+        let entity = E::default();
+        let owner = OwnerTable {
+            schema: entity.schema_name().map(|s| s.to_owned().into()),
+            table: entity.table_name().into(),
+            column: owner_column.into(),
+        };
+        config = if cascade {
+            config.with_cascade(owner)
+        } else {
+            config.with_owner(owner)
+        };
         if let Some(strategy) = strategy {
             config = config.with_slot_strategy(strategy);
         }

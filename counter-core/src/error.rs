@@ -201,6 +201,16 @@ pub enum CounterError {
     #[error("unsupported database backend {0}")]
     UnsupportedBackend(String),
 
+    /// [`Counters::purge_orphans`](crate::Counters::purge_orphans) or a
+    /// [`Counters::cascade_migration`](crate::Counters::cascade_migration)
+    /// needs the owner table, and the handle was built by hand without
+    /// [`CounterTable::with_owner`](crate::CounterTable::with_owner).
+    #[error("counter table `{table}` does not know its owner table")]
+    NoOwnerTable {
+        /// The counter table.
+        table: String,
+    },
+
     /// [`Truth::counter_cache`](crate::Truth::counter_cache) named a child
     /// entity that declares no counter cache for the counter being recounted.
     #[error("{child} declares no counter cache for key `{key}` of table `{table}`")]
@@ -374,6 +384,7 @@ impl CounterError {
             Self::MissingTable { .. } => ErrorKind::SchemaMissing,
             Self::UnsupportedBackend(_)
             | Self::NoCounterCache { .. }
+            | Self::NoOwnerTable { .. }
             | Self::TransactionRequired { .. }
             | Self::BatchNeedsTransaction { .. }
             | Self::WalkStalled { .. } => ErrorKind::Misuse,

@@ -64,6 +64,7 @@ mod buckets;
 mod buffer;
 mod cache;
 mod compact;
+mod declaration;
 mod detach;
 mod entity;
 mod error;
@@ -72,6 +73,7 @@ pub mod limits;
 #[cfg(feature = "loco")]
 mod loco;
 mod owner;
+mod purge;
 mod rank;
 mod read;
 mod reconcile;
@@ -104,9 +106,11 @@ pub use key::{CounterKey, validate_key};
 pub use owner::{OwnerColumn, OwnerId};
 pub use rank::Ranked;
 pub use read::CountMap;
-pub use reconcile::{Drift, Reconcile, ReconcileReport, Truth};
+pub use reconcile::{Drift, Reconcile, ReconcileReport, RowsOf, Truth};
 #[cfg(feature = "migration")]
-pub use schema::migration::{CounterTableMigration, CounterTableUpgrade};
+pub use schema::migration::{
+    BackfillMigration, CascadeMigration, CounterTableMigration, CounterTableUpgrade,
+};
 pub use slots::Slots;
 pub use strategy::SlotStrategy;
 pub use table::{CounterTable, Counters, OwnerTable, validate_table_name};
@@ -166,6 +170,86 @@ pub use write::BatchReport;
 #[cfg(feature = "derive")]
 pub use counter_derive::SlottedCounter;
 
+/// The counters of an owner declared apart from its entity, in a module of
+/// their own: the form for entity files that a generator owns (sea-orm-cli,
+/// Loco's `models/_entities/`) and for a migration crate that cannot depend
+/// on the entities. [`slotted_counter!`] binds the module to the entity.
+///
+/// ```
+/// // The migration crate (or a crate both it and the app depend on):
+/// mod migration {
+///     counter_core::counter_table! {
+///         /// The counters of notes.
+///         #[counter(owner = "notes", owner_id = i32, keys(likes, views(slots = 64)), cascade)]
+///         pub mod note_counters;
+///     }
+///     // In its `Migrator`, after the migration creating `notes`:
+///     // `Box::new(note_counters::counters().migration())`.
+/// }
+///
+/// // The app: the generated entity, left as sea-orm-cli wrote it...
+/// mod _entities {
+///     pub mod notes {
+///         use sea_orm::entity::prelude::*;
+///
+///         #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+///         #[sea_orm(table_name = "notes")]
+///         pub struct Model {
+///             #[sea_orm(primary_key)]
+///             pub id: i32,
+///             pub title: String,
+///         }
+///
+///         #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+///         pub enum Relation {}
+///
+///         impl ActiveModelBehavior for ActiveModel {}
+///     }
+/// }
+///
+/// // ...and a hand-written module beside it binds the declaration.
+/// mod notes {
+///     pub use super::_entities::notes::{ActiveModel, Entity, Model};
+///     counter_core::slotted_counter!(Entity, crate::migration::note_counters);
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use counter_core::prelude::*;
+/// use sea_orm::{ConnectionTrait, Statement};
+///
+/// let db = sea_orm::Database::connect("sqlite::memory:").await?;
+/// db.execute_unprepared("CREATE TABLE notes (id INTEGER PRIMARY KEY, title TEXT NOT NULL)").await?;
+/// db.execute_unprepared("INSERT INTO notes (id, title) VALUES (1, 'hello')").await?;
+/// // The migration crate's view: no entity needed.
+/// migration::note_counters::counters().create_table(&db).await?;
+///
+/// let notes = notes::Entity::counters();
+/// notes.increment(&db, 1, notes::counters::Key::Likes).await?;
+/// assert_eq!(notes.counts(&db, 1).await?.likes, 1);
+/// // Both views are one table.
+/// assert_eq!(notes.table().name(), migration::note_counters::TABLE);
+/// # Ok(())
+/// # }
+/// ```
+#[cfg(feature = "derive")]
+pub use counter_derive::counter_table;
+
+/// A counter cache declared beside a child entity whose file a generator
+/// owns: `#[derive(CounterCache)]`'s attributes, then the child's entity
+/// type. See the [`CounterCache`](trait@CounterCache) trait for what is
+/// kept exact, and the guide's adoption chapter for the Loco layout.
+///
+/// ```text
+/// counter_core::counter_cache! {
+///     #[counter_cache(parent = super::notes::Entity, key = comments, via = note_id)]
+///     super::_entities::comments::Entity
+/// }
+/// counter_core::counter_cache_behavior!(ActiveModel, Entity);
+/// ```
+#[cfg(feature = "derive")]
+pub use counter_derive::counter_cache;
+
 /// `#[derive(CounterCache)]`: a child entity keeping its parents' counters
 /// in step with its rows. See the [`CounterCache`](trait@CounterCache) trait for
 /// what is kept exact and how, and the derive's own documentation for the
@@ -195,7 +279,8 @@ pub mod prelude {
 /// instead of misbehaving. Not public API.
 #[doc(hidden)]
 pub mod __private_0_1_0 {
-    pub use crate::cache::{cache_amount, cache_delta, cache_parent, cache_when};
+    pub use crate::cache::{cache_amount, cache_delta, cache_parent, cache_when, recount_cache};
+    pub use crate::declaration::{Declaration, declared_counters, owner_relation, primary_key_of};
     pub use crate::entity::derived_counters;
     pub use crate::error::unknown_key;
     #[cfg(feature = "serde")]

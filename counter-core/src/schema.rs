@@ -58,6 +58,40 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     pub fn upgrade_migration(&self) -> migration::CounterTableUpgrade {
         migration::CounterTableUpgrade::new(self.untyped())
     }
+
+    /// The migration that makes an existing table's reference to its owner
+    /// match the declaration: with `cascade`, it deletes the counts of
+    /// owners that are gone (which the reference would refuse) and adds
+    /// `FOREIGN KEY (owner_id) ... ON DELETE CASCADE`; without, it drops
+    /// the reference. Both for the bucket table too. A table already in
+    /// that state is left alone, so it is safe after
+    /// [`Counters::migration`] on a new database. `down` does the opposite.
+    ///
+    /// Its name is `counter_core_cascade_on_<table>` (or `_off_`); append it
+    /// to the `Migrator` when you turn `cascade` on or off. PostgreSQL and
+    /// MySQL alter the tables in place (on MySQL the check of existing rows
+    /// locks the table while it runs); SQLite rebuilds them, in the
+    /// migration's transaction.
+    #[cfg(feature = "migration")]
+    pub fn cascade_migration(&self) -> migration::CascadeMigration {
+        migration::CascadeMigration::new(self.untyped())
+    }
+
+    /// The migration that fills `key` from `truth` on a table that already
+    /// has rows: a recount ([`Counters::reconcile`]), which is exact while
+    /// the application writes, so it can run at deploy time on a live
+    /// table. For a counter cache added to an existing child table, the
+    /// truth is its rows: `Truth::rows_of("comments", "post_id")`.
+    ///
+    /// Its name is `counter_core_backfill_<table>_<key>`.
+    #[cfg(feature = "migration")]
+    pub fn backfill_migration<K: crate::KeyOf<S>>(
+        &self,
+        key: K,
+        truth: impl Into<crate::Truth>,
+    ) -> migration::BackfillMigration {
+        migration::BackfillMigration::new(self.untyped(), key.as_key_str(), truth.into())
+    }
 }
 
 #[cfg(feature = "migration")]
@@ -70,7 +104,7 @@ pub mod migration {
     };
 
     use crate::{
-        CounterTable, Counters,
+        CounterTable, Counters, Reconcile, Truth,
         owner::{OwnerColumn, OwnerId},
         sql::{self, Dialect},
     };
@@ -105,6 +139,15 @@ pub mod migration {
                 table,
                 owner: I::COLUMN,
             }
+        }
+
+        /// The same migration under the application's own name, such as
+        /// `m20260101_000003_create_post_counters`. sea-orm-migration
+        /// matches applied migrations by name: choose it once, before the
+        /// migration first runs, and never change it.
+        pub fn named(mut self, name: impl Into<String>) -> Self {
+            self.name = name.into();
+            self
         }
     }
 
@@ -156,6 +199,15 @@ pub mod migration {
         }
     }
 
+    impl CounterTableUpgrade {
+        /// The same migration under the application's own name (see
+        /// [`CounterTableMigration::named`]).
+        pub fn named(mut self, name: impl Into<String>) -> Self {
+            self.name = name.into();
+            self
+        }
+    }
+
     impl MigrationName for CounterTableUpgrade {
         fn name(&self) -> &str {
             &self.name
@@ -186,6 +238,179 @@ pub mod migration {
         /// migration drops them with it.
         async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
             Ok(())
+        }
+    }
+
+    /// Turns an existing table's `cascade` on or off (see
+    /// [`Counters::cascade_migration`]).
+    pub struct CascadeMigration {
+        name: String,
+        table: CounterTable,
+        owner: OwnerColumn,
+    }
+
+    impl CascadeMigration {
+        /// The migration making `counters`' table reference its owner as
+        /// its declaration says.
+        pub fn new<I: OwnerId>(counters: Counters<I>) -> Self {
+            let table = counters.table().clone();
+            let state = if table.cascade().is_some() {
+                "on"
+            } else {
+                "off"
+            };
+            Self {
+                name: format!("counter_core_cascade_{state}_{}", table.name()),
+                table,
+                owner: I::COLUMN,
+            }
+        }
+
+        /// The same migration under the application's own name (see
+        /// [`CounterTableMigration::named`]).
+        pub fn named(mut self, name: impl Into<String>) -> Self {
+            self.name = name.into();
+            self
+        }
+
+        async fn set(&self, manager: &SchemaManager<'_>, on: bool) -> Result<(), DbErr> {
+            let dialect = dialect(manager)?;
+            let db = manager.get_connection();
+            if self.table.owner().is_none() {
+                return Err(crate::CounterError::NoOwnerTable {
+                    table: self.table.name().to_owned(),
+                }
+                .into());
+            }
+            for (name, layout) in sql::tables(&self.table) {
+                let has = !db
+                    .query_all_raw(sql::foreign_keys(dialect, &name))
+                    .await?
+                    .is_empty();
+                if has == on {
+                    continue;
+                }
+                for stmt in sql::set_cascade(dialect, &self.table, &name, layout, self.owner, on) {
+                    db.execute_raw(stmt).await?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    impl MigrationName for CascadeMigration {
+        fn name(&self) -> &str {
+            &self.name
+        }
+    }
+
+    #[async_trait]
+    impl MigrationTrait for CascadeMigration {
+        async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            self.set(manager, self.table.cascade().is_some()).await
+        }
+
+        async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            self.set(manager, self.table.cascade().is_none()).await
+        }
+
+        /// All or nothing where the backend's DDL allows it (SQLite's
+        /// rebuild, PostgreSQL); MySQL commits each `ALTER` on its own.
+        fn use_transaction(&self) -> Option<bool> {
+            Some(true)
+        }
+    }
+
+    /// Fills one key of an existing table from the truth (see
+    /// [`Counters::backfill_migration`]).
+    pub struct BackfillMigration {
+        name: String,
+        counters: Box<dyn Backfill>,
+    }
+
+    /// The recount of one key, with the table's owner type erased so that
+    /// one migration type serves every table.
+    #[async_trait]
+    trait Backfill: Send + Sync {
+        async fn run(&self, db: &sea_orm::DatabaseConnection) -> crate::Result<()>;
+    }
+
+    struct Recount<I: OwnerId> {
+        counters: Counters<I>,
+        key: String,
+        truth: Truth,
+    }
+
+    #[async_trait]
+    impl<I: OwnerId> Backfill for Recount<I> {
+        async fn run(&self, db: &sea_orm::DatabaseConnection) -> crate::Result<()> {
+            let report = self
+                .counters
+                .reconcile(db, self.key.as_str(), self.truth.clone(), &Reconcile::new())
+                .await?;
+            tracing::info!(
+                table = self.counters.table().name(),
+                key = self.key,
+                owners = report.owners_checked,
+                filled = report.owners_drifted,
+                "backfilled"
+            );
+            Ok(())
+        }
+    }
+
+    impl BackfillMigration {
+        /// The backfill of `key` in `counters`' table from `truth`.
+        pub fn new<I: OwnerId>(counters: Counters<I>, key: &str, truth: Truth) -> Self {
+            Self {
+                name: format!("counter_core_backfill_{}_{key}", counters.table().name()),
+                counters: Box::new(Recount {
+                    counters,
+                    key: key.to_owned(),
+                    truth,
+                }),
+            }
+        }
+
+        /// The same migration under the application's own name (see
+        /// [`CounterTableMigration::named`]).
+        pub fn named(mut self, name: impl Into<String>) -> Self {
+            self.name = name.into();
+            self
+        }
+    }
+
+    impl MigrationName for BackfillMigration {
+        fn name(&self) -> &str {
+            &self.name
+        }
+    }
+
+    /// Recounts on the migration's pool, outside any transaction of the
+    /// migrator's: a recount takes its own short transactions, batch by
+    /// batch, so that live writes go on.
+    #[async_trait]
+    impl MigrationTrait for BackfillMigration {
+        /// Recounts on a pool of its own connection's database, outside the
+        /// migration's transaction: a recount takes its own short
+        /// transactions, batch by batch, so that live writes go on.
+        async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            match manager.get_connection() {
+                sea_orm::DatabaseExecutor::Connection(db) => Ok(self.counters.run(db).await?),
+                _ => Err(DbErr::Migration(format!(
+                    "{}: a backfill recounts in transactions of its own, and was given one",
+                    self.name
+                ))),
+            }
+        }
+
+        /// Nothing to undo: the counts were true.
+        async fn down(&self, _manager: &SchemaManager) -> Result<(), DbErr> {
+            Ok(())
+        }
+
+        fn use_transaction(&self) -> Option<bool> {
+            Some(false)
         }
     }
 }

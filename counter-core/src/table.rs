@@ -43,7 +43,10 @@ struct TableConfig {
     /// Keys also counted in time buckets, and their window.
     key_windows: HashMap<String, Window>,
     strategy: SlotStrategy,
-    cascade: Option<OwnerTable>,
+    /// The owner table, when known.
+    owner: Option<OwnerTable>,
+    /// Whether the table references `owner` with `ON DELETE CASCADE`.
+    cascade: bool,
 }
 
 /// The owner table a companion table references with
@@ -78,7 +81,8 @@ impl CounterTable {
                 key_slots: HashMap::new(),
                 key_windows: HashMap::new(),
                 strategy: SlotStrategy::default(),
-                cascade: None,
+                owner: None,
+                cascade: false,
             }),
         })
     }
@@ -161,17 +165,47 @@ impl CounterTable {
     /// check share-locks it, which brings back some of the contention slots
     /// remove), and a write for an owner that does not exist fails. It only
     /// changes the DDL of [`Counters::create_table`](crate::Counters::create_table)
-    /// and of the migration; an existing table is not altered. On MySQL, a
-    /// `String` owner key must use the `utf8mb4_bin` collation for the
-    /// reference to be accepted.
+    /// and of the migration; an existing table gets (or loses) the
+    /// reference from [`Counters::cascade_migration`](crate::Counters::cascade_migration).
+    /// On MySQL, a `String` owner key must use the `utf8mb4_bin` collation
+    /// for the reference to be accepted.
     pub fn with_cascade(mut self, owner: OwnerTable) -> Self {
-        Arc::make_mut(&mut self.inner).cascade = Some(owner);
+        let config = Arc::make_mut(&mut self.inner);
+        config.owner = Some(owner);
+        config.cascade = true;
+        self
+    }
+
+    /// Names the owner table without referencing it: what
+    /// [`Counters::purge_orphans`](crate::Counters::purge_orphans) compares
+    /// with, and what a [`Counters::cascade_migration`](crate::Counters::cascade_migration)
+    /// turning `cascade` off restores on `down`. The derives set it always.
+    pub fn with_owner(mut self, owner: OwnerTable) -> Self {
+        Arc::make_mut(&mut self.inner).owner = Some(owner);
         self
     }
 
     /// The owner table referenced with `ON DELETE CASCADE`, if any.
     pub fn cascade(&self) -> Option<&OwnerTable> {
-        self.inner.cascade.as_ref()
+        self.inner
+            .cascade
+            .then_some(self.inner.owner.as_ref())
+            .flatten()
+    }
+
+    /// The owner table, if it is known ([`CounterTable::with_owner`] or
+    /// [`CounterTable::with_cascade`]).
+    pub fn owner(&self) -> Option<&OwnerTable> {
+        self.inner.owner.as_ref()
+    }
+
+    /// The same table without the reference to its owner (the owner stays
+    /// known): what `cascade` off creates.
+    #[cfg(feature = "migration")]
+    pub(crate) fn without_cascade(&self) -> Self {
+        let mut table = self.clone();
+        Arc::make_mut(&mut table.inner).cascade = false;
+        table
     }
 
     /// The table name.

@@ -236,7 +236,7 @@ fn primary_key<'a>(
 
 /// Recognises the key type by its last path segment, as sea-orm's own
 /// derive recognises column types; an alias is refused with a clear error.
-fn owner_kind(ty: &Type) -> Option<OwnerKind> {
+pub(crate) fn owner_kind(ty: &Type) -> Option<OwnerKind> {
     let path = match ty {
         Type::Path(path) => path,
         // A type passed through a `macro_rules!` `$t:ty`, or parenthesised.

@@ -142,6 +142,67 @@ pub fn derive_slotted_counter(input: TokenStream) -> TokenStream {
     counter::derive(&input).into()
 }
 
+/// The counters of an owner, declared apart from its entity: for apps whose
+/// entity files are generated (sea-orm-cli, Loco's `_entities/`) and whose
+/// migration crate cannot depend on the entities.
+///
+/// (The guide and the runnable example are on counter-core's re-export.)
+///
+/// ```text
+/// // In the migration crate (or any crate both it and the app can see):
+/// counter_core::counter_table! {
+///     /// The counters of notes.
+///     #[counter(owner = "notes", owner_id = i32, keys(likes, views(slots = 64)), cascade)]
+///     pub mod note_counters;
+/// }
+/// // Its Migrator: `Box::new(note_counters::counters().migration())`.
+///
+/// // In the app, beside the generated entity (Loco's `models/notes.rs`):
+/// counter_core::slotted_counter!(Entity, migration::note_counters);
+/// ```
+///
+/// The attribute is `#[counter(...)]` with every option of
+/// `#[derive(SlottedCounter)]`, and the three facts the derive reads from
+/// the entity:
+///
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `owner = "notes"` | the owner table | required |
+/// | `owner_id = i32` | the owner's primary-key type: `i32`, `i64`, `Uuid` or `String` | required |
+/// | `owner_column = "id"` | the owner's primary-key column, which `cascade` references | `"id"` |
+///
+/// The module holds what the derive's `counters` module holds (`Key`,
+/// `Counts`, `TABLE`, the companion `Entity`), `OwnerId`, and `counters()`,
+/// the handle of the declared table that needs no entity. Mistakes are
+/// compile errors at the attribute, beside a stand-in module with the keys
+/// that parsed.
+#[proc_macro]
+pub fn counter_table(input: TokenStream) -> TokenStream {
+    counter::declare(input.into()).into()
+}
+
+/// A counter cache declared beside a child entity whose file is generated
+/// (sea-orm-cli, Loco's `_entities/`): the `#[counter_cache(...)]`
+/// attributes of `#[derive(CounterCache)]`, then the child's entity type.
+///
+/// ```text
+/// // Loco's models/comments.rs, beside the generated _entities/comments.rs:
+/// counter_core::counter_cache! {
+///     #[counter_cache(parent = super::notes::Entity, key = comments, via = note_id)]
+///     super::_entities::comments::Entity
+/// }
+/// counter_core::counter_cache_behavior!(ActiveModel, Entity);
+/// ```
+///
+/// It generates the derive's `impl CounterCache`. The macro cannot see the
+/// `Model`, so a field it lacks is rustc's error at the field in the
+/// attribute, and a field with `#[sea_orm(enum_name = "...")]` cannot be
+/// named (sea-orm-cli writes none).
+#[proc_macro]
+pub fn counter_cache(input: TokenStream) -> TokenStream {
+    cache::declare(input.into()).into()
+}
+
 /// A child entity's rows kept counted in counters of their parents: comments
 /// counted on their post, tips summed on it, hidden comments counted on their
 /// author.

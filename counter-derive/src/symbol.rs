@@ -34,6 +34,12 @@ pub(crate) const SLOT_STRATEGY: Symbol = Symbol("slot_strategy");
 pub(crate) const CASCADE: Symbol = Symbol("cascade");
 /// The key option `window = day`.
 pub(crate) const WINDOW: Symbol = Symbol("window");
+/// `owner = "notes"`: the owner table, in `counter_table!` only.
+pub(crate) const OWNER: Symbol = Symbol("owner");
+/// `owner_column = "id"`: its primary-key column, in `counter_table!` only.
+pub(crate) const OWNER_COLUMN: Symbol = Symbol("owner_column");
+/// `owner_id = i32`: the primary key's type, in `counter_table!` only.
+pub(crate) const OWNER_ID: Symbol = Symbol("owner_id");
 
 // The options of `#[counter_cache(...)]`.
 /// `parent = super::post::Entity`.

@@ -3,7 +3,7 @@
 
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbErr, QueryTrait, TransactionOptions, TransactionTrait,
-    sea_query::{IntoColumnRef, IntoTableRef, SelectStatement},
+    sea_query::{Alias, IntoColumnRef, IntoTableRef, SelectStatement},
 };
 
 use crate::{
@@ -51,6 +51,43 @@ enum Source {
         child: &'static str,
         resolve: fn(Dialect, OwnerColumn, &str, &str) -> Option<TruthSql>,
     },
+    Rows(RowsOf),
+}
+
+/// The rows of a child table counted by parent, named by table and column
+/// ([`Truth::rows_of`]): the truth of a counter cache where its entity
+/// cannot be named, as in a migration crate.
+#[derive(Debug, Clone)]
+pub struct RowsOf {
+    table: String,
+    via: String,
+    sum: Option<String>,
+    when: Option<(String, bool)>,
+}
+
+impl RowsOf {
+    /// Adds up this integer column instead of counting rows (`SUM`,
+    /// `NULL` adding 0), as a cache's `sum = column`.
+    pub fn sum(mut self, column: impl Into<String>) -> Self {
+        self.sum = Some(column.into());
+        self
+    }
+
+    /// Counts only the rows whose boolean `column` is `expected`, as a
+    /// cache's `when = column` (`when = !column` for `false`).
+    pub fn when(mut self, column: impl Into<String>, expected: bool) -> Self {
+        self.when = Some((column.into(), expected));
+        self
+    }
+}
+
+impl From<RowsOf> for Truth {
+    fn from(rows: RowsOf) -> Self {
+        Self {
+            source: Source::Rows(rows),
+            owners: None,
+        }
+    }
 }
 
 impl Truth {
@@ -133,6 +170,21 @@ impl Truth {
         }
     }
 
+    /// The rows of `table` grouped by their parent column `via`, counted
+    /// (or summed with [`RowsOf::sum`], filtered with [`RowsOf::when`]):
+    /// what [`Truth::counter_cache`] reads, for code that cannot name the
+    /// child entity, such as a backfill in a migration crate
+    /// ([`Counters::backfill_migration`](crate::Counters::backfill_migration)).
+    /// The names are quoted identifiers, never user input.
+    pub fn rows_of(table: impl Into<String>, via: impl Into<String>) -> RowsOf {
+        RowsOf {
+            table: table.into(),
+            via: via.into(),
+            sum: None,
+            when: None,
+        }
+    }
+
     fn resolve(
         self,
         dialect: Dialect,
@@ -152,6 +204,15 @@ impl Truth {
                         table: table.to_owned(),
                         key: key.to_owned(),
                     })?,
+                Source::Rows(rows) => sql::cache_truth(
+                    dialect,
+                    column,
+                    Alias::new(rows.table),
+                    Alias::new(rows.via),
+                    rows.sum.map(Alias::new),
+                    rows.when
+                        .map(|(flag, expected)| (Alias::new(flag), expected)),
+                ),
             };
         if let Some(owners) = self.owners {
             truth.owners = Some(owners);

@@ -97,7 +97,7 @@ pub(crate) fn create_key_index(dialect: Dialect, table: &str, if_not_exists: boo
     dialect.backend().build(&index)
 }
 
-fn table_def(
+pub(crate) fn table_def(
     dialect: Dialect,
     table: &CounterTable,
     name: &str,
@@ -159,10 +159,7 @@ fn table_def(
     }
     create.primary_key(&mut primary_key);
     if let Some(owner) = table.cascade() {
-        // Constraint names share the 63/64-byte identifier limit of
-        // PostgreSQL and MySQL; table names are ASCII, so cutting is safe.
-        let mut fk_name = format!("{name}_owner_fk");
-        fk_name.truncate(MAX_TABLE_NAME_LEN);
+        let fk_name = owner_fk_name(name);
         let owner_table = Alias::new(owner.table.as_ref());
         let owner_column = Alias::new(owner.column.as_ref());
         let mut fk = ForeignKey::create();
@@ -176,6 +173,15 @@ fn table_def(
         create.foreign_key(&mut fk);
     }
     create
+}
+
+/// The name of the reference from the table `name` to its owner:
+/// `<name>_owner_fk`. Constraint names share the 63/64-byte identifier
+/// limit of PostgreSQL and MySQL; table names are ASCII, so cutting is safe.
+pub(crate) fn owner_fk_name(name: &str) -> String {
+    let mut fk_name = format!("{name}_owner_fk");
+    fk_name.truncate(MAX_TABLE_NAME_LEN);
+    fk_name
 }
 
 /// `DROP TABLE IF EXISTS` of `table`'s bucket table, if it has one, then

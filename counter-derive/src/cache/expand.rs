@@ -14,16 +14,57 @@ use syn::spanned::Spanned;
 use super::model::{Cache, CacheModel, FieldRef};
 use crate::root::Root;
 
+/// The derive's impl, in the entity's module: `Entity`, `Model` and
+/// `Column` are the ones beside it.
 pub(crate) fn expand(model: &CacheModel) -> TokenStream {
+    cache_impl(model, &quote!(Entity), &quote!(Model), &quote!(Column))
+}
+
+/// `counter_cache!`'s impl for the entity type `entity`, named by a path
+/// the macro cannot look into: the same impl, inside a block whose aliases
+/// name its `Model` and `Column`.
+pub(crate) fn expand_declared(model: &CacheModel, entity: &syn::Path) -> TokenStream {
+    let private = model.root.private();
+    let child = quote!(__CounterCacheChild);
+    let child_model = quote!(__CounterCacheModel);
+    let child_column = quote!(__CounterCacheColumn);
+    let cache_impl = cache_impl(model, &child, &child_model, &child_column);
+    quote! {
+        const _: () = {
+            type #child = #entity;
+            type #child_model = <#child as #private::sea_orm::EntityTrait>::Model;
+            type #child_column = <#child as #private::sea_orm::EntityTrait>::Column;
+            #cache_impl
+        };
+    }
+}
+
+fn cache_impl(
+    model: &CacheModel,
+    entity: &TokenStream,
+    entity_model: &TokenStream,
+    entity_column: &TokenStream,
+) -> TokenStream {
     let root = &model.root;
     let counts = model.caches.iter().map(|cache| count_row(root, cache));
-    let columns = model.columns.iter().map(column);
-    let rules = model.caches.iter().map(|cache| rule(root, cache));
+    let columns = model.columns.iter().map(|c| column(entity_column, c));
+    let rules = model
+        .caches
+        .iter()
+        .map(|cache| rule(root, entity_column, cache));
+    let private = root.private();
+    let recounts = model.caches.iter().map(|cache| {
+        let parent = &cache.parent;
+        let key = key_variant(cache);
+        quote! {
+            differed += #private::recount_cache::<Self, #parent>(db, #key, repair).await?;
+        }
+    });
     quote! {
         #[automatically_derived]
-        impl #root::CounterCache for Entity {
+        impl #root::CounterCache for #entity {
             fn count_row(
-                model: &Model,
+                model: &#entity_model,
                 sign: i64,
                 deltas: &mut #root::DeltaBatch,
             ) -> #root::Result<()> {
@@ -31,21 +72,32 @@ pub(crate) fn expand(model: &CacheModel) -> TokenStream {
                 ::core::result::Result::Ok(())
             }
 
-            fn counted_columns() -> ::std::vec::Vec<Column> {
+            fn counted_columns() -> ::std::vec::Vec<#entity_column> {
                 ::std::vec::Vec::from([#(#columns),*])
             }
 
             fn cache_rules() -> ::std::vec::Vec<#root::CacheRule<Self>> {
                 ::std::vec::Vec::from([#(#rules),*])
             }
+
+            fn recount_caches(
+                db: &#private::sea_orm::DatabaseConnection,
+                repair: bool,
+            ) -> impl ::core::future::Future<Output = #root::Result<u64>> + ::core::marker::Send {
+                async move {
+                    let mut differed = 0u64;
+                    #(#recounts)*
+                    ::core::result::Result::Ok(differed)
+                }
+            }
         }
     }
 }
 
 /// `Column::PostId`, spanned at the user's field.
-fn column(field: &FieldRef) -> TokenStream {
+fn column(entity_column: &TokenStream, field: &FieldRef) -> TokenStream {
     let column = &field.column;
-    quote_spanned!(field.span()=> Column::#column)
+    quote_spanned!(field.span()=> #entity_column::#column)
 }
 
 /// One cache's part of `count_row`: the delta this row adds to its parent's
@@ -117,9 +169,10 @@ fn key_variant(cache: &Cache) -> TokenStream {
 }
 
 /// The cache's `CacheRule`, for what runs outside a row's hooks.
-fn rule(root: &Root, cache: &Cache) -> TokenStream {
+fn rule(root: &Root, entity_column: &TokenStream, cache: &Cache) -> TokenStream {
     let parent = &cache.parent;
     let key = &cache.key;
+    let column = |field| column(entity_column, field);
     let via = column(&cache.via);
     let sum = match &cache.sum {
         Some(sum) => {

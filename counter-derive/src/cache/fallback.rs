@@ -9,25 +9,59 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::model::Fallback;
+use crate::root::Root;
 
 pub(crate) fn expand(fallback: &Fallback) -> TokenStream {
-    let root = &fallback.root;
+    stand_in(
+        &fallback.root,
+        &quote!(Entity),
+        &quote!(Model),
+        &quote!(Column),
+    )
+}
+
+/// `counter_cache!`'s stand-in, for the entity type `entity`.
+pub(crate) fn expand_declared(root: &Root, entity: &syn::Path) -> TokenStream {
+    let private = root.private();
+    let sea_orm = quote!(#private::sea_orm::EntityTrait);
+    stand_in(
+        root,
+        &quote!(#entity),
+        &quote!(<#entity as #sea_orm>::Model),
+        &quote!(<#entity as #sea_orm>::Column),
+    )
+}
+
+fn stand_in(
+    root: &Root,
+    entity: &TokenStream,
+    model: &TokenStream,
+    column: &TokenStream,
+) -> TokenStream {
+    let private = root.private();
     quote! {
         #[automatically_derived]
-        impl #root::CounterCache for Entity {
+        impl #root::CounterCache for #entity {
             fn count_row(
-                _: &Model,
+                _: &#model,
                 _: i64,
                 _: &mut #root::DeltaBatch,
             ) -> #root::Result<()> {
                 ::core::unreachable!()
             }
 
-            fn counted_columns() -> ::std::vec::Vec<Column> {
+            fn counted_columns() -> ::std::vec::Vec<#column> {
                 ::core::unreachable!()
             }
 
             fn cache_rules() -> ::std::vec::Vec<#root::CacheRule<Self>> {
+                ::core::unreachable!()
+            }
+
+            async fn recount_caches(
+                _: &#private::sea_orm::DatabaseConnection,
+                _: bool,
+            ) -> #root::Result<u64> {
                 ::core::unreachable!()
             }
         }

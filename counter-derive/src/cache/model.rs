@@ -79,24 +79,84 @@ pub(crate) fn build(input: &DeriveInput) -> Checked<CacheModel, Fallback> {
     }
     let mut errors = Errors::default();
     let fields = entity::model_fields(input);
-    if fields.is_none() {
-        // Adding a cache would not help: the derive is in the wrong place.
-        errors.at(input.ident.span(), not_a_model("CounterCache"));
-    }
-    let resolver = Resolver {
-        fields: fields.map(|f| f.iter().collect()),
+    let resolver = match fields {
+        Some(fields) => Resolver::Fields(fields.iter().collect()),
+        None => {
+            // Adding a cache would not help: the derive is in the wrong place.
+            errors.at(input.ident.span(), not_a_model("CounterCache"));
+            Resolver::NotAModel
+        }
     };
+    let read = read_caches(&input.attrs, &resolver, &mut errors);
+    if fields.is_some() && !read.any_cache {
+        errors.at(input.ident.span(), no_cache());
+    }
+    match errors.finish() {
+        Ok(()) => Checked::Valid(read.into_model()),
+        Err(errors) => {
+            let fallback = entity::has_entity(input).then_some(Fallback { root: read.root });
+            Checked::Invalid(errors, fallback)
+        }
+    }
+}
 
+/// Reads the caches of `counter_cache!`, whose child entity the macro
+/// cannot see: its fields are taken as written, and rustc reports one
+/// the `Model` lacks, at the user's token.
+pub(crate) fn build_declared(
+    attrs: &[syn::Attribute],
+    span: Span,
+) -> Result<CacheModel, (syn::Error, Root)> {
+    let mut errors = Errors::default();
+    let read = read_caches(attrs, &Resolver::Unseen, &mut errors);
+    if !read.any_cache {
+        errors.at(span, no_cache());
+    }
+    match errors.finish() {
+        Ok(()) => Ok(read.into_model()),
+        Err(errors) => Err((errors, read.root)),
+    }
+}
+
+/// What the `#[counter_cache]` attributes declared.
+struct ReadCaches {
+    root: Root,
+    caches: Vec<Cache>,
+    /// Whether any attribute declares a cache, valid or not.
+    any_cache: bool,
+}
+
+impl ReadCaches {
+    fn into_model(self) -> CacheModel {
+        let mut columns: Vec<FieldRef> = Vec::new();
+        for cache in &self.caches {
+            let used = std::iter::once(&cache.via)
+                .chain(&cache.sum)
+                .chain(cache.when.as_ref().map(|(f, _)| f));
+            for field in used {
+                if !columns.iter().any(|c| c.column == field.column) {
+                    columns.push(field.clone());
+                }
+            }
+        }
+        CacheModel {
+            root: self.root,
+            caches: self.caches,
+            columns,
+        }
+    }
+}
+
+fn read_caches(attrs: &[syn::Attribute], resolver: &Resolver, errors: &mut Errors) -> ReadCaches {
     let mut caches: Vec<Cache> = Vec::new();
     // `crate = "..."`, written once for every cache.
     let mut root: Option<Root> = None;
     let mut root_written = false;
-    // Whether any attribute declares a cache, valid or not.
     let mut any_cache = false;
     // Every (parent, key) declared, valid or not, for the duplicate check.
     let mut declared: Vec<(String, String)> = Vec::new();
-    for attr in input.attrs.iter().filter(|a| attr::is_cache(a)) {
-        let cache = attr::parse(attr, &mut errors);
+    for attr in attrs.iter().filter(|a| attr::is_cache(a)) {
+        let cache = attr::parse(attr, errors);
         if let Some(span) = cache.root_span {
             if root_written {
                 errors.at(
@@ -117,13 +177,13 @@ pub(crate) fn build(input: &DeriveInput) -> Checked<CacheModel, Fallback> {
         any_cache = true;
         // Fields are resolved, and missing options reported, even when the
         // attribute has other errors: one build shows them all.
-        let via = resolver.resolve(cache.via.as_ref(), &mut errors);
-        let sum = resolver.resolve(cache.sum.as_ref(), &mut errors);
+        let via = resolver.resolve(cache.via.as_ref(), errors);
+        let sum = resolver.resolve(cache.sum.as_ref(), errors);
         let when = cache.when.as_ref().and_then(|w| {
-            let field = resolver.resolve(Some(&w.field), &mut errors)?;
+            let field = resolver.resolve(Some(&w.field), errors)?;
             Some((field, w.expected))
         });
-        report_missing(&cache, &mut errors);
+        report_missing(&cache, errors);
         let (Some(parent), Some(key)) = (cache.parent, cache.key) else {
             continue;
         };
@@ -167,31 +227,11 @@ pub(crate) fn build(input: &DeriveInput) -> Checked<CacheModel, Fallback> {
             when,
         });
     }
-    if fields.is_some() && !any_cache {
-        errors.at(input.ident.span(), no_cache());
-    }
-    let root = root.unwrap_or_default();
-    if let Err(errors) = errors.finish() {
-        let fallback = entity::has_entity(input).then_some(Fallback { root });
-        return Checked::Invalid(errors, fallback);
-    }
-
-    let mut columns: Vec<FieldRef> = Vec::new();
-    for cache in &caches {
-        let used = std::iter::once(&cache.via)
-            .chain(&cache.sum)
-            .chain(cache.when.as_ref().map(|(f, _)| f));
-        for field in used {
-            if !columns.iter().any(|c| c.column == field.column) {
-                columns.push(field.clone());
-            }
-        }
-    }
-    Checked::Valid(CacheModel {
-        root,
+    ReadCaches {
+        root: root.unwrap_or_default(),
         caches,
-        columns,
-    })
+        any_cache,
+    }
 }
 
 /// Required options the attribute did not write (one it wrote wrongly has
@@ -223,17 +263,38 @@ fn report_missing(cache: &CacheAttr, errors: &mut Errors) {
 
 /// Options name fields by their Rust name; the expansion needs the field as
 /// declared (raw or not) and its `Column` variant, which may be renamed.
-struct Resolver<'a> {
-    /// `None` when the input is not a `Model` (reported already): then no
-    /// field is known, and none is reported unknown.
-    fields: Option<Vec<&'a Field>>,
+enum Resolver<'a> {
+    /// The fields of the derive's `Model`.
+    Fields(Vec<&'a Field>),
+    /// The derive is not on a `Model` (reported already): no field is
+    /// known, and none is reported unknown.
+    NotAModel,
+    /// `counter_cache!`, which cannot see the `Model`: a field is taken as
+    /// written, with sea-orm's default `Column` variant.
+    Unseen,
 }
 
 impl Resolver<'_> {
     /// The field `written` names, spanned at `written`; an unknown one is
     /// reported, with the closest field's name.
     fn resolve(&self, written: Option<&Ident>, errors: &mut Errors) -> Option<FieldRef> {
-        let (written, fields) = (written?, self.fields.as_ref()?);
+        let written = written?;
+        let fields = match self {
+            Resolver::Fields(fields) => fields,
+            Resolver::NotAModel => return None,
+            Resolver::Unseen => {
+                return match column_ident(written, &[], written.span()) {
+                    Ok(column) => Some(FieldRef {
+                        field: written.clone(),
+                        column,
+                    }),
+                    Err(e) => {
+                        errors.push(e);
+                        None
+                    }
+                };
+            }
+        };
         let name = written.unraw().to_string();
         let found = fields.iter().find_map(|f| {
             let ident = f.ident.as_ref()?;

@@ -9,15 +9,45 @@ use syn::{
 
 use crate::{
     diagnostics::{Errors, unknown},
+    entity::{OwnerKind, owner_kind},
     options::{Options, option_value, parse_crate, skip_value, string_value},
     root::Root,
-    symbol::{CASCADE, COUNTER, CRATE, KEYS, SLOT_STRATEGY, SLOTS, Symbol, TABLE, WINDOW},
+    symbol::{
+        CASCADE, COUNTER, CRATE, KEYS, OWNER, OWNER_COLUMN, OWNER_ID, SLOT_STRATEGY, SLOTS, Symbol,
+        TABLE, WINDOW,
+    },
 };
 
-/// The options of `#[counter(...)]`, in the order of the docs, which is
-/// the order an unknown option's error lists them in when none is close
-/// enough to suggest.
-const OPTIONS: &[Symbol] = &[KEYS, SLOTS, TABLE, SLOT_STRATEGY, CASCADE, CRATE];
+/// Where a `#[counter(...)]` is written, which decides the options it takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// On an entity's `Model`, which tells the owner.
+    Derive,
+    /// On a `counter_table!` module, which names the owner itself.
+    Declaration,
+}
+
+impl Form {
+    /// The options of the form, in the order of the docs, which is the
+    /// order an unknown option's error lists them in when none is close
+    /// enough to suggest.
+    fn options(self) -> &'static [Symbol] {
+        match self {
+            Form::Derive => &[KEYS, SLOTS, TABLE, SLOT_STRATEGY, CASCADE, CRATE],
+            Form::Declaration => &[
+                OWNER,
+                OWNER_ID,
+                OWNER_COLUMN,
+                KEYS,
+                SLOTS,
+                TABLE,
+                SLOT_STRATEGY,
+                CASCADE,
+                CRATE,
+            ],
+        }
+    }
+}
 /// The values of `slot_strategy = "..."`, counter-core's `SlotStrategy`.
 const SLOT_STRATEGIES: &[(&str, SlotStrategy)] = &[
     ("rotating", SlotStrategy::Rotating),
@@ -48,6 +78,15 @@ pub(crate) struct CounterAttr {
     pub cascade: bool,
     /// `crate = "..."`.
     pub root: Option<Root>,
+    /// `owner = "notes"` ([`Form::Declaration`] only).
+    pub owner: Option<LitStr>,
+    /// `owner_column = "id"` ([`Form::Declaration`] only).
+    pub owner_column: Option<LitStr>,
+    /// `owner_id = i32` ([`Form::Declaration`] only).
+    pub owner_id: Option<OwnerKind>,
+    /// Every option written, valid or not: a missing option is reported
+    /// only if it is not there at all.
+    pub written: Vec<Symbol>,
 }
 
 /// `slot_strategy = "..."`: counter-core's `SlotStrategy` variant of that name.
@@ -82,10 +121,10 @@ pub(crate) struct KeyOptions {
 
 /// Parses every `#[counter]` attribute. Errors are collected, not returned,
 /// so that one build reports all of them.
-pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
+pub(crate) fn parse(attrs: &[Attribute], form: Form, errors: &mut Errors) -> CounterAttr {
     let mut out = CounterAttr::default();
     // Shared by every `#[counter]` of the struct: an option is set once in all.
-    let mut options = Options::new("option", OPTIONS);
+    let mut options = Options::new("option", form.options());
     for attr in attrs.iter().filter(|a| *a.path() == COUNTER) {
         out.span.get_or_insert(attr.path().span());
         let result = attr.parse_nested_meta(|meta| {
@@ -105,7 +144,16 @@ pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
                     out.cascade = true;
                 }
                 Some(CRATE) => out.root = parse_crate(&meta, errors)?,
-                // Reported and skipped; `OPTIONS` has no other name.
+                Some(OWNER) => {
+                    let example = format!("`{OWNER} = \"posts\"`");
+                    out.owner = parse_name(&meta, "table name", &example, errors)?;
+                }
+                Some(OWNER_COLUMN) => {
+                    let example = format!("`{OWNER_COLUMN} = \"id\"`");
+                    out.owner_column = parse_name(&meta, "column name", &example, errors)?;
+                }
+                Some(OWNER_ID) => out.owner_id = parse_owner_id(&meta, errors)?,
+                // Reported and skipped; the form has no other name.
                 _ => {}
             }
             Ok(())
@@ -114,6 +162,7 @@ pub(crate) fn parse(attrs: &[Attribute], errors: &mut Errors) -> CounterAttr {
             errors.push(e);
         }
     }
+    out.written = options.written().to_vec();
     out
 }
 
@@ -249,17 +298,51 @@ fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Optio
 /// `table = "name"`: a string literal holding a valid table name.
 fn parse_table(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<LitStr>> {
     let example = format!("`{TABLE} = \"post_counters\"`");
-    let Some(name) = string_value(meta, &example, errors)? else {
+    parse_name(meta, "table name", &example, errors)
+}
+
+/// A string literal holding an SQL name (a table's or a column's), valid
+/// by counter-core's table-name rules.
+fn parse_name(
+    meta: &ParseNestedMeta,
+    what: &str,
+    example: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<LitStr>> {
+    let Some(name) = string_value(meta, example, errors)? else {
         return Ok(None);
     };
     if let Some(problem) = table_name_problem(&name.value()) {
         errors.at(
             name.span(),
-            format!("invalid table name {:?}: {problem}", name.value()),
+            format!("invalid {what} {:?}: {problem}", name.value()),
         );
         return Ok(None);
     }
     Ok(Some(name))
+}
+
+/// `owner_id = i32`: one of the types that can own counters.
+fn parse_owner_id(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<OwnerKind>> {
+    let Some(expr) = option_value(meta, &format!("`{OWNER_ID} = i32`"), errors)? else {
+        return Ok(None);
+    };
+    let kind = match &expr {
+        Expr::Path(path) => owner_kind(&syn::Type::Path(syn::TypePath {
+            qself: None,
+            path: path.path.clone(),
+        })),
+        _ => None,
+    };
+    if kind.is_none() {
+        errors.at(
+            expr.span(),
+            format!(
+                "`{OWNER_ID}` is the owner's primary-key type: `i32`, `i64`, `Uuid` or `String`"
+            ),
+        );
+    }
+    Ok(kind)
 }
 
 /// `slot_strategy = "rotating"` or `"random"`: a string literal, as `table`.

@@ -21,7 +21,12 @@ pub(crate) fn expand(model: &CounterModel) -> TokenStream {
          the typed [`Key`]s, one [`Counts`] record per owner, and the table itself as a \
          SeaORM entity ([`Entity`], [`Model`], [`Column`])."
     );
-    let companion = companion_entity(model);
+    let relation = if model.cascade {
+        Relation::ToEntity(model.primary_key.column.clone())
+    } else {
+        Relation::None
+    };
+    let companion = companion_entity(root, table, model.primary_key.owner, &relation);
     let key = key_enum(root, &model.keys);
     let counts = counts_struct(root, &model.keys);
     quote! {
@@ -63,15 +68,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
             quote!((#name, #window))
         })
     });
-    let cascade = if model.cascade {
-        quote! {
-            ::core::option::Option::Some(
-                #private::sea_orm::IdenStatic::as_str(&Column::#column),
-            )
-        }
-    } else {
-        quote!(::core::option::Option::None)
-    };
+    let cascade = model.cascade;
     let strategy = match model.slot_strategy {
         Some(strategy) => {
             let strategy = slot_strategy_tokens(root, strategy);
@@ -94,6 +91,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
                             #slots,
                             &[#(#key_slots),*],
                             &[#(#key_windows),*],
+                            #private::sea_orm::IdenStatic::as_str(&Column::#column),
                             #cascade,
                             #strategy,
                         )
@@ -127,42 +125,90 @@ fn window_tokens(root: &Root, window: Window) -> TokenStream {
     quote!(#root::Window::#variant)
 }
 
+/// How the companion entity relates to its owner.
+pub(crate) enum Relation {
+    /// Not at all (no `cascade`).
+    None,
+    /// `belongs_to` the owner entity of the derive, `super::Entity`,
+    /// through the column of that `Column` variant, deleted with it.
+    ToEntity(syn::Ident),
+    /// References the owner table by name (a declaration, which has no
+    /// entity to name), deleted with it.
+    ByName { table: String, column: String },
+}
+
+/// The Rust type of an `owner_id`.
+pub(crate) fn owner_type(private: &TokenStream, owner: OwnerKind) -> TokenStream {
+    match owner {
+        OwnerKind::I32 => quote!(i32),
+        OwnerKind::I64 => quote!(i64),
+        OwnerKind::Uuid => quote!(#private::sea_orm::prelude::Uuid),
+        OwnerKind::String => quote!(::std::string::String),
+    }
+}
+
 /// The companion table as a classic-format SeaORM entity, so `Schema`,
 /// schema sync and `Entity::find()` all know it.
-fn companion_entity(model: &CounterModel) -> TokenStream {
-    let private = model.root.private();
-    let table = &model.table;
-    let (owner_type, owner_column) = match model.primary_key.owner {
-        OwnerKind::I32 => (quote!(i32), "Integer"),
-        OwnerKind::I64 => (quote!(i64), "BigInteger"),
-        OwnerKind::Uuid => (quote!(#private::sea_orm::prelude::Uuid), "Uuid"),
+pub(crate) fn companion_entity(
+    root: &Root,
+    table: &str,
+    owner: OwnerKind,
+    relation: &Relation,
+) -> TokenStream {
+    let private = root.private();
+    let owner_type = owner_type(&private, owner);
+    let owner_column = match owner {
+        OwnerKind::I32 => "Integer",
+        OwnerKind::I64 => "BigInteger",
+        OwnerKind::Uuid => "Uuid",
         // MySQL needs a length on a VARCHAR in a primary key.
-        OwnerKind::String => (quote!(::std::string::String), "String(StringLen::N(255))"),
+        OwnerKind::String => "String(StringLen::N(255))",
     };
-    let (relation, related) = if model.cascade {
-        let to = format!("super::Column::{}", model.primary_key.column);
-        (
+    let relations = match relation {
+        Relation::None => quote! {
+            /// The companion table's relations.
+            #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+            pub enum Relation {}
+        },
+        Relation::ToEntity(column) => {
+            let to = format!("super::Column::{column}");
             quote! {
-                /// The owner; deleting it deletes its counters.
-                #[sea_orm(
-                    belongs_to = "super::Entity",
-                    from = "Column::OwnerId",
-                    to = #to,
-                    on_delete = "Cascade"
-                )]
-                Owner,
-            },
-            quote! {
+                /// The companion table's relations.
+                #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+                pub enum Relation {
+                    /// The owner; deleting it deletes its counters.
+                    #[sea_orm(
+                        belongs_to = "super::Entity",
+                        from = "Column::OwnerId",
+                        to = #to,
+                        on_delete = "Cascade"
+                    )]
+                    Owner,
+                }
+
                 #[automatically_derived]
                 impl Related<super::Entity> for Entity {
                     fn to() -> RelationDef {
                         Relation::Owner.def()
                     }
                 }
-            },
-        )
-    } else {
-        (TokenStream::new(), TokenStream::new())
+            }
+        }
+        Relation::ByName { table, column } => quote! {
+            /// The companion table's relations.
+            #[derive(Copy, Clone, Debug, EnumIter)]
+            pub enum Relation {
+                /// The owner table; deleting an owner deletes its counters.
+                Owner,
+            }
+
+            #[automatically_derived]
+            impl RelationTrait for Relation {
+                fn def(&self) -> RelationDef {
+                    #private::owner_relation::<Entity>(Column::OwnerId, #table, #column)
+                }
+            }
+        },
     };
     quote! {
         /// One slot row: a counter's total is the sum of its slots' values.
@@ -182,13 +228,7 @@ fn companion_entity(model: &CounterModel) -> TokenStream {
             pub value: i64,
         }
 
-        /// The companion table's relations.
-        #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-        pub enum Relation {
-            #relation
-        }
-
-        #related
+        #relations
 
         impl ActiveModelBehavior for ActiveModel {}
     }

@@ -5,12 +5,15 @@
 //! of an input that has some.
 
 pub(crate) mod attr;
+mod declaration;
 mod expand;
 mod fallback;
 pub(crate) mod model;
 
 use proc_macro2::TokenStream;
 use syn::DeriveInput;
+
+pub(crate) use declaration::declare;
 
 /// The whole derive: the items, or the compile errors and the fallback.
 pub(crate) fn derive(input: &DeriveInput) -> TokenStream {

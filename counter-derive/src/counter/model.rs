@@ -4,9 +4,9 @@
 //! fallback.
 
 use proc_macro2::Span;
-use syn::{DeriveInput, Ident, Type};
+use syn::{DeriveInput, Ident, LitStr, Type};
 
-use super::attr::{self, SlotStrategy, Window, table_name_problem};
+use super::attr::{self, Form, SlotStrategy, Window, table_name_problem};
 use crate::{
     diagnostics::{Checked, Errors},
     entity::{self, PrimaryKey, Target, variant_ident},
@@ -16,7 +16,7 @@ use crate::{
 
 /// The slots of a key that sets none and of a table that sets none
 /// (counter-core's `Slots::DEFAULT`).
-const DEFAULT_SLOTS: u16 = 16;
+pub(crate) const DEFAULT_SLOTS: u16 = 16;
 
 pub(crate) struct CounterModel {
     /// The path to counter-core.
@@ -67,20 +67,64 @@ pub(crate) fn build(input: &DeriveInput) -> Checked<CounterModel, Fallback> {
     if let Some(Target::ModelEx) = target {
         return Checked::Skip;
     }
-    let options = attr::parse(&input.attrs, &mut errors);
+    let options = attr::parse(&input.attrs, Form::Derive, &mut errors);
 
-    let keys = match options.keys {
-        Some(keys) => keys,
-        None => {
-            let span = options.span.unwrap_or_else(|| input.ident.span());
-            errors.at(
-                span,
-                format!(
-                    "missing `{KEYS}`: name the counters, as in `#[{COUNTER}({KEYS}(likes, views))]`"
-                ),
-            );
-            Vec::new()
+    let span = options.span.unwrap_or_else(|| input.ident.span());
+    let keys = validate_keys(options.keys, span, &mut errors);
+    let root = options.root.unwrap_or_default();
+
+    let Some(Target::Model(entity)) = target else {
+        // `entity::read` has recorded why this is not an entity, which has
+        // no `Entity` for a fallback to implement the trait for.
+        let errors = errors.into_error(|| syn::Error::new(input.ident.span(), "not an entity"));
+        return Checked::Invalid(errors, None);
+    };
+    let table = counter_table(options.table, entity.table_name.as_ref(), &mut errors);
+    if let Some(table) = &table {
+        check_bucket_table(table, &keys, &mut errors);
+    }
+    match (errors.finish(), table, entity.primary_key) {
+        (Ok(()), Some(table), Some(primary_key)) => Checked::Valid(CounterModel {
+            root,
+            table,
+            slots: options.slots.unwrap_or(DEFAULT_SLOTS),
+            keys,
+            slot_strategy: options.slot_strategy,
+            cascade: options.cascade,
+            primary_key,
+        }),
+        (result, table, primary_key) => {
+            // Whatever is missing has been recorded with its reason.
+            let errors = result.err().unwrap_or_else(|| {
+                syn::Error::new(input.ident.span(), "no table name or primary key")
+            });
+            let fallback = entity.has_entity.then(|| Fallback {
+                root,
+                table: table.unwrap_or_default(),
+                keys,
+                owner: primary_key.map(|pk| pk.ty),
+            });
+            Checked::Invalid(errors, fallback)
         }
+    }
+}
+
+/// The declared keys, each with its `Key` variant and `Counts` field; a
+/// missing `keys(...)` or two keys with the same variant are reported (at
+/// `span`, where the attribute is) and left out.
+pub(crate) fn validate_keys(
+    keys: Option<Vec<attr::KeyAttr>>,
+    span: Span,
+    errors: &mut Errors,
+) -> Vec<Key> {
+    let Some(keys) = keys else {
+        errors.at(
+            span,
+            format!(
+                "missing `{KEYS}`: name the counters, as in `#[{COUNTER}({KEYS}(likes, views))]`"
+            ),
+        );
+        return Vec::new();
     };
     let mut valid: Vec<Key> = Vec::with_capacity(keys.len());
     for k in keys {
@@ -113,16 +157,18 @@ pub(crate) fn build(input: &DeriveInput) -> Checked<CounterModel, Fallback> {
             window: k.options.window,
         });
     }
-    let keys = valid;
-    let root = options.root.unwrap_or_default();
+    valid
+}
 
-    let Some(Target::Model(entity)) = target else {
-        // `entity::read` has recorded why this is not an entity, which has
-        // no `Entity` for a fallback to implement the trait for.
-        let errors = errors.into_error(|| syn::Error::new(input.ident.span(), "not an entity"));
-        return Checked::Invalid(errors, None);
-    };
-    let table = match (options.table, &entity.table_name) {
+/// The companion table: `table = "..."`, or `<owner>_counters`. `None`
+/// (reported) when the name is the owner's own or the default is invalid,
+/// and when neither is known.
+pub(crate) fn counter_table(
+    table: Option<LitStr>,
+    owner: Option<&LitStr>,
+    errors: &mut Errors,
+) -> Option<String> {
+    match (table, owner) {
         (Some(table), Some(owner)) if table.value().eq_ignore_ascii_case(&owner.value()) => {
             errors.at(
                 table.span(),
@@ -148,42 +194,24 @@ pub(crate) fn build(input: &DeriveInput) -> Checked<CounterModel, Fallback> {
             }
         }
         (None, None) => None,
-    };
-    if let (Some(table), Some(key)) = (&table, keys.iter().find(|k| k.window.is_some())) {
-        let buckets = format!("{table}_buckets");
-        if let Some(problem) = table_name_problem(&buckets) {
-            errors.at(
-                key.field.span(),
-                format!(
-                    "a windowed key keeps its buckets in {buckets:?}, an invalid name ({problem}); \
-                     choose a shorter counter table with `#[{COUNTER}({TABLE} = \"...\")]`"
-                ),
-            );
-        }
     }
-    match (errors.finish(), table, entity.primary_key) {
-        (Ok(()), Some(table), Some(primary_key)) => Checked::Valid(CounterModel {
-            root,
-            table,
-            slots: options.slots.unwrap_or(DEFAULT_SLOTS),
-            keys,
-            slot_strategy: options.slot_strategy,
-            cascade: options.cascade,
-            primary_key,
-        }),
-        (result, table, primary_key) => {
-            // Whatever is missing has been recorded with its reason.
-            let errors = result.err().unwrap_or_else(|| {
-                syn::Error::new(input.ident.span(), "no table name or primary key")
-            });
-            let fallback = entity.has_entity.then(|| Fallback {
-                root,
-                table: table.unwrap_or_default(),
-                keys,
-                owner: primary_key.map(|pk| pk.ty),
-            });
-            Checked::Invalid(errors, fallback)
-        }
+}
+
+/// Reports a windowed key when the bucket table's name, `<table>_buckets`,
+/// would be invalid.
+pub(crate) fn check_bucket_table(table: &str, keys: &[Key], errors: &mut Errors) {
+    let Some(key) = keys.iter().find(|k| k.window.is_some()) else {
+        return;
+    };
+    let buckets = format!("{table}_buckets");
+    if let Some(problem) = table_name_problem(&buckets) {
+        errors.at(
+            key.field.span(),
+            format!(
+                "a windowed key keeps its buckets in {buckets:?}, an invalid name ({problem}); \
+                 choose a shorter counter table with `#[{COUNTER}({TABLE} = \"...\")]`"
+            ),
+        );
     }
 }
 

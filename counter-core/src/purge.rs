@@ -1,0 +1,80 @@
+//! Deleting the counts of owners that are gone, for tables without
+//! `cascade` (whose database deletes them with the owner row) and for
+//! deletes no foreign key sees: so that a new owner row reusing an id (a
+//! test suite's truncate and seed, Loco's `truncate`) starts from zero.
+
+use sea_orm::ConnectionTrait;
+
+use crate::{
+    Counters, detach,
+    error::{CounterError, Result},
+    owner::{OwnerId, sorted_unique},
+    retry,
+    sql::{self, Dialect},
+    typed::KeySpace,
+};
+
+/// Owners per `DELETE ... IN (...)`: far below every backend's bind limit.
+const OWNERS_PER_STATEMENT: usize = 1_000;
+
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
+    /// Deletes every count (totals and time buckets) of `owners`, returning
+    /// the slot rows deleted: what deleting those owner rows does on a table
+    /// with `cascade`. Call it after deleting the owners; a write for one of
+    /// them that commits later counts again, from zero.
+    pub async fn purge<C: ConnectionTrait>(&self, db: &C, owners: &[I]) -> Result<u64> {
+        let owners = sorted_unique(owners)?;
+        let dialect = Dialect::of(db)?;
+        let mut deleted = 0;
+        for (table, _) in sql::tables(self.table()) {
+            for chunk in owners.chunks(OWNERS_PER_STATEMENT) {
+                let values = chunk.iter().cloned().map(Into::into).collect();
+                let stmt = sql::delete_owners(dialect, &table, values);
+                let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+                deleted += done.rows_affected();
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes the counts of every owner whose row no longer exists in the
+    /// owner table, returning the slot rows deleted: the repair after rows
+    /// were deleted without the counts, by `delete_many`, raw SQL or a
+    /// truncate (Loco's `truncate` hook calls it after truncating the owner
+    /// table). One statement per table that reads every slot row; the owner
+    /// table needs its primary-key index, which it has.
+    ///
+    /// The owner table is the one the derives and `counter_table!` name;
+    /// a handle built by hand needs [`CounterTable::with_owner`](crate::CounterTable::with_owner),
+    /// or this is [`CounterError::NoOwnerTable`].
+    pub async fn purge_orphans<C: ConnectionTrait>(&self, db: &C) -> Result<u64> {
+        let owner = self
+            .table()
+            .owner()
+            .ok_or_else(|| CounterError::NoOwnerTable {
+                table: self.table().name().to_owned(),
+            })?;
+        let dialect = Dialect::of(db)?;
+        let mut deleted = 0;
+        for (table, _) in sql::tables(self.table()) {
+            let stmt = sql::delete_orphans(dialect, &table, owner);
+            let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+            deleted += done.rows_affected();
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes every count in the table (totals and time buckets),
+    /// returning the slot rows deleted: for a test suite that truncates the
+    /// owner table.
+    pub async fn clear<C: ConnectionTrait>(&self, db: &C) -> Result<u64> {
+        let dialect = Dialect::of(db)?;
+        let mut deleted = 0;
+        for (table, _) in sql::tables(self.table()) {
+            let stmt = sql::delete_all(dialect, &table);
+            let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+            deleted += done.rows_affected();
+        }
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,73 @@
+//! A counter table and its owner table: deleting the counts of owners that
+//! are gone.
+
+use sea_orm::{
+    Statement, Value,
+    sea_query::{Alias, Expr, ExprTrait, Query, SimpleExpr, TableRef},
+};
+
+use super::{Dialect, Layout, col};
+use crate::table::{CounterTable, OwnerTable};
+
+/// Every table holding `table`'s counts: the totals, and the buckets if a
+/// key is windowed.
+pub(crate) fn tables(table: &CounterTable) -> Vec<(String, Layout)> {
+    let mut tables = vec![(table.name().to_owned(), Layout::Totals)];
+    if let Some(buckets) = table.bucket_table() {
+        tables.push((buckets, Layout::Buckets));
+    }
+    tables
+}
+
+pub(super) fn owner_ref(owner: &OwnerTable) -> TableRef {
+    match &owner.schema {
+        Some(schema) => (
+            Alias::new(schema.as_ref()),
+            Alias::new(owner.table.as_ref()),
+        )
+            .into(),
+        None => Alias::new(owner.table.as_ref()).into(),
+    }
+}
+
+/// `DELETE FROM t WHERE owner_id IN (...)`.
+pub(crate) fn delete_owners(dialect: Dialect, table: &str, owners: Vec<Value>) -> Statement {
+    let delete = Query::delete()
+        .from_table(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners))
+        .to_owned();
+    dialect.backend().build(&delete)
+}
+
+/// `DELETE FROM t` (every count).
+pub(crate) fn delete_all(dialect: Dialect, table: &str) -> Statement {
+    dialect
+        .backend()
+        .build(&Query::delete().from_table(Alias::new(table)).to_owned())
+}
+
+/// The condition "the owner row of this slot row exists".
+fn owner_exists(table: &str, owner: &OwnerTable) -> SimpleExpr {
+    let exists = Query::select()
+        .expr(Expr::val(1))
+        .from(owner_ref(owner))
+        .and_where(
+            Expr::col((
+                Alias::new(owner.table.as_ref()),
+                Alias::new(owner.column.as_ref()),
+            ))
+            .equals((Alias::new(table), Alias::new(col::OWNER_ID))),
+        )
+        .to_owned();
+    Expr::exists(exists)
+}
+
+/// `DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM owner WHERE owner.id =
+/// t.owner_id)`: the counts no owner row holds any more.
+pub(crate) fn delete_orphans(dialect: Dialect, table: &str, owner: &OwnerTable) -> Statement {
+    let delete = Query::delete()
+        .from_table(Alias::new(table))
+        .and_where(owner_exists(table, owner).not())
+        .to_owned();
+    dialect.backend().build(&delete)
+}

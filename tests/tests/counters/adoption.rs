@@ -1,0 +1,435 @@
+//! Adoption in the layout sea-orm-cli and Loco give an app: counters
+//! declared in a migration crate (`counter_table!`), entities generated
+//! into `_entities` and left untouched, the counters and a counter cache
+//! bound in hand-written `models` modules (`slotted_counter!`,
+//! `counter_cache!`). Here the three crates are three modules; the Loco
+//! example (`examples/loco-app`) is the same in real crates.
+
+use std::sync::{Arc, Mutex};
+
+use counter_core::{CounterCache, CounterError, ErrorKind, SlottedCounter, Truth};
+use counter_tests::{Backend, TestDb, backend_test, figures};
+use sea_orm::{
+    ActiveModelTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, Schema,
+    Set, TransactionTrait,
+};
+use sea_orm_migration::{MigrationName, MigrationTrait, SchemaManager};
+
+/// The migration crate: the declaration, and nothing of the app.
+mod migration_crate {
+    counter_core::counter_table! {
+        /// Notes' counters, as the app has them now.
+        #[counter(owner = "notes", owner_id = i32, keys(likes, comments, views(window = day)), cascade)]
+        pub mod note_counters;
+    }
+
+    counter_core::counter_table! {
+        /// The same table as first declared, before `cascade`.
+        #[counter(owner = "notes", owner_id = i32, keys(likes, comments, views(window = day)))]
+        pub mod note_counters_v1;
+    }
+}
+
+/// What sea-orm-cli generates (Loco strips the empty behaviour impls).
+mod _entities {
+    pub mod notes {
+        use sea_orm::entity::prelude::*;
+
+        #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+        #[sea_orm(table_name = "notes")]
+        pub struct Model {
+            #[sea_orm(primary_key)]
+            pub id: i32,
+            pub title: String,
+        }
+
+        #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+        pub enum Relation {}
+    }
+
+    pub mod comments {
+        use sea_orm::entity::prelude::*;
+
+        #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+        #[sea_orm(table_name = "comments")]
+        pub struct Model {
+            #[sea_orm(primary_key)]
+            pub id: i32,
+            pub note_id: i32,
+            pub body: String,
+        }
+
+        #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+        pub enum Relation {}
+    }
+}
+
+/// The app's hand-written modules beside the generated ones.
+mod models {
+    pub mod notes {
+        pub use super::super::_entities::notes::{ActiveModel, Entity};
+        counter_core::slotted_counter!(Entity, super::super::migration_crate::note_counters);
+
+        impl sea_orm::ActiveModelBehavior for ActiveModel {}
+    }
+
+    pub mod comments {
+        pub use super::super::_entities::comments::{ActiveModel, Entity};
+
+        counter_core::counter_cache! {
+            #[counter_cache(parent = super::notes::Entity, key = comments, via = note_id)]
+            Entity
+        }
+        counter_core::counter_cache_behavior!(ActiveModel, Entity);
+    }
+
+    /// The same counters declared the other way, by the derive on an
+    /// entity the app owns: for the DDL comparison.
+    pub mod derived_notes {
+        use counter_core::SlottedCounter;
+        use sea_orm::entity::prelude::*;
+
+        #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
+        #[sea_orm(table_name = "notes")]
+        #[counter(keys(likes, comments, views(window = day)), cascade)]
+        pub struct Model {
+            #[sea_orm(primary_key)]
+            pub id: i32,
+            pub title: String,
+        }
+
+        #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+        pub enum Relation {}
+
+        impl ActiveModelBehavior for ActiveModel {}
+    }
+}
+
+use models::{comments, notes};
+use notes::counters::Key;
+
+/// The app's own tables, made by SeaORM's schema builder from the
+/// generated entities, as a migration or schema sync would.
+async fn app_tables(db: &DatabaseConnection) {
+    let schema = Schema::new(db.get_database_backend());
+    db.execute(&schema.create_table_from_entity(notes::Entity))
+        .await
+        .unwrap();
+    db.execute(&schema.create_table_from_entity(comments::Entity))
+        .await
+        .unwrap();
+}
+
+async fn up(db: &DatabaseConnection, migration: &dyn MigrationTrait) {
+    migration.up(&SchemaManager::new(db)).await.unwrap();
+}
+
+async fn new_note(db: &DatabaseConnection, id: i32) {
+    notes::ActiveModel {
+        id: Set(id),
+        title: Set(format!("note {id}")),
+    }
+    .insert(db)
+    .await
+    .unwrap();
+}
+
+fn new_comment(note_id: i32) -> comments::ActiveModel {
+    comments::ActiveModel {
+        note_id: Set(note_id),
+        body: Set("hi".into()),
+        ..Default::default()
+    }
+}
+
+/// Every statement a connection sends, in order.
+fn record(db: &mut DatabaseConnection) -> Arc<Mutex<Vec<String>>> {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&sent);
+    db.set_metric_callback(move |info| log.lock().unwrap().push(info.statement.sql.clone()));
+    sent
+}
+
+/// The DDL of one side's migration, on a fresh scratch database that has
+/// the owner table.
+async fn migration_ddl(
+    backend: Backend,
+    label: &str,
+    migration: &dyn MigrationTrait,
+) -> Option<Vec<String>> {
+    let mut t = TestDb::open(backend, label).await?;
+    app_tables(&t.db).await;
+    let sent = record(&mut t.db);
+    up(&t.db, migration).await;
+    let ddl = sent.lock().unwrap().clone();
+    t.finish().await;
+    Some(ddl)
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_ddl_identity"]
+    async fn migration_side_entity_side_and_derive_make_the_same_ddl(b: Backend) {
+        let declared = migration_crate::note_counters::counters().migration();
+        let bound = notes::Entity::counters().migration();
+        let derived = models::derived_notes::Entity::counters().migration();
+        let Some(declared_ddl) = migration_ddl(b, "adoption_ddl_declared", &declared).await else {
+            return;
+        };
+        let bound_ddl = migration_ddl(b, "adoption_ddl_bound", &bound).await.unwrap();
+        let derived_ddl = migration_ddl(b, "adoption_ddl_derived", &derived).await.unwrap();
+        let creates = declared_ddl.iter().filter(|s| s.contains("CREATE")).count();
+        // The table, its key index (inline on MySQL) and the bucket table.
+        assert!(creates >= 2, "[{b}] {declared_ddl:#?}");
+        assert!(
+            declared_ddl.iter().any(|s| s.contains("ON DELETE CASCADE")),
+            "[{b}] {declared_ddl:#?}"
+        );
+        assert_eq!(declared_ddl, bound_ddl, "[{b}] migration crate vs app");
+        assert_eq!(declared_ddl, derived_ddl, "[{b}] counter_table! vs the derive");
+        assert_eq!(declared.name(), derived.name());
+        figures("adoption_ddl_identity", b, &[("statements", declared_ddl.len() as u64)]);
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_declared"]
+    async fn declared_counters_and_cache_count_exactly(t: TestDb) {
+        let db = &t.db;
+        app_tables(db).await;
+        up(db, &migration_crate::note_counters::counters().migration()).await;
+        new_note(db, 1).await;
+
+        let counters = notes::Entity::counters();
+        counters.increment(db, 1, Key::Likes).await.unwrap();
+        comments::Entity::insert_counted(db, new_comment(1)).await.unwrap();
+        let txn = db.begin().await.unwrap();
+        new_comment(1).insert(&txn).await.unwrap();
+        txn.commit().await.unwrap();
+
+        // A plain insert on the pool: refused before anything is written,
+        // with an error that says what to do.
+        let refused = new_comment(1).insert(db).await.unwrap_err();
+        let refused = CounterError::from(refused);
+        assert_eq!(refused.kind(), ErrorKind::Misuse, "[{}] {refused}", t.backend);
+        eprintln!("[{}] plain insert on the pool: {refused}", t.backend);
+        assert_eq!(comments::Entity::find().count(db).await.unwrap(), 2);
+
+        let counts = counters.counts(db, 1).await.unwrap();
+        assert_eq!((counts.likes, counts.comments), (1, 2), "[{}]", t.backend);
+        assert_eq!(comments::Entity::check_counters(db).await.unwrap(), 0);
+        // The migration crate's handle reads the same table.
+        let from_migration = migration_crate::note_counters::counters();
+        assert_eq!(from_migration.get(db, 1, Key::Comments).await.unwrap(), 2);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_schema_sync"]
+    async fn schema_sync_creates_the_declared_table(t: TestDb) {
+        // An app on SeaORM 2's entity-first schema sync registers the
+        // declared companion entity beside its own; its reference to the
+        // owner is the one the migration makes.
+        let db = &t.db;
+        Schema::new(db.get_database_backend())
+            .builder()
+            .register(notes::Entity)
+            .register(migration_crate::note_counters::Entity)
+            .sync(db)
+            .await
+            .unwrap();
+        new_note(db, 1).await;
+        // The key index and the bucket table are what an entity cannot
+        // describe: `create_table` adds them (and skips what exists).
+        notes::Entity::counters().create_table(db).await.unwrap();
+        let counters = notes::Entity::counters();
+        counters.add(db, 1, Key::Views, 3).await.unwrap();
+        assert_eq!(counters.get(db, 1, Key::Views).await.unwrap(), 3, "[{}]", t.backend);
+        notes::Entity::delete_by_id(1).exec(db).await.unwrap();
+        assert_eq!(counters.get(db, 1, Key::Views).await.unwrap(), 0, "[{}] cascade", t.backend);
+        assert!(counters.increment(db, 2, Key::Likes).await.is_err(), "[{}] no owner 2", t.backend);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_cascade_migration"]
+    async fn cascade_migration_turns_the_reference_on_and_off(t: TestDb) {
+        let db = &t.db;
+        app_tables(db).await;
+        // The table as first declared: no reference to its owner.
+        let v1 = migration_crate::note_counters_v1::counters();
+        up(db, &v1.migration()).await;
+        new_note(db, 1).await;
+        new_note(db, 2).await;
+        for owner in [1, 2, 3] {
+            // Owner 3 has no row: its counts are orphans.
+            v1.add(db, owner, Key::Likes, 5).await.unwrap();
+            v1.add(db, owner, Key::Views, 7).await.unwrap();
+        }
+
+        let cascade = notes::Entity::counters().cascade_migration();
+        assert_eq!(cascade.name(), "counter_core_cascade_on_notes_counters");
+        up(db, &cascade).await;
+        // Applying it again changes nothing (the state already matches).
+        up(db, &cascade).await;
+        let counters = notes::Entity::counters();
+        assert_eq!(counters.get(db, 3, Key::Likes).await.unwrap(), 0, "[{}] orphan", t.backend);
+        assert_eq!(counters.get(db, 1, Key::Likes).await.unwrap(), 5, "[{}]", t.backend);
+        assert_eq!(counters.get(db, 2, Key::Views).await.unwrap(), 7, "[{}]", t.backend);
+        // The reference works: deleting an owner deletes its counts, in
+        // both tables, and a write for a missing owner is refused.
+        notes::Entity::delete_by_id(1).exec(db).await.unwrap();
+        assert_eq!(counters.get(db, 1, Key::Likes).await.unwrap(), 0, "[{}]", t.backend);
+        let day = counters.range(db, 1, Key::Views, chrono::DateTime::UNIX_EPOCH, chrono::Utc::now() + chrono::Duration::days(1)).await.unwrap();
+        assert_eq!(day, 0, "[{}] buckets", t.backend);
+        assert!(counters.increment(db, 9, Key::Likes).await.is_err(), "[{}]", t.backend);
+
+        // `down` takes it away again: counts outlive their owner.
+        cascade.down(&SchemaManager::new(db)).await.unwrap();
+        notes::Entity::delete_by_id(2).exec(db).await.unwrap();
+        assert_eq!(counters.get(db, 2, Key::Views).await.unwrap(), 7, "[{}]", t.backend);
+        counters.increment(db, 9, Key::Likes).await.unwrap();
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_purge"]
+    async fn truncate_and_seed_never_inherit_counts(t: TestDb) {
+        let db = &t.db;
+        app_tables(db).await;
+        let v1 = migration_crate::note_counters_v1::counters();
+        up(db, &v1.migration()).await;
+        for id in [1, 2, 3] {
+            new_note(db, id).await;
+            v1.add(db, id, Key::Likes, id.into()).await.unwrap();
+        }
+        // Loco's `truncate`: `delete_many`, no hooks, no cascade here.
+        notes::Entity::delete_many().exec(db).await.unwrap();
+        new_note(db, 2).await;
+        // The purge the truncate hook calls: owner 2 is back, 1 and 3 are gone.
+        let purged = v1.purge_orphans(db).await.unwrap();
+        assert!(purged >= 2, "[{}] {purged}", t.backend);
+        assert_eq!(v1.get(db, 1, Key::Likes).await.unwrap(), 0);
+        // Owner 2 exists again, so purge_orphans keeps its counts; the
+        // seed starts it from zero with `purge` (or `clear` for all).
+        assert_eq!(v1.get(db, 2, Key::Likes).await.unwrap(), 2);
+        v1.purge(db, &[2]).await.unwrap();
+        assert_eq!(v1.get(db, 2, Key::Likes).await.unwrap(), 0);
+        v1.add(db, 3, Key::Views, 1).await.unwrap();
+        assert!(v1.clear(db).await.unwrap() >= 2, "[{}]", t.backend);
+        assert_eq!(v1.get(db, 3, Key::Views).await.unwrap(), 0);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "adoption_backfill"]
+    async fn backfill_migration_fills_existing_rows_while_writes_run(t: TestDb) {
+        let db = &t.db;
+        app_tables(db).await;
+        up(db, &notes::Entity::counters().migration()).await;
+        for id in 1..=20 {
+            new_note(db, id).await;
+        }
+        // Existing rows, or fixtures seeded with `insert_many`: no hooks ran.
+        let seeded: Vec<_> = (0..200).map(|i| new_comment(i % 20 + 1)).collect();
+        comments::Entity::insert_many(seeded).exec(db).await.unwrap();
+        assert_eq!(comments::Entity::check_counters(db).await.unwrap(), 20, "[{}]", t.backend);
+
+        // The backfill runs while the app keeps adding comments.
+        let writer = {
+            let db = db.clone();
+            tokio::spawn(async move {
+                for i in 0..60 {
+                    comments::Entity::insert_counted(&db, new_comment(i % 20 + 1)).await.unwrap();
+                }
+            })
+        };
+        let backfill = notes::Entity::counters()
+            .backfill_migration(Key::Comments, Truth::rows_of("comments", "note_id"));
+        assert_eq!(backfill.name(), "counter_core_backfill_notes_counters_comments");
+        up(db, &backfill).await;
+        writer.await.unwrap();
+
+        assert_eq!(comments::Entity::check_counters(db).await.unwrap(), 0, "[{}]", t.backend);
+        let counts = notes::Entity::counters().counts_many(db, &(1..=20).collect::<Vec<_>>()).await.unwrap();
+        let total: i64 = counts.values().map(|c| c.comments).sum();
+        assert_eq!(total, 260, "[{}]", t.backend);
+
+        // The fixture helper: seed more behind the hooks, then repair.
+        comments::Entity::insert_many([new_comment(1), new_comment(2)]).exec(db).await.unwrap();
+        assert_eq!(comments::Entity::recount_counters(db).await.unwrap(), 2);
+        assert_eq!(comments::Entity::check_counters(db).await.unwrap(), 0);
+        t.finish().await;
+    }
+}
+
+/// Statements sent by `op`, with the connection's own bookkeeping
+/// (`SAVEPOINT`, `BEGIN`, `COMMIT`) counted too: what the database sees.
+async fn statements<F, Fut>(sent: &Arc<Mutex<Vec<String>>>, op: F) -> u64
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    sent.lock().unwrap().clear();
+    op().await;
+    sent.lock().unwrap().len() as u64
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_statements"]
+    async fn statements_per_counted_write(t: TestDb) {
+        let mut t = t;
+        app_tables(&t.db).await;
+        up(&t.db, &notes::Entity::counters().migration()).await;
+        new_note(&t.db, 1).await;
+        let sent = record(&mut t.db);
+        let db = &t.db;
+        let counters = notes::Entity::counters();
+        let increment = statements(&sent, || async {
+            counters.increment(db, 1, Key::Likes).await.unwrap();
+        })
+        .await;
+        let windowed = statements(&sent, || async {
+            counters.increment(db, 1, Key::Views).await.unwrap();
+        })
+        .await;
+        let insert = statements(&sent, || async {
+            comments::Entity::insert_counted(db, new_comment(1)).await.unwrap();
+        })
+        .await;
+        let delete = {
+            let row = comments::Entity::insert_counted(db, new_comment(1)).await.unwrap();
+            statements(&sent, || async {
+                comments::Entity::delete_counted(db, row.into()).await.unwrap();
+            })
+            .await
+        };
+        // The metric callback sees the statements of sea-orm's own
+        // statements; `BEGIN` and `COMMIT` go through the driver unseen.
+        figures(
+            "adoption_statements",
+            t.backend,
+            &[
+                ("increment", increment),
+                ("increment_windowed", windowed),
+                ("insert_counted", insert),
+                ("delete_counted", delete),
+            ],
+        );
+        assert_eq!(increment, 1, "[{}] {:#?}", t.backend, sent.lock().unwrap());
+        assert_eq!(windowed, 2, "[{}]", t.backend);
+        assert!(insert >= 2, "[{}]", t.backend);
+        assert!(delete >= 3, "[{}]", t.backend);
+        t.finish().await;
+    }
+}
