@@ -235,16 +235,29 @@ pub enum CounterError {
         waited_secs: i64,
     },
 
-    /// A counter-cache hook ran on a connection pool, outside any
-    /// transaction: the row and its counters would be two commits, and two
-    /// deletes of one row could both see it. Raised before anything is
-    /// written. Write the row with `insert_counted` / `update_counted` /
-    /// `delete_counted` ([`CounterCache`](crate::CounterCache)), or pass a
-    /// transaction (`db.begin()`) instead of the pool.
-    #[error("`{table}` has counter caches and was written outside a transaction")]
+    /// A row of an entity with a counter cache was written on a
+    /// connection pool (`am.insert(&db)`), outside any transaction: the row
+    /// and its counters would be two commits, and two deletes of one row
+    /// could both see it. Raised by the hooks before anything is written.
+    /// Write the row with `insert_counted` / `update_counted` /
+    /// `delete_counted` ([`CounterCache`](crate::CounterCache)), which open
+    /// their own transaction, or pass a transaction (`db.begin()`) instead
+    /// of the pool. The message names the call (`call_site`) when the
+    /// build has debug info, as tests do: run the tests of every path that
+    /// writes the child to find them all before production does.
+    #[error(
+        "`{table}` has a counter cache: `{operation}` on a connection pool would commit the row \
+         and its counts apart{}; use `Entity::{operation}_counted(&db, am)` or pass a transaction",
+        call_site.as_ref().map(|at| format!(" (called at {at})")).unwrap_or_default()
+    )]
     TransactionRequired {
         /// The child table.
         table: String,
+        /// `insert`, `update` or `delete` (`save` is one of the first two).
+        operation: &'static str,
+        /// Where the application made the call, `path:line:column`, when
+        /// the build has debug info.
+        call_site: Option<String>,
     },
 
     /// [`DeltaBatch::apply_in`](crate::DeltaBatch::apply_in) was given a

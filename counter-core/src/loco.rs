@@ -67,7 +67,11 @@ mod tests {
             busy,
             loco_rs::Error::CustomError(StatusCode::SERVICE_UNAVAILABLE, _)
         ));
-        let misuse = loco_rs::Error::from(CounterError::TransactionRequired { table: "t".into() });
+        let misuse = loco_rs::Error::from(CounterError::TransactionRequired {
+            table: "t".into(),
+            operation: "insert",
+            call_site: None,
+        });
         assert!(matches!(misuse, loco_rs::Error::Any(_)));
     }
 }

@@ -59,7 +59,7 @@ where
     if !insert && !rows::sets_counted::<E>(&am) {
         return Ok(am);
     }
-    require_transaction::<E, C>()?;
+    require_transaction::<E, C>(if insert { "insert" } else { "update" })?;
     if insert {
         return Ok(am);
     }
@@ -86,7 +86,7 @@ where
     C: ConnectionTrait,
 {
     if insert {
-        require_transaction::<E, C>()?;
+        require_transaction::<E, C>("insert")?;
         lock_model_keys::<E, C>(db, std::slice::from_ref(&model)).await?;
         count::<E, C>(db, [(&model, 1)]).await?;
     }
@@ -154,7 +154,7 @@ where
     E: CounterCache,
     C: ConnectionTrait,
 {
-    require_transaction::<E, C>()?;
+    require_transaction::<E, C>("delete")?;
     let Some(key) = rows::key_of_active(&am) else {
         return Ok(am);
     };
@@ -194,12 +194,56 @@ where
 /// `DatabaseExecutor` may wrap a pool, so it is refused too; other
 /// connection types (a transaction, an application's own wrapper of one)
 /// are trusted to be transactions.
-fn require_transaction<E: EntityTrait, C: ConnectionTrait>() -> Result<(), DbErr> {
+fn require_transaction<E: EntityTrait, C: ConnectionTrait>(
+    operation: &'static str,
+) -> Result<(), DbErr> {
     let name = type_name::<C>().trim_start_matches('&');
     let executor = name.starts_with(type_name::<DatabaseExecutor<'static>>());
     if !retry::is_pool::<C>() && !executor {
         return Ok(());
     }
     let table = rows::table_name::<E>();
-    Err(CounterError::TransactionRequired { table }.into_db_err())
+    let call_site = call_site();
+    tracing::error!(
+        table,
+        operation,
+        call_site = call_site
+            .as_deref()
+            .unwrap_or("unknown (build with debug info)"),
+        "a counter-cached row was written on a connection pool; refused"
+    );
+    Err(CounterError::TransactionRequired {
+        table,
+        operation,
+        call_site,
+    }
+    .into_db_err())
+}
+
+/// Where the application called `insert`, `update`, `save` or `delete`:
+/// the first frame of the backtrace in the application's own code (not
+/// in the standard library, a registry crate, this crate, or the
+/// `ActiveModelBehavior` impl the hooks are called from), as
+/// `path:line:column`. Needs debug info, as in tests and debug builds;
+/// `None` without. Only the refusal pays for the backtrace.
+fn call_site() -> Option<String> {
+    let trace = std::backtrace::Backtrace::force_capture().to_string();
+    let own = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+    let mut symbol = "";
+    for line in trace.lines() {
+        let line = line.trim();
+        let Some(location) = line.strip_prefix("at ") else {
+            symbol = line;
+            continue;
+        };
+        let foreign = ["/rustc/", "/.cargo/registry/", "/.cargo/git/", "/library/"]
+            .iter()
+            .any(|dir| location.contains(dir))
+            || location.starts_with(own)
+            || location.contains("counter-core/src/");
+        if !foreign && !symbol.contains("ActiveModelBehavior") {
+            return Some(location.to_owned());
+        }
+    }
+    None
 }

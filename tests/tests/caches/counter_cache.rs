@@ -244,7 +244,8 @@ backend_test! {
         assert!(
             matches!(
                 CounterError::from(err.clone()),
-                CounterError::TransactionRequired { ref table } if table == "items"
+                CounterError::TransactionRequired { ref table, operation: "insert", call_site: Some(ref at) }
+                    if table == "items" && at.contains("caches/counter_cache.rs:")
             ),
             "[{}] {err}",
             t.backend

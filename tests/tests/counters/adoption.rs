@@ -213,6 +213,8 @@ backend_test! {
         let refused = new_comment(1).insert(db).await.unwrap_err();
         let refused = CounterError::from(refused);
         assert_eq!(refused.kind(), ErrorKind::Misuse, "[{}] {refused}", t.backend);
+        // The message names this file: the call to find and fix.
+        assert!(refused.to_string().contains("adoption.rs:"), "[{}] {refused}", t.backend);
         eprintln!("[{}] plain insert on the pool: {refused}", t.backend);
         assert_eq!(comments::Entity::find().count(db).await.unwrap(), 2);
 
