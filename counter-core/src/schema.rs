@@ -140,26 +140,41 @@ pub mod migration {
                 owner: I::COLUMN,
             }
         }
-
-        /// The same migration under the application's own name, such as
-        /// `m20260101_000003_create_post_counters`. sea-orm-migration
-        /// matches applied migrations by name: choose it once, before the
-        /// migration first runs, and never change it.
-        pub fn named(mut self, name: impl Into<String>) -> Self {
-            self.name = name.into();
-            self
-        }
     }
+
+    /// `named` and `MigrationName` for each migration of this module: every
+    /// one has a default name and takes the application's instead.
+    macro_rules! named {
+        ($($migration:ident),+) => {$(
+            impl $migration {
+                /// The same migration under the application's own name, such
+                /// as `m20260101_000003_create_post_counters`. sea-orm-migration
+                /// matches applied migrations by name: choose it once, before
+                /// the migration first runs, and never change it.
+                pub fn named(mut self, name: impl Into<String>) -> Self {
+                    self.name = name.into();
+                    self
+                }
+            }
+
+            impl MigrationName for $migration {
+                fn name(&self) -> &str {
+                    &self.name
+                }
+            }
+        )+};
+    }
+
+    named!(
+        CounterTableMigration,
+        CounterTableUpgrade,
+        CascadeMigration,
+        BackfillMigration
+    );
 
     fn dialect(manager: &SchemaManager) -> Result<Dialect, DbErr> {
         Dialect::from_backend(manager.get_database_backend())
             .map_err(|e| DbErr::Migration(e.to_string()))
-    }
-
-    impl MigrationName for CounterTableMigration {
-        fn name(&self) -> &str {
-            &self.name
-        }
     }
 
     #[async_trait]
@@ -196,21 +211,6 @@ pub mod migration {
                 table,
                 owner: I::COLUMN,
             }
-        }
-    }
-
-    impl CounterTableUpgrade {
-        /// The same migration under the application's own name (see
-        /// [`CounterTableMigration::named`]).
-        pub fn named(mut self, name: impl Into<String>) -> Self {
-            self.name = name.into();
-            self
-        }
-    }
-
-    impl MigrationName for CounterTableUpgrade {
-        fn name(&self) -> &str {
-            &self.name
         }
     }
 
@@ -266,13 +266,6 @@ pub mod migration {
             }
         }
 
-        /// The same migration under the application's own name (see
-        /// [`CounterTableMigration::named`]).
-        pub fn named(mut self, name: impl Into<String>) -> Self {
-            self.name = name.into();
-            self
-        }
-
         async fn set(&self, manager: &SchemaManager<'_>, on: bool) -> Result<(), DbErr> {
             let dialect = dialect(manager)?;
             let db = manager.get_connection();
@@ -295,12 +288,6 @@ pub mod migration {
                 }
             }
             Ok(())
-        }
-    }
-
-    impl MigrationName for CascadeMigration {
-        fn name(&self) -> &str {
-            &self.name
         }
     }
 
@@ -370,19 +357,6 @@ pub mod migration {
                     truth,
                 }),
             }
-        }
-
-        /// The same migration under the application's own name (see
-        /// [`CounterTableMigration::named`]).
-        pub fn named(mut self, name: impl Into<String>) -> Self {
-            self.name = name.into();
-            self
-        }
-    }
-
-    impl MigrationName for BackfillMigration {
-        fn name(&self) -> &str {
-            &self.name
         }
     }
 

@@ -14,8 +14,11 @@ use quote::quote;
 use syn::{Attribute, ItemMod, LitStr, spanned::Spanned};
 
 use super::{
-    attr::{self, Form, SlotStrategy, Window},
-    expand::{Relation, companion_entity, counts_struct, key_enum, owner_type},
+    attr::{self, Form, SlotStrategy},
+    expand::{
+        Relation, companion_entity, counts_struct, key_enum, key_slots, key_windows, owner_type,
+        slot_strategy,
+    },
     model::{DEFAULT_SLOTS, Key, check_bucket_table, counter_table, validate_keys},
 };
 use crate::{
@@ -146,29 +149,9 @@ fn expand(d: &Declaration) -> TokenStream {
     let owner = owner_type(&private, d.owner);
     let slots = d.slots;
     let cascade = d.cascade;
-    let key_slots = d.keys.iter().filter_map(|k| {
-        let key = &k.name;
-        k.slots.map(|slots| quote!((#key, #slots)))
-    });
-    let key_windows = d.keys.iter().filter_map(|k| {
-        let key = &k.name;
-        k.window.map(|window| {
-            let window = match window {
-                Window::Hour => quote!(#root::Window::Hour),
-                Window::Day => quote!(#root::Window::Day),
-            };
-            quote!((#key, #window))
-        })
-    });
-    let strategy = match d.slot_strategy {
-        Some(SlotStrategy::Rotating) => {
-            quote!(::core::option::Option::Some(#root::SlotStrategy::Rotating))
-        }
-        Some(SlotStrategy::Random) => {
-            quote!(::core::option::Option::Some(#root::SlotStrategy::Random))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    let key_slots = key_slots(&d.keys);
+    let key_windows = key_windows(root, &d.keys);
+    let strategy = slot_strategy(root, d.slot_strategy);
     let relation = if d.cascade {
         Relation::ByName {
             table: owner_table.clone(),
@@ -199,8 +182,8 @@ fn expand(d: &Declaration) -> TokenStream {
                 owner_table: #owner_table,
                 owner_column: #owner_column,
                 slots: #slots,
-                key_slots: &[#(#key_slots),*],
-                key_windows: &[#(#key_windows),*],
+                key_slots: #key_slots,
+                key_windows: #key_windows,
                 cascade: #cascade,
                 slot_strategy: #strategy,
             };

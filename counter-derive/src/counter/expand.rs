@@ -57,25 +57,10 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
     let field = &model.primary_key.field;
     let column = &model.primary_key.column;
     let slots = model.slots;
-    let key_slots = model.keys.iter().filter_map(|k| {
-        let name = &k.name;
-        k.slots.map(|slots| quote!((#name, #slots)))
-    });
-    let key_windows = model.keys.iter().filter_map(|k| {
-        let name = &k.name;
-        k.window.map(|window| {
-            let window = window_tokens(root, window);
-            quote!((#name, #window))
-        })
-    });
+    let key_slots = key_slots(&model.keys);
+    let key_windows = key_windows(root, &model.keys);
     let cascade = model.cascade;
-    let strategy = match model.slot_strategy {
-        Some(strategy) => {
-            let strategy = slot_strategy_tokens(root, strategy);
-            quote!(::core::option::Option::Some(#strategy))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    let strategy = slot_strategy(root, model.slot_strategy);
     quote! {
         #[automatically_derived]
         impl #root::SlottedCounter for Entity {
@@ -89,8 +74,8 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
                         #private::derived_counters::<Entity>(
                             counters::TABLE,
                             #slots,
-                            &[#(#key_slots),*],
-                            &[#(#key_windows),*],
+                            #key_slots,
+                            #key_windows,
                             #private::sea_orm::IdenStatic::as_str(&Column::#column),
                             #cascade,
                             #strategy,
@@ -106,14 +91,36 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
     }
 }
 
-/// `::counter_core::SlotStrategy::Rotating` and so on: the counter-core
-/// variant of the same name.
-fn slot_strategy_tokens(root: &Root, strategy: SlotStrategy) -> TokenStream {
+/// `[("views", 64u16)]`: the keys with a slot count of their own.
+pub(super) fn key_slots(keys: &[Key]) -> TokenStream {
+    let pairs = keys.iter().filter_map(|k| {
+        let name = &k.name;
+        k.slots.map(|slots| quote!((#name, #slots)))
+    });
+    quote!(&[#(#pairs),*])
+}
+
+/// `[("views", ::counter_core::Window::Day)]`: the windowed keys.
+pub(super) fn key_windows(root: &Root, keys: &[Key]) -> TokenStream {
+    let pairs = keys.iter().filter_map(|k| {
+        let name = &k.name;
+        k.window.map(|window| {
+            let window = window_tokens(root, window);
+            quote!((#name, #window))
+        })
+    });
+    quote!(&[#(#pairs),*])
+}
+
+/// `Some(::counter_core::SlotStrategy::Rotating)` and so on (the
+/// counter-core variant of the same name), or `None` for the default.
+pub(super) fn slot_strategy(root: &Root, strategy: Option<SlotStrategy>) -> TokenStream {
     let variant = match strategy {
-        SlotStrategy::Rotating => quote!(Rotating),
-        SlotStrategy::Random => quote!(Random),
+        Some(SlotStrategy::Rotating) => quote!(Rotating),
+        Some(SlotStrategy::Random) => quote!(Random),
+        None => return quote!(::core::option::Option::None),
     };
-    quote!(#root::SlotStrategy::#variant)
+    quote!(::core::option::Option::Some(#root::SlotStrategy::#variant))
 }
 
 /// `::counter_core::Window::Day` and so on.

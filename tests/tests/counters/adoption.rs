@@ -176,8 +176,12 @@ backend_test! {
         let Some(declared_ddl) = migration_ddl(b, "adoption_ddl_declared", &declared).await else {
             return;
         };
-        let bound_ddl = migration_ddl(b, "adoption_ddl_bound", &bound).await.unwrap();
-        let derived_ddl = migration_ddl(b, "adoption_ddl_derived", &derived).await.unwrap();
+        let bound_ddl = migration_ddl(b, "adoption_ddl_bound", &bound)
+            .await
+            .unwrap();
+        let derived_ddl = migration_ddl(b, "adoption_ddl_derived", &derived)
+            .await
+            .unwrap();
         let creates = declared_ddl.iter().filter(|s| s.contains("CREATE")).count();
         // The table, its key index (inline on MySQL) and the bucket table.
         assert!(creates >= 2, "[{b}] {declared_ddl:#?}");
@@ -186,9 +190,16 @@ backend_test! {
             "[{b}] {declared_ddl:#?}"
         );
         assert_eq!(declared_ddl, bound_ddl, "[{b}] migration crate vs app");
-        assert_eq!(declared_ddl, derived_ddl, "[{b}] counter_table! vs the derive");
+        assert_eq!(
+            declared_ddl, derived_ddl,
+            "[{b}] counter_table! vs the derive"
+        );
         assert_eq!(declared.name(), derived.name());
-        figures("adoption_ddl_identity", b, &[("statements", declared_ddl.len() as u64)]);
+        figures(
+            "adoption_ddl_identity",
+            b,
+            &[("statements", declared_ddl.len() as u64)],
+        );
     }
 }
 
@@ -203,7 +214,9 @@ backend_test! {
 
         let counters = notes::Entity::counters();
         counters.increment(db, 1, Key::Likes).await.unwrap();
-        comments::Entity::insert_counted(db, new_comment(1)).await.unwrap();
+        comments::Entity::insert_counted(db, new_comment(1))
+            .await
+            .unwrap();
         let txn = db.begin().await.unwrap();
         new_comment(1).insert(&txn).await.unwrap();
         txn.commit().await.unwrap();
@@ -212,9 +225,18 @@ backend_test! {
         // with an error that says what to do.
         let refused = new_comment(1).insert(db).await.unwrap_err();
         let refused = CounterError::from(refused);
-        assert_eq!(refused.kind(), ErrorKind::Misuse, "[{}] {refused}", t.backend);
+        assert_eq!(
+            refused.kind(),
+            ErrorKind::Misuse,
+            "[{}] {refused}",
+            t.backend
+        );
         // The message names this file: the call to find and fix.
-        assert!(refused.to_string().contains("adoption.rs:"), "[{}] {refused}", t.backend);
+        assert!(
+            refused.to_string().contains("adoption.rs:"),
+            "[{}] {refused}",
+            t.backend
+        );
         eprintln!("[{}] plain insert on the pool: {refused}", t.backend);
         assert_eq!(comments::Entity::find().count(db).await.unwrap(), 2);
 
@@ -249,10 +271,24 @@ backend_test! {
         notes::Entity::counters().create_table(db).await.unwrap();
         let counters = notes::Entity::counters();
         counters.add(db, 1, Key::Views, 3).await.unwrap();
-        assert_eq!(counters.get(db, 1, Key::Views).await.unwrap(), 3, "[{}]", t.backend);
+        assert_eq!(
+            counters.get(db, 1, Key::Views).await.unwrap(),
+            3,
+            "[{}]",
+            t.backend
+        );
         notes::Entity::delete_by_id(1).exec(db).await.unwrap();
-        assert_eq!(counters.get(db, 1, Key::Views).await.unwrap(), 0, "[{}] cascade", t.backend);
-        assert!(counters.increment(db, 2, Key::Likes).await.is_err(), "[{}] no owner 2", t.backend);
+        assert_eq!(
+            counters.get(db, 1, Key::Views).await.unwrap(),
+            0,
+            "[{}] cascade",
+            t.backend
+        );
+        assert!(
+            counters.increment(db, 2, Key::Likes).await.is_err(),
+            "[{}] no owner 2",
+            t.backend
+        );
         t.finish().await;
     }
 }
@@ -280,21 +316,59 @@ backend_test! {
         // Applying it again changes nothing (the state already matches).
         up(db, &cascade).await;
         let counters = notes::Entity::counters();
-        assert_eq!(counters.get(db, 3, Key::Likes).await.unwrap(), 0, "[{}] orphan", t.backend);
-        assert_eq!(counters.get(db, 1, Key::Likes).await.unwrap(), 5, "[{}]", t.backend);
-        assert_eq!(counters.get(db, 2, Key::Views).await.unwrap(), 7, "[{}]", t.backend);
+        assert_eq!(
+            counters.get(db, 3, Key::Likes).await.unwrap(),
+            0,
+            "[{}] orphan",
+            t.backend
+        );
+        assert_eq!(
+            counters.get(db, 1, Key::Likes).await.unwrap(),
+            5,
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(
+            counters.get(db, 2, Key::Views).await.unwrap(),
+            7,
+            "[{}]",
+            t.backend
+        );
         // The reference works: deleting an owner deletes its counts, in
         // both tables, and a write for a missing owner is refused.
         notes::Entity::delete_by_id(1).exec(db).await.unwrap();
-        assert_eq!(counters.get(db, 1, Key::Likes).await.unwrap(), 0, "[{}]", t.backend);
-        let day = counters.range(db, 1, Key::Views, chrono::DateTime::UNIX_EPOCH, chrono::Utc::now() + chrono::Duration::days(1)).await.unwrap();
+        assert_eq!(
+            counters.get(db, 1, Key::Likes).await.unwrap(),
+            0,
+            "[{}]",
+            t.backend
+        );
+        let day = counters
+            .range(
+                db,
+                1,
+                Key::Views,
+                chrono::DateTime::UNIX_EPOCH,
+                chrono::Utc::now() + chrono::Duration::days(1),
+            )
+            .await
+            .unwrap();
         assert_eq!(day, 0, "[{}] buckets", t.backend);
-        assert!(counters.increment(db, 9, Key::Likes).await.is_err(), "[{}]", t.backend);
+        assert!(
+            counters.increment(db, 9, Key::Likes).await.is_err(),
+            "[{}]",
+            t.backend
+        );
 
         // `down` takes it away again: counts outlive their owner.
         cascade.down(&SchemaManager::new(db)).await.unwrap();
         notes::Entity::delete_by_id(2).exec(db).await.unwrap();
-        assert_eq!(counters.get(db, 2, Key::Views).await.unwrap(), 7, "[{}]", t.backend);
+        assert_eq!(
+            counters.get(db, 2, Key::Views).await.unwrap(),
+            7,
+            "[{}]",
+            t.backend
+        );
         counters.increment(db, 9, Key::Likes).await.unwrap();
         t.finish().await;
     }
@@ -343,31 +417,62 @@ backend_test! {
         }
         // Existing rows, or fixtures seeded with `insert_many`: no hooks ran.
         let seeded: Vec<_> = (0..200).map(|i| new_comment(i % 20 + 1)).collect();
-        comments::Entity::insert_many(seeded).exec(db).await.unwrap();
-        assert_eq!(comments::Entity::check_counters(db).await.unwrap(), 20, "[{}]", t.backend);
+        comments::Entity::insert_many(seeded)
+            .exec(db)
+            .await
+            .unwrap();
+        assert_eq!(
+            comments::Entity::check_counters(db).await.unwrap(),
+            20,
+            "[{}]",
+            t.backend
+        );
 
         // The backfill runs while the app keeps adding comments.
         let writer = {
             let db = db.clone();
             tokio::spawn(async move {
                 for i in 0..60 {
-                    comments::Entity::insert_counted(&db, new_comment(i % 20 + 1)).await.unwrap();
+                    comments::Entity::insert_counted(&db, new_comment(i % 20 + 1))
+                        .await
+                        .unwrap();
                 }
             })
         };
         let backfill = notes::Entity::counters()
             .backfill_migration(Key::Comments, Truth::rows_of("comments", "note_id"));
-        assert_eq!(backfill.name(), "counter_core_backfill_notes_counters_comments");
+        assert_eq!(
+            backfill.name(),
+            "counter_core_backfill_notes_counters_comments"
+        );
         up(db, &backfill).await;
         writer.await.unwrap();
 
-        assert_eq!(comments::Entity::check_counters(db).await.unwrap(), 0, "[{}]", t.backend);
-        let counts = notes::Entity::counters().counts_many(db, &(1..=20).collect::<Vec<_>>()).await.unwrap();
+        let drift_after = comments::Entity::check_counters(db).await.unwrap();
+        let counts = notes::Entity::counters()
+            .counts_many(db, &(1..=20).collect::<Vec<_>>())
+            .await
+            .unwrap();
         let total: i64 = counts.values().map(|c| c.comments).sum();
+        figures(
+            "adoption_backfill",
+            t.backend,
+            &[
+                ("rows_before", 200),
+                ("rows_written_during", 60),
+                ("counted_after", total as u64),
+                ("drift_after", drift_after),
+                ("increments_lost", (260 - total).unsigned_abs()),
+            ],
+        );
+        assert_eq!(drift_after, 0, "[{}]", t.backend);
         assert_eq!(total, 260, "[{}]", t.backend);
 
         // The fixture helper: seed more behind the hooks, then repair.
-        comments::Entity::insert_many([new_comment(1), new_comment(2)]).exec(db).await.unwrap();
+        comments::Entity::insert_many([new_comment(1), new_comment(2)])
+            .exec(db)
+            .await
+            .unwrap();
         assert_eq!(comments::Entity::recount_counters(db).await.unwrap(), 2);
         assert_eq!(comments::Entity::check_counters(db).await.unwrap(), 0);
         t.finish().await;
@@ -406,13 +511,19 @@ backend_test! {
         })
         .await;
         let insert = statements(&sent, || async {
-            comments::Entity::insert_counted(db, new_comment(1)).await.unwrap();
+            comments::Entity::insert_counted(db, new_comment(1))
+                .await
+                .unwrap();
         })
         .await;
         let delete = {
-            let row = comments::Entity::insert_counted(db, new_comment(1)).await.unwrap();
+            let row = comments::Entity::insert_counted(db, new_comment(1))
+                .await
+                .unwrap();
             statements(&sent, || async {
-                comments::Entity::delete_counted(db, row.into()).await.unwrap();
+                comments::Entity::delete_counted(db, row.into())
+                    .await
+                    .unwrap();
             })
             .await
         };
