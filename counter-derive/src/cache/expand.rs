@@ -152,9 +152,12 @@ fn count_row(root: &Root, cache: &Cache) -> TokenStream {
     }
 }
 
-/// `super::post::counters::Key::PublishedComments`: the key enum the
-/// parent's `#[derive(SlottedCounter)]` put beside its `Entity`. The variant
-/// keeps the user's key span, `counters::Key` the span of `Entity`.
+/// `super::post::counters::by_name::published_comments`: the key the
+/// parent's `#[derive(SlottedCounter)]` (or `counter_table!`) put beside its
+/// `Entity`, under its stored name. The name keeps the user's key span, so
+/// a key the parent lacks is rustc's error there, offering the parent's
+/// similar key as written in the attribute; `counters::by_name` the span of
+/// `Entity`.
 fn key_variant(cache: &Cache) -> TokenStream {
     let path = &cache.parent;
     let entity = path
@@ -163,9 +166,9 @@ fn key_variant(cache: &Cache) -> TokenStream {
         .map_or_else(|| path.span(), |s| s.ident.span());
     let root = path.leading_colon;
     let module = path.segments.iter().rev().skip(1).rev();
-    let variant = &cache.variant;
-    let counters = quote_spanned!(entity=> counters::Key);
-    quote!(#root #(#module ::)* #counters::#variant)
+    let name = &cache.key_ident;
+    let counters = quote_spanned!(entity=> counters::by_name);
+    quote!(#root #(#module ::)* #counters::#name)
 }
 
 /// The cache's `CacheRule`, for what runs outside a row's hooks.

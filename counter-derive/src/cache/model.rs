@@ -11,8 +11,9 @@ use syn::{DeriveInput, Field, Ident, Path, ext::IdentExt};
 
 use super::attr::{self, CacheAttr};
 use crate::{
+    counter::model::field_ident,
     diagnostics::{Checked, Errors, unknown},
-    entity::{self, column_ident, is_ignored, not_a_model, variant_ident},
+    entity::{self, column_ident, is_ignored, not_a_model},
     options::path_string,
     root::Root,
     symbol::{COUNTER_CACHE, CRATE, KEY, PARENT, VIA},
@@ -33,8 +34,9 @@ pub(crate) struct Cache {
     pub parent: Path,
     /// The parent's stored key name.
     pub key: String,
-    /// The parent's `counters::Key` variant, spanned at the user's key.
-    pub variant: Ident,
+    /// The parent's `counters::by_name` constant of the key, spanned at
+    /// the user's key.
+    pub key_ident: Ident,
     pub via: FieldRef,
     pub sum: Option<FieldRef>,
     /// The flag field and the value that counts.
@@ -205,22 +207,11 @@ fn read_caches(attrs: &[syn::Attribute], resolver: &Resolver, errors: &mut Error
             continue;
         }
         // Spanned at the user's key, so that rustc's error for a key the
-        // parent lacks points there. (rustc then offers the similar
-        // UpperCamelCase variant as the fix, which is no key; a span of
-        // another hygiene, `Span::mixed_site().located_at(..)`, keeps that
-        // suggestion and only adds a note about the derive.)
-        let Some(variant) = variant_ident(&name, key.span()) else {
-            // `attr` admits only keys that start with a letter, which all
-            // have one.
-            errors.at(
-                key.span(),
-                format!("key `{name}` has no `Key` variant name"),
-            );
-            continue;
-        };
+        // parent lacks points there, offering the parent's similar key.
+        let key_ident = field_ident(&name, key.span());
         caches.push(Cache {
             parent,
-            variant,
+            key_ident,
             key: name,
             via,
             sum,

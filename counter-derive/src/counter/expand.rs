@@ -247,8 +247,18 @@ pub(super) fn key_enum(root: &Root, keys: &[Key]) -> TokenStream {
     let count = keys.len();
     let variants: Vec<_> = keys.iter().map(|k| &k.variant).collect();
     let names: Vec<_> = keys.iter().map(|k| &k.name).collect();
+    let fields: Vec<_> = keys.iter().map(|k| &k.field).collect();
     let docs = names.iter().map(|n| format!(" `{n}`"));
     quote! {
+        /// Each key under its stored name, as the counter caches'
+        /// `key = comments` names it: a misspelt key there is rustc's
+        /// error with the similar stored name as the fix.
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        pub mod by_name {
+            #(pub const #fields: super::Key = super::Key::#variants;)*
+        }
+
         /// The counters of an owner. `as_str` is the stored name; `parse`
         /// turns a stored or user-supplied name back into a key.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -217,7 +217,7 @@ pub(crate) fn check_bucket_table(table: &str, keys: &[Key], errors: &mut Errors)
 
 /// The `Counts` field of a key: the key itself, raw if it is a keyword
 /// (`type` becomes `r#type`).
-fn field_ident(name: &str, span: Span) -> Ident {
+pub(crate) fn field_ident(name: &str, span: Span) -> Ident {
     // syn knows every keyword but edition 2024's `gen`.
     if name != "gen" && syn::parse_str::<Ident>(name).is_ok() {
         Ident::new(name, span)
