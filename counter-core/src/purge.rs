@@ -41,8 +41,11 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// owner table, returning the slot rows deleted: the repair after rows
     /// were deleted without the counts, by `delete_many`, raw SQL or a
     /// truncate (Loco's `truncate` hook calls it after truncating the owner
-    /// table). One statement per table that reads every slot row; the owner
-    /// table needs its primary-key index, which it has.
+    /// table). The orphaned owners are read first without a lock (one scan
+    /// of the table, the owner table through its primary key), then deleted
+    /// 1,000 owners per statement, each statement checking again that the
+    /// owner is still gone: writers of other owners are never locked out
+    /// for the length of the scan.
     ///
     /// The owner table is the one the derives and `counter_table!` name;
     /// a handle built by hand needs [`CounterTable::with_owner`](crate::CounterTable::with_owner),
@@ -57,9 +60,18 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let dialect = Dialect::of(db)?;
         let mut deleted = 0;
         for (table, _) in sql::tables(self.table()) {
-            let stmt = sql::delete_orphans(dialect, &table, owner);
-            let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
-            deleted += done.rows_affected();
+            let select = sql::orphan_owners(dialect, &table, owner);
+            let rows = retry::run(db, &table, || detach::query_all(db, select.clone())).await?;
+            let orphans = rows
+                .iter()
+                .map(|row| row.try_get_by_index::<I>(0))
+                .collect::<Result<Vec<I>, _>>()?;
+            for chunk in orphans.chunks(OWNERS_PER_STATEMENT) {
+                let values = chunk.iter().cloned().map(Into::into).collect();
+                let stmt = sql::delete_orphans_of(dialect, &table, owner, values);
+                let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+                deleted += done.rows_affected();
+            }
         }
         Ok(deleted)
     }

@@ -59,22 +59,26 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         migration::CounterTableUpgrade::new(self.untyped())
     }
 
-    /// The migration that makes an existing table's reference to its owner
-    /// match the declaration: with `cascade`, it deletes the counts of
-    /// owners that are gone (which the reference would refuse) and adds
-    /// `FOREIGN KEY (owner_id) ... ON DELETE CASCADE`; without, it drops
-    /// the reference. Both for the bucket table too. A table already in
-    /// that state is left alone, so it is safe after
-    /// [`Counters::migration`] on a new database. `down` does the opposite.
+    /// The migration that turns an existing table's reference to its owner
+    /// on (`on`) or off, when the declaration's `cascade` changes: on, it
+    /// deletes the counts of owners that are gone (which the reference
+    /// would refuse) and makes `owner_id` reference the owner with
+    /// `ON DELETE CASCADE`, replacing any other reference on it (one made
+    /// by schema sync or by hand); off, it drops every reference on
+    /// `owner_id`. Both for the bucket table too. A table already in that
+    /// state is left alone, so it is safe after [`Counters::migration`] on
+    /// a new database. `down` does the opposite.
     ///
-    /// Its name is `counter_core_cascade_on_<table>` (or `_off_`); append it
-    /// to the `Migrator` when you turn `cascade` on or off. PostgreSQL and
-    /// MySQL alter the tables in place (on MySQL the check of existing rows
-    /// locks the table while it runs); SQLite rebuilds them, in the
-    /// migration's transaction.
+    /// Like any migration it records a change at one point in history: its
+    /// name is `counter_core_cascade_on_<table>` (or `_off_`), and a second
+    /// change to the same state needs a name of its own (`.named(...)`).
+    /// PostgreSQL adds the reference `NOT VALID`, deletes the orphans and
+    /// validates, in the migration's transaction; MySQL alters in place (the
+    /// check of existing rows locks the table while it runs); SQLite
+    /// rebuilds the tables in the migration's transaction.
     #[cfg(feature = "migration")]
-    pub fn cascade_migration(&self) -> migration::CascadeMigration {
-        migration::CascadeMigration::new(self.untyped())
+    pub fn cascade_migration(&self, on: bool) -> migration::CascadeMigration {
+        migration::CascadeMigration::new(self.untyped(), on)
     }
 
     /// The migration that fills `key` from `truth` on a table that already
@@ -247,22 +251,25 @@ pub mod migration {
         name: String,
         table: CounterTable,
         owner: OwnerColumn,
+        on: bool,
     }
 
+    /// How many times adding the reference is tried on MySQL, where a write
+    /// for a just-deleted owner can make a new orphan between the delete of
+    /// the orphans and the `ALTER` (each commits on its own).
+    const CASCADE_ATTEMPTS: usize = 3;
+
     impl CascadeMigration {
-        /// The migration making `counters`' table reference its owner as
-        /// its declaration says.
-        pub fn new<I: OwnerId>(counters: Counters<I>) -> Self {
+        /// The migration turning `counters`' reference to its owner on
+        /// (`on`) or off.
+        pub fn new<I: OwnerId>(counters: Counters<I>, on: bool) -> Self {
             let table = counters.table().clone();
-            let state = if table.cascade().is_some() {
-                "on"
-            } else {
-                "off"
-            };
+            let state = if on { "on" } else { "off" };
             Self {
                 name: format!("counter_core_cascade_{state}_{}", table.name()),
                 table,
                 owner: I::COLUMN,
+                on,
             }
         }
 
@@ -276,15 +283,46 @@ pub mod migration {
                 .into());
             }
             for (name, layout) in sql::tables(&self.table) {
-                let has = !db
-                    .query_all_raw(sql::foreign_keys(dialect, &name))
-                    .await?
-                    .is_empty();
-                if has == on {
-                    continue;
-                }
-                for stmt in sql::set_cascade(dialect, &self.table, &name, layout, self.owner, on) {
-                    db.execute_raw(stmt).await?;
+                for attempt in 1..=CASCADE_ATTEMPTS {
+                    let existing = db
+                        .query_all_raw(sql::owner_keys(dialect, &name))
+                        .await?
+                        .iter()
+                        .map(sql::owner_key)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let done = if on {
+                        existing.len() == 1 && existing[0].cascades
+                    } else {
+                        existing.is_empty()
+                    };
+                    if done {
+                        break;
+                    }
+                    let statements = sql::set_cascade(
+                        dialect,
+                        &self.table,
+                        &name,
+                        layout,
+                        self.owner,
+                        &existing,
+                        on,
+                    );
+                    let mut result = Ok(());
+                    for stmt in statements {
+                        result = db.execute_raw(stmt).await.map(drop);
+                        if result.is_err() {
+                            break;
+                        }
+                    }
+                    match result {
+                        Ok(()) => break,
+                        Err(e) if dialect != Dialect::MySql || attempt == CASCADE_ATTEMPTS => {
+                            return Err(e);
+                        }
+                        Err(e) => {
+                            tracing::warn!(table = name, attempt, error = %e, "retrying the reference")
+                        }
+                    }
                 }
             }
             Ok(())
@@ -294,11 +332,11 @@ pub mod migration {
     #[async_trait]
     impl MigrationTrait for CascadeMigration {
         async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-            self.set(manager, self.table.cascade().is_some()).await
+            self.set(manager, self.on).await
         }
 
         async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-            self.set(manager, self.table.cascade().is_none()).await
+            self.set(manager, !self.on).await
         }
 
         /// All or nothing where the backend's DDL allows it (SQLite's

@@ -228,7 +228,15 @@ fn require_transaction<E: EntityTrait, C: ConnectionTrait>(
 /// `None` without. Only the refusal pays for the backtrace.
 fn call_site() -> Option<String> {
     let trace = std::backtrace::Backtrace::force_capture().to_string();
-    let own = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+    // Paths compared with `/` separators, wherever the toolchain and the
+    // registry live (`CARGO_HOME`, `RUSTUP_HOME`, Windows).
+    let own = concat!(env!("CARGO_MANIFEST_DIR"), "/").replace('\\', "/");
+    let foreign = [
+        "/rustc/",
+        "/rustlib/src/",
+        "/registry/src/",
+        "/git/checkouts/",
+    ];
     let mut symbol = "";
     for line in trace.lines() {
         let line = line.trim();
@@ -236,12 +244,11 @@ fn call_site() -> Option<String> {
             symbol = line;
             continue;
         };
-        let foreign = ["/rustc/", "/.cargo/registry/", "/.cargo/git/", "/library/"]
-            .iter()
-            .any(|dir| location.contains(dir))
-            || location.starts_with(own)
-            || location.contains("counter-core/src/");
-        if !foreign && !symbol.contains("ActiveModelBehavior") {
+        let path = location.replace('\\', "/");
+        let theirs = foreign.iter().any(|dir| path.contains(dir))
+            || path.starts_with(&own)
+            || path.contains("counter-core/src/");
+        if !theirs && !symbol.contains("ActiveModelBehavior") {
             return Some(location.to_owned());
         }
     }

@@ -24,7 +24,7 @@ mod upsert;
 
 pub(crate) use buckets::{bucket_sums, prune_buckets};
 #[cfg(feature = "migration")]
-pub(crate) use cascade::{foreign_keys, set_cascade};
+pub(crate) use cascade::{owner_key, owner_keys, set_cascade};
 pub(crate) use compact::{FoldDeletion, SlotRow, fold_deletion, lock_slots};
 #[cfg_attr(not(feature = "migration"), allow(unused_imports))]
 pub(crate) use ddl::{create_bucket_table, create_key_index, key_index_name};
@@ -32,7 +32,7 @@ pub(crate) use ddl::{create_table, drop_table, owner_fk_name};
 pub(crate) use errors::{Classified, classify, names_table};
 pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks, takes_row_key_locks};
 pub(crate) use order::owner_order;
-pub(crate) use owners::{delete_all, delete_orphans, delete_owners, tables};
+pub(crate) use owners::{delete_all, delete_orphans_of, delete_owners, orphan_owners, tables};
 pub(crate) use range::{OwnerRange, nth_row_owner};
 pub(crate) use rank::ranked;
 pub(crate) use reconcile::{

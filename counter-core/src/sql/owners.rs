@@ -19,7 +19,7 @@ pub(crate) fn tables(table: &CounterTable) -> Vec<(String, Layout)> {
     tables
 }
 
-pub(super) fn owner_ref(owner: &OwnerTable) -> TableRef {
+fn owner_ref(owner: &OwnerTable) -> TableRef {
     match &owner.schema {
         Some(schema) => (
             Alias::new(schema.as_ref()),
@@ -63,10 +63,40 @@ fn owner_exists(table: &str, owner: &OwnerTable) -> SimpleExpr {
 }
 
 /// `DELETE FROM t WHERE NOT EXISTS (SELECT 1 FROM owner WHERE owner.id =
-/// t.owner_id)`: the counts no owner row holds any more.
+/// t.owner_id)`: the counts no owner row holds any more, in one statement
+/// (the cascade migration's, under its lock).
+#[cfg_attr(not(feature = "migration"), allow(dead_code))]
 pub(crate) fn delete_orphans(dialect: Dialect, table: &str, owner: &OwnerTable) -> Statement {
     let delete = Query::delete()
         .from_table(Alias::new(table))
+        .and_where(owner_exists(table, owner).not())
+        .to_owned();
+    dialect.backend().build(&delete)
+}
+
+/// `SELECT DISTINCT owner_id FROM t WHERE NOT EXISTS (...)`: the owners
+/// whose rows are gone, read without locking anything.
+pub(crate) fn orphan_owners(dialect: Dialect, table: &str, owner: &OwnerTable) -> Statement {
+    let select = Query::select()
+        .distinct()
+        .column(Alias::new(col::OWNER_ID))
+        .from(Alias::new(table))
+        .and_where(owner_exists(table, owner).not())
+        .to_owned();
+    dialect.backend().build(&select)
+}
+
+/// [`delete_owners`] of those of `owners` whose row is still gone: a row
+/// inserted again since [`orphan_owners`] read keeps its counts.
+pub(crate) fn delete_orphans_of(
+    dialect: Dialect,
+    table: &str,
+    owner: &OwnerTable,
+    owners: Vec<Value>,
+) -> Statement {
+    let delete = Query::delete()
+        .from_table(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners))
         .and_where(owner_exists(table, owner).not())
         .to_owned();
     dialect.backend().build(&delete)

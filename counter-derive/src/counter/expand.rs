@@ -179,6 +179,10 @@ pub(crate) fn companion_entity(
         },
         Relation::ToEntity(column) => {
             let to = format!("super::Column::{column}");
+            // The name the migration gives it, so that schema sync and the
+            // cascade migration find one reference, not two.
+            let mut fk_name = format!("{table}_owner_fk");
+            fk_name.truncate(super::attr::MAX_TABLE_NAME_LEN);
             quote! {
                 /// The companion table's relations.
                 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
@@ -188,7 +192,8 @@ pub(crate) fn companion_entity(
                         belongs_to = "super::Entity",
                         from = "Column::OwnerId",
                         to = #to,
-                        on_delete = "Cascade"
+                        on_delete = "Cascade",
+                        fk_name = #fk_name
                     )]
                     Owner,
                 }

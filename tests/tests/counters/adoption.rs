@@ -124,6 +124,15 @@ async fn up(db: &DatabaseConnection, migration: &dyn MigrationTrait) {
     migration.up(&SchemaManager::new(db)).await.unwrap();
 }
 
+/// `up` in a transaction, as sea-orm-migration runs a migration whose
+/// `use_transaction` is `Some(true)`.
+async fn up_in_transaction(db: &DatabaseConnection, migration: &dyn MigrationTrait) {
+    assert_eq!(migration.use_transaction(), Some(true));
+    let txn = db.begin().await.unwrap();
+    migration.up(&SchemaManager::new(&txn)).await.unwrap();
+    txn.commit().await.unwrap();
+}
+
 async fn new_note(db: &DatabaseConnection, id: i32) {
     notes::ActiveModel {
         id: Set(id),
@@ -310,11 +319,11 @@ backend_test! {
             v1.add(db, owner, Key::Views, 7).await.unwrap();
         }
 
-        let cascade = notes::Entity::counters().cascade_migration();
+        let cascade = notes::Entity::counters().cascade_migration(true);
         assert_eq!(cascade.name(), "counter_core_cascade_on_notes_counters");
-        up(db, &cascade).await;
+        up_in_transaction(db, &cascade).await;
         // Applying it again changes nothing (the state already matches).
-        up(db, &cascade).await;
+        up_in_transaction(db, &cascade).await;
         let counters = notes::Entity::counters();
         assert_eq!(
             counters.get(db, 3, Key::Likes).await.unwrap(),
