@@ -9,6 +9,8 @@
 //! [`counter_table!`]: crate::counter_table
 //! [`slotted_counter!`]: crate::slotted_counter
 
+use std::borrow::Cow;
+
 use sea_orm::{
     EntityTrait, IdenStatic, Iterable, ModelTrait, PrimaryKeyToColumn, PrimaryKeyTrait,
     RelationDef, RelationType,
@@ -38,6 +40,12 @@ impl Declaration {
     /// The companion table declared. The macro has checked every name and
     /// slot count, so this cannot fail.
     pub fn table(&self) -> CounterTable {
+        self.table_in(None)
+    }
+
+    /// [`Declaration::table`] with the owner table in `schema` (an
+    /// entity's `schema_name`).
+    pub(crate) fn table_in(&self, schema: Option<Cow<'static, str>>) -> CounterTable {
         let build = || -> crate::Result<CounterTable> {
             let mut table = CounterTable::new(self.table)?.with_slots(self.slots)?;
             for &(key, slots) in self.key_slots {
@@ -47,7 +55,7 @@ impl Declaration {
                 table = table.with_key_window(key, window)?;
             }
             let owner = OwnerTable {
-                schema: None,
+                schema,
                 table: self.owner_table.into(),
                 column: self.owner_column.into(),
             };
@@ -63,10 +71,7 @@ impl Declaration {
         };
         match build() {
             Ok(table) => table,
-            Err(e) => unreachable!(
-                "counter_table! checked `{}` at compile time: {e}",
-                self.table
-            ),
+            Err(e) => unreachable!("the macros checked `{}` at compile time: {e}", self.table),
         }
     }
 }

@@ -8,7 +8,8 @@ use sea_orm::{
 };
 
 use crate::{
-    CountSet, CounterTable, Counters, KeySet, OwnerId, OwnerTable, Result, SlotStrategy, Window,
+    CountSet, CounterTable, Counters, KeySet, OwnerId, Result, SlotStrategy, Window,
+    declaration::Declaration,
 };
 
 /// The typed handle of an entity's counters: `post::Entity::counters()`.
@@ -169,40 +170,23 @@ impl<E: SlottedCounter> Counters<E::OwnerId, E> {
 pub fn derived_counters<E: SlottedCounter>(
     table: &'static str,
     slots: u16,
-    key_slots: &[(&str, u16)],
-    key_windows: &[(&str, Window)],
+    key_slots: &'static [(&'static str, u16)],
+    key_windows: &'static [(&'static str, Window)],
     owner_column: &'static str,
     cascade: bool,
-    strategy: Option<SlotStrategy>,
+    slot_strategy: Option<SlotStrategy>,
 ) -> EntityCounters<E> {
-    let build = || -> Result<CounterTable> {
-        let mut config = CounterTable::new(table)?.with_slots(slots)?;
-        for &(key, slots) in key_slots {
-            config = config.with_key_slots(key, slots)?;
-        }
-        for &(key, window) in key_windows {
-            config = config.with_key_window(key, window)?;
-        }
-        let entity = E::default();
-        let owner = OwnerTable {
-            schema: entity.schema_name().map(|s| s.to_owned().into()),
-            table: entity.table_name().into(),
-            column: owner_column.into(),
-        };
-        config = if cascade {
-            config.with_cascade(owner)
-        } else {
-            config.with_owner(owner)
-        };
-        if let Some(strategy) = strategy {
-            config = config.with_slot_strategy(strategy);
-        }
-        Ok(config)
+    let entity = E::default();
+    let declaration = Declaration {
+        table,
+        owner_table: entity.table_name(),
+        owner_column,
+        slots,
+        key_slots,
+        key_windows,
+        cascade,
+        slot_strategy,
     };
-    match build() {
-        Ok(config) => Counters::for_entity(config),
-        Err(e) => {
-            unreachable!("#[derive(SlottedCounter)] checked `{table}` at compile time: {e}")
-        }
-    }
+    let schema = entity.schema_name().map(|s| s.to_owned().into());
+    Counters::for_entity(declaration.table_in(schema))
 }

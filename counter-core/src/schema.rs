@@ -306,7 +306,7 @@ pub mod migration {
                         self.owner,
                         &existing,
                         on,
-                    );
+                    )?;
                     let mut result = Ok(());
                     for stmt in statements {
                         result = db.execute_raw(stmt).await.map(drop);

@@ -1,9 +1,15 @@
 //! Adding or removing the `ON DELETE CASCADE` reference of a counter table
 //! that already exists (the cascade migration).
 
-use sea_orm::{QueryResult, Statement};
+use sea_orm::{
+    DbErr, QueryResult, Statement,
+    sea_query::{Alias, ForeignKey, ForeignKeyAction, Query, Table},
+};
 
-use super::{Dialect, Layout, col, ddl, owners::delete_orphans};
+use super::{
+    Dialect, Layout, col, ddl,
+    owners::{delete_orphans, owner_ref},
+};
 use crate::{owner::OwnerColumn, table::CounterTable};
 
 /// A foreign key on a counter table's `owner_id`, whoever made it (this
@@ -79,18 +85,11 @@ pub(crate) fn set_cascade(
     owner_column: OwnerColumn,
     existing: &[OwnerKey],
     on: bool,
-) -> Vec<Statement> {
+) -> Result<Vec<Statement>, DbErr> {
     let Some(owner) = table.owner() else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let backend = dialect.backend();
-    // Identifiers quoted (and their quote characters doubled) as
-    // sea-query quotes them.
-    let quote = |ident: &str| match dialect {
-        Dialect::MySql => format!("`{}`", ident.replace('`', "``")),
-        _ => format!("\"{}\"", ident.replace('"', "\"\"")),
-    };
-    let sql = |text: String| Statement::from_string(backend, text);
     let mut statements = Vec::new();
     if dialect == Dialect::Sqlite {
         if on {
@@ -102,19 +101,30 @@ pub(crate) fn set_cascade(
         } else {
             table.without_cascade()
         };
-        let columns = layout
+        let columns: Vec<Alias> = layout
             .primary_key()
             .iter()
-            .copied()
-            .chain([col::VALUE])
-            .map(quote)
-            .collect::<Vec<_>>()
-            .join(", ");
-        statements.push(sql(format!(
-            "ALTER TABLE {} RENAME TO {}",
-            quote(name),
-            quote(&aside)
-        )));
+            .chain([&col::VALUE])
+            .map(|c| Alias::new(*c))
+            .collect();
+        let copy = Query::insert()
+            .into_table(Alias::new(name))
+            .columns(columns.clone())
+            .select_from(
+                Query::select()
+                    .columns(columns)
+                    .from(Alias::new(&aside))
+                    .to_owned(),
+            )
+            .map_err(|e| DbErr::Custom(format!("rebuilding {name}: {e}")))?
+            .to_owned();
+        statements.push(
+            backend.build(
+                &Table::rename()
+                    .table(Alias::new(name), Alias::new(&aside))
+                    .to_owned(),
+            ),
+        );
         statements.push(backend.build(&ddl::table_def(
             dialect,
             &target,
@@ -122,54 +132,48 @@ pub(crate) fn set_cascade(
             layout,
             owner_column,
         )));
-        statements.push(sql(format!(
-            "INSERT INTO {} ({columns}) SELECT {columns} FROM {}",
-            quote(name),
-            quote(&aside)
-        )));
-        statements.push(sql(format!("DROP TABLE {}", quote(&aside))));
+        statements.push(backend.build(&copy));
+        statements.push(backend.build(&Table::drop().table(Alias::new(&aside)).to_owned()));
         if layout == Layout::Totals {
             statements.push(ddl::create_key_index(dialect, name, true));
         }
-        return statements;
+        return Ok(statements);
     }
-    let drop = match dialect {
-        Dialect::MySql => "DROP FOREIGN KEY",
-        _ => "DROP CONSTRAINT",
-    };
     for key in existing {
-        statements.push(sql(format!(
-            "ALTER TABLE {} {drop} {}",
-            quote(name),
-            quote(&key.name)
-        )));
+        let drop = ForeignKey::drop()
+            .name(&key.name)
+            .table(Alias::new(name))
+            .to_owned();
+        statements.push(backend.build(&drop));
     }
     if !on {
-        return statements;
+        return Ok(statements);
     }
-    let owner_table = match &owner.schema {
-        Some(schema) => format!("{}.{}", quote(schema), quote(&owner.table)),
-        None => quote(&owner.table),
-    };
     let fk_name = ddl::owner_fk_name(name);
-    let add = format!(
-        "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {owner_table} ({}) ON DELETE CASCADE",
-        quote(name),
-        quote(&fk_name),
-        quote(col::OWNER_ID),
-        quote(&owner.column),
+    let mut add = backend.build(
+        ForeignKey::create()
+            .name(&fk_name)
+            .from(Alias::new(name), Alias::new(col::OWNER_ID))
+            .to(owner_ref(owner), Alias::new(owner.column.as_ref()))
+            .on_delete(ForeignKeyAction::Cascade),
     );
     if dialect == Dialect::Postgres {
-        statements.push(sql(format!("{add} NOT VALID")));
+        // PostgreSQL's own clauses, which sea-query does not write.
+        let quote = |ident: &str| format!("\"{}\"", ident.replace('"', "\"\""));
+        add.sql.push_str(" NOT VALID");
+        statements.push(add);
         statements.push(delete_orphans(dialect, name, owner));
-        statements.push(sql(format!(
-            "ALTER TABLE {} VALIDATE CONSTRAINT {}",
-            quote(name),
-            quote(&fk_name)
-        )));
+        statements.push(Statement::from_string(
+            backend,
+            format!(
+                "ALTER TABLE {} VALIDATE CONSTRAINT {}",
+                quote(name),
+                quote(&fk_name)
+            ),
+        ));
     } else {
         statements.push(delete_orphans(dialect, name, owner));
-        statements.push(sql(add));
+        statements.push(add);
     }
-    statements
+    Ok(statements)
 }

@@ -187,10 +187,11 @@ pub(crate) fn owner_fk_name(name: &str) -> String {
 /// `DROP TABLE IF EXISTS` of `table`'s bucket table, if it has one, then
 /// of the table itself: every table [`create_table`] creates.
 pub(crate) fn drop_table(dialect: Dialect, table: &CounterTable) -> Vec<(String, Statement)> {
-    let names = table.bucket_table().into_iter();
-    names
-        .chain([table.name().to_owned()])
-        .map(|name| {
+    // The buckets first, then the totals.
+    super::tables(table)
+        .into_iter()
+        .rev()
+        .map(|(name, _)| {
             let drop = Table::drop()
                 .table(Alias::new(&name))
                 .if_exists()

@@ -32,7 +32,7 @@ pub(crate) use ddl::{create_table, drop_table, owner_fk_name};
 pub(crate) use errors::{Classified, classify, names_table};
 pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks, takes_row_key_locks};
 pub(crate) use order::owner_order;
-pub(crate) use owners::{delete_all, delete_orphans_of, delete_owners, orphan_owners, tables};
+pub(crate) use owners::{delete_all, delete_orphans_of, delete_owners, orphan_owners};
 pub(crate) use range::{OwnerRange, nth_row_owner};
 pub(crate) use rank::ranked;
 pub(crate) use reconcile::{
@@ -45,7 +45,10 @@ use sea_orm::{
     ConnectionTrait, DbBackend, IsolationLevel, SqliteTransactionMode, TransactionOptions,
 };
 
-use crate::error::{CounterError, Result};
+use crate::{
+    error::{CounterError, Result},
+    table::CounterTable,
+};
 
 /// The fixed column names of every companion table.
 pub(crate) mod col {
@@ -84,6 +87,16 @@ impl Layout {
             Self::Buckets => &[col::OWNER_ID, col::COUNT_KEY, col::BUCKET, col::SLOT],
         }
     }
+}
+
+/// Every table holding `table`'s counts, with its layout: the totals, and
+/// the buckets if a key is windowed.
+pub(crate) fn tables(table: &CounterTable) -> Vec<(String, Layout)> {
+    let mut tables = vec![(table.name().to_owned(), Layout::Totals)];
+    if let Some(buckets) = table.bucket_table() {
+        tables.push((buckets, Layout::Buckets));
+    }
+    tables
 }
 
 /// The SQL dialects this crate speaks.

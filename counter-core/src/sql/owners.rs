@@ -6,20 +6,10 @@ use sea_orm::{
     sea_query::{Alias, Expr, ExprTrait, Query, SimpleExpr, TableRef},
 };
 
-use super::{Dialect, Layout, col};
-use crate::table::{CounterTable, OwnerTable};
+use super::{Dialect, col};
+use crate::table::OwnerTable;
 
-/// Every table holding `table`'s counts: the totals, and the buckets if a
-/// key is windowed.
-pub(crate) fn tables(table: &CounterTable) -> Vec<(String, Layout)> {
-    let mut tables = vec![(table.name().to_owned(), Layout::Totals)];
-    if let Some(buckets) = table.bucket_table() {
-        tables.push((buckets, Layout::Buckets));
-    }
-    tables
-}
-
-fn owner_ref(owner: &OwnerTable) -> TableRef {
+pub(super) fn owner_ref(owner: &OwnerTable) -> TableRef {
     match &owner.schema {
         Some(schema) => (
             Alias::new(schema.as_ref()),

@@ -7,7 +7,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use counter_core::{CounterCache, CounterError, ErrorKind, SlottedCounter, Truth};
+use counter_core::{
+    CounterCache, CounterError, CounterTable, Counters, ErrorKind, OwnerTable, SlottedCounter,
+    Truth,
+};
 use counter_tests::{Backend, TestDb, backend_test, figures};
 use sea_orm::{
     ActiveModelTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, Schema,
@@ -62,6 +65,24 @@ mod _entities {
         #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
         pub enum Relation {}
     }
+}
+
+/// Owners keyed by a string, in a table SeaORM's schema builder makes (on
+/// MariaDB: a case-insensitive collation).
+mod tags {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "tags")]
+    pub struct Model {
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub slug: String,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
 }
 
 /// The app's hand-written modules beside the generated ones.
@@ -410,6 +431,42 @@ backend_test! {
         v1.add(db, 3, Key::Views, 1).await.unwrap();
         assert!(v1.clear(db).await.unwrap() >= 2, "[{}]", t.backend);
         assert_eq!(v1.get(db, 3, Key::Views).await.unwrap(), 0);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_purge_string_owners"]
+    async fn purge_orphans_tells_string_owners_apart_in_any_collation(t: TestDb) {
+        let db = &t.db;
+        let schema = Schema::new(db.get_database_backend());
+        db.execute(&schema.create_table_from_entity(tags::Entity))
+            .await
+            .unwrap();
+        tags::ActiveModel {
+            slug: Set("ABC".into()),
+        }
+        .insert(db)
+        .await
+        .unwrap();
+        let owner = OwnerTable {
+            schema: None,
+            table: "tags".into(),
+            column: "slug".into(),
+        };
+        let tag_counters =
+            Counters::<String>::new(CounterTable::new("tag_counters").unwrap().with_owner(owner));
+        tag_counters.create_table(db).await.unwrap();
+        for slug in ["ABC", "abc", "Abc"] {
+            tag_counters.add(db, slug.into(), "uses", 3).await.unwrap();
+        }
+        // Only "ABC" has a row, however the owner table compares strings.
+        assert_eq!(tag_counters.purge_orphans(db).await.unwrap(), 2, "[{}]", t.backend);
+        for (slug, uses) in [("ABC", 3), ("abc", 0), ("Abc", 0)] {
+            let got = tag_counters.get(db, slug.into(), "uses").await.unwrap();
+            assert_eq!(got, uses, "[{}] {slug}", t.backend);
+        }
         t.finish().await;
     }
 }
