@@ -9,6 +9,7 @@ use crate::{
     BatchReport, CounterTable, Counters, detach,
     error::{CounterError, Result},
     key::validate_key,
+    observe::{self, Touched},
     owner::{OwnerId, SortOwner},
     retry,
     sql::{self, Dialect, UpsertRow},
@@ -250,25 +251,37 @@ impl DeltaBatch {
         if self.is_empty() {
             return Ok(BatchReport::default());
         }
+        let touched = self.touched();
         let (outcome, statements) = self.into_statements(Dialect::of(db)?);
         if statements.is_empty() {
             return Ok(outcome);
         }
         if let [(table, stmt)] = statements.as_slice() {
-            retry::run(db, table, || detach::execute(db, stmt.clone())).await?;
+            retry::run(db, table, || {
+                detach::execute_observed(db, stmt.clone(), &touched)
+            })
+            .await?;
             return Ok(outcome);
         }
         let statements = Arc::new(statements);
         let tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
         retry::run_on(db, tables[0], &tables, || {
-            let statements = statements.clone();
+            let (statements, touched) = (statements.clone(), touched.clone());
             async move {
                 match detach::detached(db) {
                     Some(pool) => {
-                        let work = |pool| async move { all_or_nothing(&pool, &statements).await };
+                        let work = |pool| async move {
+                            let done = all_or_nothing(&pool, &statements).await;
+                            touched.committed().await;
+                            done
+                        };
                         pool.run(work).await
                     }
-                    None => all_or_nothing(db, &statements).await,
+                    None => {
+                        let done = all_or_nothing(db, &statements).await;
+                        touched.wrote(retry::is_pool::<C>()).await;
+                        done
+                    }
                 }
             }
         })
@@ -287,16 +300,42 @@ impl DeltaBatch {
         if self.is_empty() {
             return Ok(BatchReport::default());
         }
+        let mut touched = self.touched();
         let (outcome, statements) = self.into_statements(Dialect::of(txn)?);
+        if statements.is_empty() {
+            return Ok(outcome);
+        }
         if statements.len() > 1 && retry::is_pool::<C>() {
             return Err(CounterError::BatchNeedsTransaction {
                 statements: statements.len(),
             });
         }
-        for (table, stmt) in &statements {
-            retry::run(txn, table, || detach::execute(txn, stmt.clone())).await?;
+        let last = statements.len() - 1;
+        for (i, (table, stmt)) in statements.iter().enumerate() {
+            if i == last {
+                let touched = std::mem::take(&mut touched);
+                retry::run(txn, table, || {
+                    detach::execute_observed(txn, stmt.clone(), &touched)
+                })
+                .await?;
+            } else {
+                retry::run(txn, table, || detach::execute(txn, stmt.clone())).await?;
+            }
         }
         Ok(outcome)
+    }
+
+    /// The owners this batch changes, per counter table, for the cache
+    /// observers (see [`crate::observe`]); nothing when none is registered.
+    pub(crate) fn touched(&self) -> Touched {
+        let mut touched = Touched::new();
+        if observe::active() {
+            for (name, t) in &self.tables {
+                let owners = t.deltas.values().filter(|p| p.delta != 0);
+                touched.touch(name, owners.map(|p| p.owner.clone()));
+            }
+        }
+        touched
     }
 
     /// The upserts that apply the batch, each with its table, in the order

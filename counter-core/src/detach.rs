@@ -31,6 +31,8 @@ use std::future::Future;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, ExecResult, QueryResult, Statement};
 
+use crate::{observe::Touched, retry::is_pool};
+
 /// `db` as the pool it is, if it is one (a `DatabaseConnection`; sea-orm's
 /// `RestrictedConnection` and other wrappers are used as they are).
 pub(crate) fn pool<C: ConnectionTrait>(db: &C) -> Option<&DatabaseConnection> {
@@ -121,6 +123,35 @@ pub(crate) async fn execute<C: ConnectionTrait>(
     match detached(db) {
         Some(pool) => pool.run(|p| async move { p.execute_raw(stmt).await }).await,
         None => db.execute_raw(stmt).await,
+    }
+}
+
+/// [`execute`] of a write to the owners in `touched`, then their report
+/// (see [`crate::observe`]): on a pool in the same detached task, so a
+/// caller dropped after the commit still has them told; on a connection the
+/// caller owns, as a write in the caller's transaction (unless it is
+/// autocommit). Reported whatever the outcome: a failed statement may have
+/// committed (a lost reply), and forgetting an owner is always safe.
+pub(crate) async fn execute_observed<C: ConnectionTrait>(
+    db: &C,
+    stmt: Statement,
+    touched: &Touched,
+) -> Result<ExecResult, DbErr> {
+    match detached(db) {
+        Some(pool) => {
+            let touched = touched.clone();
+            pool.run(|p| async move {
+                let done = p.execute_raw(stmt).await;
+                touched.committed().await;
+                done
+            })
+            .await
+        }
+        None => {
+            let done = db.execute_raw(stmt).await;
+            touched.clone().wrote(is_pool::<C>()).await;
+            done
+        }
     }
 }
 

@@ -72,6 +72,7 @@ mod key;
 pub mod limits;
 #[cfg(feature = "loco")]
 mod loco;
+pub mod observe;
 mod owner;
 mod purge;
 mod rank;

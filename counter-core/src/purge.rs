@@ -3,11 +3,12 @@
 //! deletes no foreign key sees: so that a new owner row reusing an id (a
 //! test suite's truncate and seed, Loco's `truncate`) starts from zero.
 
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, Value};
 
 use crate::{
     Counters, detach,
     error::{CounterError, Result},
+    observe::{self, Touched},
     owner::{OwnerId, sorted_unique},
     retry,
     sql::{self, Dialect},
@@ -26,11 +27,16 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let owners = sorted_unique(owners)?;
         let dialect = Dialect::of(db)?;
         let mut deleted = 0;
+        let name = self.table().name();
         for (table, _) in sql::tables(self.table()) {
             for chunk in owners.chunks(OWNERS_PER_STATEMENT) {
-                let values = chunk.iter().cloned().map(Into::into).collect();
+                let values: Vec<Value> = chunk.iter().cloned().map(Into::into).collect();
+                let touched = Touched::of(name, values.clone());
                 let stmt = sql::delete_owners(dialect, &table, values);
-                let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+                let done = retry::run(db, &table, || {
+                    detach::execute_observed(db, stmt.clone(), &touched)
+                })
+                .await?;
                 deleted += done.rows_affected();
             }
         }
@@ -67,9 +73,13 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 .map(|row| row.try_get_by_index::<I>(0))
                 .collect::<Result<Vec<I>, _>>()?;
             for chunk in orphans.chunks(OWNERS_PER_STATEMENT) {
-                let values = chunk.iter().cloned().map(Into::into).collect();
+                let values: Vec<Value> = chunk.iter().cloned().map(Into::into).collect();
+                let touched = Touched::of(self.table().name(), values.clone());
                 let stmt = sql::delete_orphans_of(dialect, &table, owner, values);
-                let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+                let done = retry::run(db, &table, || {
+                    detach::execute_observed(db, stmt.clone(), &touched)
+                })
+                .await?;
                 deleted += done.rows_affected();
             }
         }
@@ -87,6 +97,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
             deleted += done.rows_affected();
         }
+        observe::cleared(self.table().name()).await;
         Ok(deleted)
     }
 }

@@ -7,6 +7,7 @@ use crate::{
     Counters, DeltaBatch, detach,
     error::Result,
     key::validate_key,
+    observe::Touched,
     owner::OwnerId,
     retry,
     sql::{self, Dialect, UpsertRow},
@@ -76,6 +77,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         }
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
+        let touched = Touched::of(table, [owner.clone().into()]);
         let row = UpsertRow {
             slot: self.table().next_slot(&owner, key),
             owner: owner.into(),
@@ -84,7 +86,10 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             delta,
         };
         let stmt = sql::add_one(dialect, table, row);
-        retry::run(db, table, || detach::execute(db, stmt.clone())).await?;
+        retry::run(db, table, || {
+            detach::execute_observed(db, stmt.clone(), &touched)
+        })
+        .await?;
         Ok(())
     }
 

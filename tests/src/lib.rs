@@ -31,6 +31,7 @@ use counter_core::{CounterTable, Counters, OwnerId};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 
 pub mod proxy;
+pub mod redis;
 pub mod servers;
 
 /// The environment variable with a PostgreSQL URL to test against.

@@ -20,6 +20,7 @@ use super::{
 use crate::{
     BatchReport, DeltaBatch,
     error::Result,
+    observe::Touched,
     sql::{self, Classified, Dialect, classify},
 };
 
@@ -196,6 +197,12 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
     let started = Instant::now();
     *seq += 1;
     let everything = statements(shared, drained.iter());
+    // The owners flushed, told to cache observers once committed (see
+    // `crate::observe`).
+    let mut touched = Touched::new();
+    if let Ok((_, _, flushed)) = &everything {
+        touched.merge(flushed.clone());
+    }
     if let Err(refused) = apply(shared, *seq, everything, drained).await {
         tracing::warn!(
             seq = *seq,
@@ -206,6 +213,9 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
         for (id, delta) in drained.iter() {
             *seq += 1;
             let one = statements(shared, std::iter::once((id, delta)));
+            if let Ok((_, _, flushed)) = &one {
+                touched.merge(flushed.clone());
+            }
             if let Err(refused) = apply(shared, *seq, one, drained).await {
                 Meter::bump(&shared.meter.rejected_deltas, 1);
                 rejected = Some(format!(
@@ -227,6 +237,7 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
             shared.meter.set_error(rejected);
         }
     }
+    touched.committed().await;
     shared.set_in_flight(None);
     shared.settle();
     let meter = &shared.meter;
@@ -255,7 +266,7 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
 async fn apply(
     shared: &Shared,
     seq: u64,
-    built: Result<(BatchReport, Vec<(String, Statement)>)>,
+    built: Result<Built>,
     drained: &Drained,
 ) -> Result<(), DbErr> {
     let mut attempt = 0u32;
@@ -263,8 +274,8 @@ async fn apply(
         attempt += 1;
         let mut sent = 0u64;
         let result = match &built {
-            Ok((_, statements)) if statements.is_empty() => Ok(Applied::Nothing),
-            Ok((_, statements)) => {
+            Ok((_, statements, _)) if statements.is_empty() => Ok(Applied::Nothing),
+            Ok((_, statements, _)) => {
                 let attempt = apply_once(shared, seq, statements, &mut sent);
                 // A connection that hangs is an attempt whose outcome is
                 // unknown: the ledger settles it on the next one.
@@ -284,7 +295,7 @@ async fn apply(
         let meter = &shared.meter;
         match result {
             Ok(applied) => {
-                if let (Applied::Now, Ok((outcome, _))) = (&applied, &built) {
+                if let (Applied::Now, Ok((outcome, _, _))) = (&applied, &built) {
                     Meter::bump(&meter.rows_written, outcome.rows as u64);
                 }
                 if applied != Applied::Nothing {
@@ -325,10 +336,14 @@ async fn apply(
 
 /// The upserts that apply `counters`: one sorted multi-row upsert per table
 /// and chunk, through [`DeltaBatch`].
+/// A flush ready to send: what it writes, its statements, the owners it
+/// touches.
+type Built = (BatchReport, Vec<(String, Statement)>, Touched);
+
 fn statements<'a>(
     shared: &Shared,
     counters: impl Iterator<Item = (&'a CounterId, &'a Delta)>,
-) -> Result<(BatchReport, Vec<(String, Statement)>)> {
+) -> Result<Built> {
     let tables = shared.pending.tables();
     let mut batch = DeltaBatch::new();
     for (id, delta) in counters {
@@ -344,7 +359,9 @@ fn statements<'a>(
             &delta.buckets,
         )?;
     }
-    Ok(batch.into_statements(shared.dialect))
+    let touched = batch.touched();
+    let (report, statements) = batch.into_statements(shared.dialect);
+    Ok((report, statements, touched))
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use sea_orm::{
 };
 
 use super::{CounterCache, hooks, rows};
-use crate::{Result, detach, retry, sql::Dialect};
+use crate::{Result, detach, observe, retry, sql::Dialect};
 
 /// Begins the transaction a counted write runs in: a savepoint inside the
 /// caller's, `BEGIN IMMEDIATE` on a SQLite pool (a deferred transaction
@@ -52,26 +52,35 @@ where
         async move {
             match detach::detached(db) {
                 Some(pool) => {
-                    let work = |pool| async move { committed(&pool, &*write).await };
+                    let work = |pool| async move { committed(&pool, &*write, true).await };
                     pool.run(work).await
                 }
-                None => committed(db, &*write).await,
+                None => committed(db, &*write, retry::is_pool::<C>()).await,
             }
         }
     })
     .await
 }
 
-/// `write` in a new transaction on `db`, committed.
-async fn committed<C, W>(db: &C, write: &W) -> Result<W::Output, DbErr>
+/// `write` in a new transaction on `db`, committed; the parents its hooks
+/// counted are then reported (see [`crate::observe`]) as committed when
+/// `db` is a pool (`top_level`), else as written in the caller's
+/// transaction, which this one is a savepoint of.
+async fn committed<C, W>(db: &C, write: &W, top_level: bool) -> Result<W::Output, DbErr>
 where
     C: TransactionTrait,
     W: OwnWrite,
 {
-    let txn = begin(db).await?;
-    let value = write.run(&txn).await?;
-    txn.commit().await?;
-    Ok(value)
+    let (value, touched) = observe::scope(async {
+        let txn = begin(db).await?;
+        let value = write.run(&txn).await?;
+        txn.commit().await?;
+        Ok(value)
+    })
+    .await;
+    // Told whatever the outcome: a failed COMMIT may have committed.
+    touched.wrote(top_level).await;
+    value
 }
 
 /// An insert (`insert`) or update of one row, counted by the hooks.

@@ -10,6 +10,7 @@ use crate::{
     CounterCache, Counters, DeltaBatch, detach,
     error::{CounterError, Result},
     key::validate_key,
+    observe,
     owner::{self, OwnerColumn, OwnerId},
     retry,
     sql::{self, Dialect, OwnerIndex, OwnerRange, RecountLock, TruthSql},
@@ -570,13 +571,19 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         lock.acquire(table, key).await?;
         let in_transaction = lock.in_transaction(table, key);
         let repaired = retry::run(db, table, || async {
-            let txn = db.begin_with_options(options).await?;
-            if let Some(lock) = &in_transaction {
-                lock.take(&txn).await?;
-            }
-            let drifts = self.repair(&txn, key, snapshot).await?;
-            txn.commit().await?;
-            Ok(drifts)
+            let (drifts, repaired) = observe::scope(async {
+                let txn = db.begin_with_options(options).await?;
+                if let Some(lock) = &in_transaction {
+                    lock.take(&txn).await?;
+                }
+                let drifts = self.repair(&txn, key, snapshot).await?;
+                txn.commit().await?;
+                Ok(drifts)
+            })
+            .await;
+            // The repaired owners, told after the commit (see `crate::observe`).
+            repaired.committed().await;
+            drifts
         })
         .await;
         lock.release().await;

@@ -1,0 +1,339 @@
+//! The cache itself: a connection, its settings and counters, and what
+//! every handle of it shares: the in-process flights, the fill bound and
+//! the set of owners whose invalidation is still owed.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, Instant},
+};
+
+use counter_core::{
+    Counters, KeySpace, OwnerId,
+    observe::{self, CommitObserver, ObserverFuture},
+};
+use sea_orm::Value;
+use tokio::sync::{Notify, Semaphore, watch};
+
+use crate::{
+    CacheBuilder, CacheStats, CachedCounters, RedisTarget,
+    breaker::Breaker,
+    config::Config,
+    keys,
+    link::Link,
+    stats::{Meter, bump},
+};
+
+/// A shared Redis cache of counter totals: one hash per owner, read many
+/// owners at a time, filled under leases, deleted after every commit.
+///
+/// Cheap to clone; build one per process and Redis target, then take a
+/// handle per counter table with [`CountCache::table`]. See the crate
+/// documentation for what it guarantees.
+#[derive(Clone)]
+pub struct CountCache {
+    pub(crate) shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) link: Link,
+    pub(crate) config: Config,
+    pub(crate) meter: Meter,
+    pub(crate) breaker: Breaker,
+    /// Owners whose deletion is owed (it failed, or a commit may still
+    /// come), with when to try next. Reads here skip them: this process
+    /// never serves a value it knows may be stale.
+    pub(crate) owed: Mutex<HashMap<Vec<u8>, Instant>>,
+    /// Fills in progress in this process, by key: later readers of the
+    /// same owner wait for them instead of filling again.
+    /// Dropping the sender (the fill ended, however) wakes them.
+    pub(crate) flights: Mutex<HashMap<Vec<u8>, watch::Sender<()>>>,
+    pub(crate) fills: Semaphore,
+    /// Wakes the retry task when an owner becomes owed.
+    pub(crate) retry_wake: Notify,
+    /// This cache, for tasks it spawns.
+    me: Weak<Shared>,
+}
+
+impl std::fmt::Debug for CountCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountCache")
+            .field("namespace", &self.shared.config.namespace)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl CountCache {
+    /// Settings for a cache on `target`.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), counter_redis::CacheError> {
+    /// use counter_redis::{CountCache, RedisTarget};
+    /// let cache = CountCache::builder(RedisTarget::standalone("redis://127.0.0.1:6379"))
+    ///     .namespace("blog")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(target: RedisTarget) -> CacheBuilder {
+        CacheBuilder::new(target)
+    }
+
+    pub(crate) fn start(link: Link, config: Config) -> Self {
+        let shared = Arc::new_cyclic(|me| Shared {
+            me: me.clone(),
+            link,
+            meter: Meter::default(),
+            breaker: Breaker::new(config.breaker_failures, config.breaker_open),
+            owed: Mutex::default(),
+            flights: Mutex::default(),
+            fills: Semaphore::new(config.max_concurrent_fills),
+            retry_wake: Notify::new(),
+            config,
+        });
+        tokio::spawn(retry_owed(Arc::downgrade(&shared)));
+        Self { shared }
+    }
+
+    /// A cached handle on `counters`' table (`post::Entity::counters()`,
+    /// or an untyped one). From now on every write this process makes to
+    /// that table through the library deletes the owners it touched after
+    /// its commit (see [`counter_core::observe`]), whichever handle made it.
+    pub fn table<I: OwnerId, S: KeySpace>(
+        &self,
+        counters: &Counters<I, S>,
+    ) -> CachedCounters<I, S> {
+        let observer: Arc<dyn CommitObserver> = self.shared.clone();
+        observe::register(counters.table().name(), &observer);
+        CachedCounters::new(self.clone(), counters.clone())
+    }
+
+    /// What the cache has done since it was built.
+    pub fn stats(&self) -> CacheStats {
+        let mut stats = self.shared.meter.snapshot();
+        stats.invalidations_pending = self.shared.owed().len() as u64;
+        stats
+    }
+
+    /// The namespace of its keys.
+    pub fn namespace(&self) -> &str {
+        &self.shared.config.namespace
+    }
+
+    /// Runs `work` in a new transaction on `db`, commits it, then deletes
+    /// every owner the library's writes inside it touched (counter-cache
+    /// hooks included): the one way to write in your own transaction and
+    /// keep read-your-writes. On an error `work` returns, the transaction
+    /// rolls back and nothing is deleted.
+    ///
+    /// ```no_run
+    /// # async fn f(cache: counter_redis::CountCache, db: sea_orm::DatabaseConnection) -> Result<(), sea_orm::DbErr> {
+    /// use sea_orm::{ActiveModelTrait, DatabaseTransaction};
+    /// cache
+    ///     .transaction(&db, |txn: &DatabaseTransaction| Box::pin(async move {
+    ///         // comment.insert(txn).await?; (counter-cache hooks count the post)
+    ///         Ok::<_, sea_orm::DbErr>(())
+    ///     }))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn transaction<T, E, F>(
+        &self,
+        db: &sea_orm::DatabaseConnection,
+        work: F,
+    ) -> Result<T, E>
+    where
+        F: for<'c> FnOnce(
+            &'c sea_orm::DatabaseTransaction,
+        )
+            -> std::pin::Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'c>>,
+        E: From<sea_orm::DbErr>,
+    {
+        use sea_orm::TransactionTrait;
+        let txn = db.begin().await?;
+        let (outcome, touched) = observe::scope(work(&txn)).await;
+        match outcome {
+            Ok(value) => {
+                let committed = txn.commit().await;
+                // Told even if COMMIT failed: its outcome is unknown.
+                touched.committed().await;
+                committed?;
+                Ok(value)
+            }
+            Err(e) => {
+                txn.rollback().await?;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn key(&self, table: &str, owner: &Value) -> Vec<u8> {
+        keys::owner_key(&self.config.namespace, table, owner)
+    }
+
+    pub(crate) fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Instant>> {
+        self.owed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `op` against Redis, bounded by the timeout and skipped while the
+    /// breaker is open; failures are counted and fed to the breaker.
+    pub(crate) async fn redis<T>(
+        &self,
+        op: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
+        if !self.breaker.allows() {
+            return None;
+        }
+        let outcome = tokio::time::timeout(self.config.timeout, op).await;
+        match outcome {
+            Ok(Ok(value)) => {
+                self.breaker.success();
+                Some(value)
+            }
+            failed => {
+                bump(&self.meter.redis_errors, 1);
+                if self.breaker.failure() {
+                    bump(&self.meter.breaker_opens, 1);
+                    tracing::warn!(
+                        open_for_ms = self.config.breaker_open.as_millis() as u64,
+                        "counter cache: Redis keeps failing; reads go to the database for a while"
+                    );
+                }
+                match failed {
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "counter cache: Redis operation failed")
+                    }
+                    _ => tracing::debug!("counter cache: Redis operation timed out"),
+                }
+                None
+            }
+        }
+    }
+
+    /// Deletes the hashes of `keys` now; any that cannot be deleted are
+    /// owed, retried in the background, and skipped by this process's
+    /// reads until they are.
+    pub(crate) async fn invalidate(&self, mut keys: Vec<Vec<u8>>) {
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return;
+        }
+        if self.redis(self.link.unlink(&keys)).await.is_some() {
+            bump(&self.meter.invalidations, keys.len());
+            // A newer failure for the same owner was covered by this delete.
+            let mut owed = self.owed();
+            for key in &keys {
+                owed.remove(key);
+            }
+            return;
+        }
+        bump(&self.meter.invalidation_failures, keys.len());
+        tracing::warn!(
+            owners = keys.len(),
+            "counter cache: could not delete owners after a commit; retrying in the background (stale for at most the TTL elsewhere)"
+        );
+        self.owe(keys, Instant::now() + Duration::from_millis(50));
+    }
+
+    fn owe(&self, keys: Vec<Vec<u8>>, at: Instant) {
+        let mut owed = self.owed();
+        for key in keys {
+            let due = owed.entry(key).or_insert(at);
+            *due = (*due).max(at);
+        }
+        drop(owed);
+        self.retry_wake.notify_one();
+    }
+}
+
+impl CommitObserver for Shared {
+    fn committed<'a>(&'a self, table: &'a str, owners: &'a [Value]) -> ObserverFuture<'a> {
+        Box::pin(async move {
+            let keys = owners.iter().map(|o| self.key(table, o)).collect();
+            self.invalidate(keys).await;
+        })
+    }
+
+    fn uncommitted(&self, table: &str, owners: &[Value]) {
+        // The commit is still to come and nobody will say when: delete now
+        // (so that no value older than the write is served for long) and
+        // again after the delay (a fill before the commit may have stored
+        // the old total); this process skips them until then.
+        bump(&self.meter.unscoped_writes, owners.len());
+        let keys: Vec<Vec<u8>> = owners.iter().map(|o| self.key(table, o)).collect();
+        self.owe(keys.clone(), Instant::now() + self.config.unscoped_delay);
+        if let (Ok(runtime), Some(shared)) =
+            (tokio::runtime::Handle::try_current(), self.me.upgrade())
+        {
+            runtime.spawn(async move {
+                shared.redis(shared.link.unlink(&keys)).await;
+            });
+        }
+    }
+
+    fn cleared<'a>(&'a self, table: &'a str) -> ObserverFuture<'a> {
+        Box::pin(async move {
+            let pattern = keys::table_pattern(&self.config.namespace, table);
+            if let Some(deleted) = self.redis(self.link.delete_matching(&pattern)).await {
+                bump(&self.meter.invalidations, deleted as usize);
+            }
+        })
+    }
+}
+
+/// The background task: deletes owed owners when they come due, in one
+/// batch, backing off while Redis fails; ends when the cache is dropped.
+async fn retry_owed(shared: Weak<Shared>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let Some(cache) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let (due, next): (Vec<Vec<u8>>, Option<Instant>) = {
+            let owed = cache.owed();
+            let due = owed
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            let next = owed.values().filter(|at| **at > now).min().copied();
+            (due, next)
+        };
+        if !due.is_empty() {
+            if cache.redis(cache.link.unlink(&due)).await.is_some() {
+                bump(&cache.meter.invalidations, due.len());
+                let mut owed = cache.owed();
+                for key in &due {
+                    if owed.get(key).is_some_and(|at| *at <= now) {
+                        owed.remove(key);
+                    }
+                }
+                backoff = Duration::from_millis(50);
+            } else {
+                let retry_at = Instant::now() + backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let mut owed = cache.owed();
+                for key in due {
+                    owed.entry(key).and_modify(|at| *at = (*at).max(retry_at));
+                }
+            }
+            continue;
+        }
+        let wait = next.map_or(Duration::from_secs(1), |at| {
+            at.saturating_duration_since(now)
+        });
+        // Holding the cache for at most a second: a dropped cache's task
+        // ends at its next turn.
+        let wake = cache.retry_wake.notified();
+        tokio::select! {
+            () = wake => {}
+            () = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Where an owner's counts live in Redis: one hash per owner.
+//!
+//! Key `sc1:<namespace>:{<table>:<owner>}`. `sc1` is the encoding's version
+//! (bump it to abandon every old entry at once); the namespace keeps apps
+//! and test runs apart; the `{...}` hash tag puts everything about one owner
+//! in one cluster slot, which the Lua scripts need. Table names are SQL
+//! identifiers and cannot hold `:`, so no two (table, owner) pairs share a
+//! key.
+//!
+//! Fields: one per count key (`likes`, `reaction:heart`), plus [`COMPLETE`]
+//! (the hash holds every key of the owner: an absent field is 0) and
+//! [`LEASE`] (a fill is in progress). Count keys never start with `!`.
+
+use sea_orm::Value;
+
+/// The field that marks a hash as complete: every count key of the owner
+/// is a field, so an absent field reads as 0.
+pub(crate) const COMPLETE: &str = "!c";
+/// The field holding the token of the fill in progress.
+pub(crate) const LEASE: &str = "!l";
+
+/// The version prefix of every key.
+const VERSION: &str = "sc1";
+
+/// The Redis key of one owner's hash.
+pub(crate) fn owner_key(namespace: &str, table: &str, owner: &Value) -> Vec<u8> {
+    let mut key = Vec::with_capacity(VERSION.len() + namespace.len() + table.len() + 24);
+    key.extend_from_slice(VERSION.as_bytes());
+    key.push(b':');
+    key.extend_from_slice(namespace.as_bytes());
+    key.extend_from_slice(b":{");
+    key.extend_from_slice(table.as_bytes());
+    key.push(b':');
+    render_owner(owner, &mut key);
+    key.push(b'}');
+    key
+}
+
+/// The pattern matching every key of `table` in `namespace` (for `SCAN`).
+pub(crate) fn table_pattern(namespace: &str, table: &str) -> String {
+    // Namespaces and table names hold no glob characters (both validated).
+    format!("{VERSION}:{namespace}:{{{table}:*")
+}
+
+/// An owner id as text, the same whichever integer width bound it: the
+/// write paths report `owner_id` values as bound in SQL, the reads build
+/// them from the typed id, and both must name the same hash.
+fn render_owner(owner: &Value, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let _ = match owner {
+        Value::TinyInt(Some(n)) => write!(out, "{n}"),
+        Value::SmallInt(Some(n)) => write!(out, "{n}"),
+        Value::Int(Some(n)) => write!(out, "{n}"),
+        Value::BigInt(Some(n)) => write!(out, "{n}"),
+        Value::TinyUnsigned(Some(n)) => write!(out, "{n}"),
+        Value::SmallUnsigned(Some(n)) => write!(out, "{n}"),
+        Value::Unsigned(Some(n)) => write!(out, "{n}"),
+        Value::BigUnsigned(Some(n)) => write!(out, "{n}"),
+        // Strings byte for byte: owners compare exactly in every backend
+        // (a binary collation on MySQL), so `Alice` and `alice` are two
+        // owners here too. Braces inside change which slot the key hashes
+        // to, never which key it is.
+        Value::String(Some(s)) => out.write_all(s.as_bytes()),
+        Value::Uuid(Some(u)) => write!(out, "{}", u.hyphenated()),
+        other => write!(out, "{other:?}"),
+    };
+}
+
+/// Namespaces: 1 to 64 bytes of `[A-Za-z0-9_.-]`.
+pub(crate) fn valid_namespace(namespace: &str) -> bool {
+    (1..=64).contains(&namespace.len())
+        && namespace
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_widths_name_the_same_hash() {
+        let wide = owner_key("app", "post_counters", &Value::BigInt(Some(42)));
+        let narrow = owner_key("app", "post_counters", &Value::Int(Some(42)));
+        assert_eq!(wide, narrow);
+        assert_eq!(wide, b"sc1:app:{post_counters:42}");
+    }
+
+    #[test]
+    fn strings_are_exact_and_tables_apart() {
+        let alice = owner_key("app", "t", &Value::String(Some("Alice".into())));
+        let lower = owner_key("app", "t", &Value::String(Some("alice".into())));
+        assert_ne!(alice, lower);
+        let other = owner_key("app", "u", &Value::String(Some("Alice".into())));
+        assert_ne!(alice, other);
+    }
+
+    #[test]
+    fn namespaces_are_checked() {
+        assert!(valid_namespace("blog-prod.v2_x"));
+        assert!(!valid_namespace(""));
+        assert!(!valid_namespace("a:b"));
+        assert!(!valid_namespace("a*"));
+        assert!(!valid_namespace(&"x".repeat(65)));
+    }
+}

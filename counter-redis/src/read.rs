@@ -1,0 +1,515 @@
+//! Cached reads: a handle that serves totals from Redis and fills what is
+//! missing from one grouped database query, under leases.
+//!
+//! One read of many owners:
+//! 1. One pipeline (one concurrent batch on a cluster) of `HMGET`s, or
+//!    `HGETALL`s for keys not known in advance. A complete hash is a hit.
+//! 2. Owners nobody is filling: this process takes them (single flight:
+//!    a second reader of the same owner waits for the first), leases them
+//!    in Redis, reads all their counts from the database in one grouped
+//!    query (on the pool, never a transaction: a fresh snapshot is what the
+//!    lease argument needs, see `scripts`), and stores them if the leases
+//!    still hold. The database values are returned either way.
+//! 3. Owners another filler holds: wait a little and look again; after a
+//!    bounded number of rounds, read them from the database unfilled.
+//!
+//! Owners whose invalidation this process still owes, and every owner while
+//! Redis fails, are read from the database.
+
+use std::{
+    collections::{HashMap, HashSet},
+    ops::Deref,
+};
+
+use counter_core::{
+    CountMap, Counters, KeyOf, KeySet, KeySpace, OwnerId, Result, SlottedCounter, Untyped,
+};
+use rand::Rng;
+use sea_orm::DatabaseConnection;
+use tokio::sync::watch;
+
+use crate::{
+    CountCache,
+    cache::Shared,
+    link::{Entry, Fields, Fill},
+    scripts::MAX_FILL_FIELDS,
+    stats::bump,
+};
+
+/// A counter table's handle read through a [`CountCache`]: what
+/// [`CountCache::table`] returns.
+///
+/// Reads (`get`, `get_many`, `get_all_keys`, and `counts`, `counts_many`,
+/// `load_counts` on an entity's handle) take the pool and are served from
+/// Redis. Everything else is the wrapped [`Counters`] handle's, through
+/// `Deref`: `cached.add(&db, ...)` is the library's write, which deletes the
+/// owner after its commit like every write to the table does. To read
+/// inside a transaction, read through [`CachedCounters::counters`]: a
+/// transaction's snapshot must not be cached.
+#[derive(Clone)]
+pub struct CachedCounters<I, S = Untyped> {
+    cache: CountCache,
+    counters: Counters<I, S>,
+}
+
+impl<I, S> Deref for CachedCounters<I, S> {
+    type Target = Counters<I, S>;
+
+    fn deref(&self) -> &Counters<I, S> {
+        &self.counters
+    }
+}
+
+impl<I: OwnerId, S: KeySpace> std::fmt::Debug for CachedCounters<I, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedCounters")
+            .field("table", &self.counters.table().name())
+            .field("namespace", &self.cache.namespace())
+            .finish()
+    }
+}
+
+/// An owner and the key of its hash.
+type Keyed<I> = (I, Vec<u8>);
+
+/// An owner another read of this process is filling, with a receiver that
+/// wakes when that fill ends.
+type Followed<I> = (I, Vec<u8>, watch::Receiver<()>);
+
+/// What a fill did with the owners it led.
+struct Filled<I> {
+    /// Owners read from the database (stored in Redis or not).
+    read: CountMap<I>,
+    /// Owners whose lease someone else holds: to wait for.
+    not_leased: Vec<Keyed<I>>,
+    /// Owners Redis failed for: to read uncached.
+    failed: Vec<I>,
+}
+
+/// Which counts a read wants.
+#[derive(Debug, Clone)]
+enum Want {
+    Keys(Vec<String>),
+    All,
+}
+
+impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
+    pub(crate) fn new(cache: CountCache, counters: Counters<I, S>) -> Self {
+        Self { cache, counters }
+    }
+
+    /// The uncached handle: for reads inside a transaction, and to pass
+    /// where a `Counters` is expected.
+    pub fn counters(&self) -> &Counters<I, S> {
+        &self.counters
+    }
+
+    /// The cache this handle reads through.
+    pub fn cache(&self) -> &CountCache {
+        &self.cache
+    }
+
+    /// The total of one counter; 0 if it was never written.
+    pub async fn get<K: KeyOf<S>>(&self, db: &DatabaseConnection, owner: I, key: K) -> Result<i64> {
+        let key = key.as_key_str().to_owned();
+        counter_core::validate_key(&key)?;
+        let mut totals = self
+            .totals(
+                db,
+                std::slice::from_ref(&owner),
+                Want::Keys(vec![key.clone()]),
+            )
+            .await?;
+        Ok(totals
+            .remove(&owner)
+            .and_then(|t| t.get(&key).copied())
+            .unwrap_or(0))
+    }
+
+    /// The totals of `keys` for each of `owners`, as
+    /// [`Counters::get_many`]: every owner and key present, zero-filled.
+    pub async fn get_many<K: KeyOf<S>>(
+        &self,
+        db: &DatabaseConnection,
+        owners: &[I],
+        keys: &[K],
+    ) -> Result<HashMap<I, S::Totals>> {
+        let mut names = Vec::with_capacity(keys.len());
+        for key in keys {
+            counter_core::validate_key(key.as_key_str())?;
+            names.push(key.as_key_str().to_owned());
+        }
+        names.sort();
+        names.dedup();
+        let totals = self.totals(db, owners, Want::Keys(names)).await?;
+        Ok(totals.into_iter().map(|(o, t)| (o, S::totals(t))).collect())
+    }
+
+    /// Every counter that exists for each of `owners`, as
+    /// [`Counters::get_all_keys`] (keys chosen at run time, `reaction:heart`).
+    pub async fn get_all_keys(&self, db: &DatabaseConnection, owners: &[I]) -> Result<CountMap<I>> {
+        self.totals(db, owners, Want::All).await
+    }
+
+    /// Deletes `owners`' cached totals: after raw SQL on the counter table
+    /// (the library's own writes do it themselves). Never fails: an owner
+    /// Redis cannot delete now is retried in the background, and this
+    /// process reads it from the database until then.
+    pub async fn invalidate(&self, owners: &[I]) {
+        let table = self.counters.table().name();
+        let keys = owners
+            .iter()
+            .map(|o| self.shared().key(table, &o.clone().into()))
+            .collect();
+        self.shared().invalidate(keys).await;
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.cache.shared
+    }
+
+    /// Totals by key name for each requested owner (zero-filled for the
+    /// keys of `want`).
+    async fn totals(
+        &self,
+        db: &DatabaseConnection,
+        owners: &[I],
+        want: Want,
+    ) -> Result<CountMap<I>> {
+        let shared = self.shared();
+        let table = self.counters.table().name();
+        let mut unique = HashSet::with_capacity(owners.len());
+        for owner in owners {
+            owner.check()?;
+            unique.insert(owner.clone());
+        }
+        let mut served: CountMap<I> = HashMap::with_capacity(unique.len());
+        let mut uncached: Vec<I> = Vec::new();
+        let mut pending: Vec<Keyed<I>> = Vec::with_capacity(unique.len());
+        {
+            let owed = shared.owed();
+            for owner in unique {
+                let key = shared.key(table, &owner.clone().into());
+                if owed.contains_key(&key) {
+                    uncached.push(owner);
+                } else {
+                    pending.push((owner, key));
+                }
+            }
+        }
+        bump(&shared.meter.uncached_reads, uncached.len());
+        let names = match &want {
+            Want::Keys(names) => Some(names.as_slice()),
+            Want::All => None,
+        };
+        let fields = names.map_or(Fields::All, Fields::Only);
+        let rounds = shared.config.fill_wait_rounds;
+        let mut round = 0;
+        while !pending.is_empty() {
+            let keys: Vec<Vec<u8>> = pending.iter().map(|(_, k)| k.clone()).collect();
+            let Some(entries) = shared.redis(shared.link.read(&keys, fields)).await else {
+                bump(&shared.meter.db_fallbacks, pending.len());
+                uncached.extend(pending.drain(..).map(|(o, _)| o));
+                break;
+            };
+            let mut misses = Vec::new();
+            let mut waiting = Vec::new();
+            for ((owner, key), entry) in pending.drain(..).zip(entries) {
+                match entry {
+                    Entry {
+                        complete: true,
+                        counts,
+                        ..
+                    } => {
+                        if round == 0 {
+                            bump(&shared.meter.hits, 1);
+                        }
+                        served.insert(owner, counts);
+                    }
+                    Entry { leased: true, .. } => waiting.push((owner, key)),
+                    _ => misses.push((owner, key)),
+                }
+            }
+            if round == 0 {
+                bump(&shared.meter.misses, misses.len() + waiting.len());
+            }
+            // Single flight: lead the owners nobody here is filling, follow
+            // the others.
+            let (lead, followed) = self.join_flights(misses);
+            let mut follow = Vec::with_capacity(followed.len());
+            let mut wakes = Vec::with_capacity(followed.len());
+            for (owner, key, wake) in followed {
+                follow.push((owner, key));
+                wakes.push(wake);
+            }
+            if !lead.is_empty() {
+                let filled = self.fill(db, lead).await?;
+                served.extend(filled.read);
+                waiting.extend(filled.not_leased);
+                bump(&shared.meter.db_fallbacks, filled.failed.len());
+                uncached.extend(filled.failed);
+            }
+            round += 1;
+            pending = follow;
+            pending.extend(waiting);
+            if pending.is_empty() {
+                break;
+            }
+            if round > rounds {
+                bump(&shared.meter.uncached_reads, pending.len());
+                uncached.extend(pending.drain(..).map(|(o, _)| o));
+                break;
+            }
+            bump(&shared.meter.lease_waits, pending.len());
+            let lease_ttl = shared.config.lease_ttl;
+            let in_process = async {
+                for mut wake in wakes {
+                    let _ = tokio::time::timeout(lease_ttl, wake.changed()).await;
+                }
+            };
+            // Our own flights end when their fill does; another process's
+            // lease is polled.
+            tokio::join!(in_process, tokio::time::sleep(shared.config.fill_wait));
+        }
+        if !uncached.is_empty() {
+            let from_db = match &want {
+                Want::Keys(names) => {
+                    let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+                    self.counters
+                        .untyped()
+                        .get_many(db, &uncached, &keys)
+                        .await?
+                }
+                Want::All => self.counters.get_all_keys(db, &uncached).await?,
+            };
+            served.extend(from_db);
+        }
+        if let Want::Keys(names) = &want {
+            for totals in served.values_mut() {
+                totals.retain(|k, _| names.binary_search(k).is_ok());
+                for name in names {
+                    totals.entry(name.clone()).or_insert(0);
+                }
+            }
+        }
+        Ok(served)
+    }
+
+    /// Splits `misses` into the owners this read leads the fill of (now
+    /// registered as in flight) and those another read of this process is
+    /// filling, with a receiver that wakes when that fill ends.
+    fn join_flights(&self, misses: Vec<Keyed<I>>) -> (Vec<Keyed<I>>, Vec<Followed<I>>) {
+        let mut flights = self
+            .shared()
+            .flights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut lead = Vec::new();
+        let mut follow = Vec::new();
+        for (owner, key) in misses {
+            match flights.get(&key) {
+                Some(flight) => {
+                    let wake = flight.subscribe();
+                    follow.push((owner, key, wake));
+                }
+                None => {
+                    flights.insert(key.clone(), watch::channel(()).0);
+                    lead.push((owner, key));
+                }
+            }
+        }
+        (lead, follow)
+    }
+
+    /// Leases, reads and stores the `lead` owners.
+    async fn fill(&self, db: &DatabaseConnection, lead: Vec<Keyed<I>>) -> Result<Filled<I>> {
+        let shared = self.shared();
+        let _flights = EndFlights {
+            shared,
+            keys: lead.iter().map(|(_, k)| k.clone()).collect(),
+        };
+        let token = format!("{:032x}", rand::rng().random::<u128>());
+        let keys: Vec<Vec<u8>> = lead.iter().map(|(_, k)| k.clone()).collect();
+        let lease_ms = shared.config.lease_ttl.as_millis().max(1) as u64;
+        let Some(taken) = shared
+            .redis(shared.link.lease(&keys, &token, lease_ms))
+            .await
+        else {
+            return Ok(Filled {
+                read: HashMap::new(),
+                not_leased: Vec::new(),
+                failed: lead.into_iter().map(|(o, _)| o).collect(),
+            });
+        };
+        let mut leased = Vec::new();
+        let mut not_leased = Vec::new();
+        for (owner_key, taken) in lead.into_iter().zip(taken) {
+            if taken {
+                leased.push(owner_key);
+            } else {
+                not_leased.push(owner_key);
+            }
+        }
+        if leased.is_empty() {
+            return Ok(Filled {
+                read: HashMap::new(),
+                not_leased,
+                failed: Vec::new(),
+            });
+        }
+        pause::at(&shared.config.namespace, pause::Point::AfterLease).await;
+        let owners: Vec<I> = leased.iter().map(|(o, _)| o.clone()).collect();
+        let from_db = {
+            let _permit = shared.fills.acquire().await;
+            self.counters.get_all_keys(db, &owners).await?
+        };
+        let ttl = shared.config.ttl.as_secs().max(1);
+        let mut fills = Vec::with_capacity(leased.len());
+        for (owner, key) in &leased {
+            let counts = from_db.get(owner).cloned().unwrap_or_default();
+            if counts.len() > MAX_FILL_FIELDS {
+                continue;
+            }
+            let jitter = rand::rng().random_range(0..=ttl / 5);
+            let ttl = (ttl - ttl / 10 + jitter).max(1);
+            fills.push(Fill {
+                key: key.clone(),
+                ttl_secs: ttl,
+                counts: counts.into_iter().collect(),
+            });
+        }
+        let attempted = fills.len();
+        pause::at(&shared.config.namespace, pause::Point::BeforeStore).await;
+        if let Some(landed) = shared.redis(shared.link.fill(fills, &token)).await {
+            let stored = landed.iter().filter(|l| **l).count();
+            bump(&shared.meter.fills, stored);
+            bump(&shared.meter.fill_cas_lost, attempted - stored);
+            if stored < attempted {
+                tracing::debug!(
+                    lost = attempted - stored,
+                    "counter cache: fills lost their lease to a write; the database values were returned, not stored"
+                );
+            }
+        }
+        Ok(Filled {
+            read: from_db,
+            not_leased,
+            failed: Vec::new(),
+        })
+    }
+}
+
+/// Ends this process's flights of some owners however the fill ends (an
+/// error, a dropped read): their followers wake and look again.
+struct EndFlights<'a> {
+    shared: &'a Shared,
+    keys: Vec<Vec<u8>>,
+}
+
+impl Drop for EndFlights<'_> {
+    fn drop(&mut self) {
+        let mut flights = self
+            .shared
+            .flights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for key in &self.keys {
+            flights.remove(key);
+        }
+    }
+}
+
+impl<E: SlottedCounter> CachedCounters<E::OwnerId, E> {
+    /// Every counter of one owner, as [`Counters::counts`].
+    pub async fn counts(&self, db: &DatabaseConnection, owner: E::OwnerId) -> Result<E::Counts> {
+        let mut all = self.counts_many(db, std::slice::from_ref(&owner)).await?;
+        Ok(all.remove(&owner).unwrap_or_default())
+    }
+
+    /// Every counter of many owners, as [`Counters::counts_many`]: one
+    /// Redis round trip when all are cached.
+    pub async fn counts_many(
+        &self,
+        db: &DatabaseConnection,
+        owners: &[E::OwnerId],
+    ) -> Result<HashMap<E::OwnerId, E::Counts>> {
+        self.get_many(db, owners, E::Key::ALL).await
+    }
+
+    /// Pairs each model with its counts, as [`Counters::load_counts`].
+    pub async fn load_counts<It>(
+        &self,
+        db: &DatabaseConnection,
+        models: It,
+    ) -> Result<Vec<(E::Model, E::Counts)>>
+    where
+        It: IntoIterator<Item = E::Model>,
+    {
+        let models: Vec<E::Model> = models.into_iter().collect();
+        let owners: Vec<E::OwnerId> = models.iter().map(E::owner_id).collect();
+        let counts = self.counts_many(db, &owners).await?;
+        Ok(models
+            .into_iter()
+            .zip(owners)
+            .map(|(model, owner)| (model, counts.get(&owner).cloned().unwrap_or_default()))
+            .collect())
+    }
+}
+
+/// Pauses inside a fill, for tests that force the races a lease exists
+/// for (a write committing in the middle of a fill). Cost one atomic load
+/// when unused. Not API.
+#[doc(hidden)]
+pub mod pause {
+    use std::sync::{
+        Mutex,
+        atomic::{AtomicBool, Ordering},
+    };
+
+    use tokio::sync::oneshot;
+
+    /// Where a fill stops.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Point {
+        /// Leases taken, the database not read yet.
+        AfterLease,
+        /// The database read, nothing stored yet.
+        BeforeStore,
+    }
+
+    type Hook = (String, Point, oneshot::Sender<()>, oneshot::Receiver<()>);
+
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static HOOKS: Mutex<Vec<Hook>> = Mutex::new(Vec::new());
+
+    /// Makes the next fill of a cache of `namespace` in this process that
+    /// reaches `point` stop there: `reached` fires when it does, and it goes
+    /// on when `resume` fires or is dropped.
+    pub fn next_fill(
+        namespace: &str,
+        point: Point,
+        reached: oneshot::Sender<()>,
+        resume: oneshot::Receiver<()>,
+    ) {
+        let hook = (namespace.to_owned(), point, reached, resume);
+        HOOKS.lock().unwrap_or_else(|e| e.into_inner()).push(hook);
+        ARMED.store(true, Ordering::Release);
+    }
+
+    pub(crate) async fn at(namespace: &str, point: Point) {
+        if !ARMED.load(Ordering::Acquire) {
+            return;
+        }
+        let hook = {
+            let mut hooks = HOOKS.lock().unwrap_or_else(|e| e.into_inner());
+            let found = hooks
+                .iter()
+                .position(|(ns, wanted, _, _)| ns == namespace && *wanted == point);
+            found.map(|i| hooks.swap_remove(i))
+        };
+        if let Some((_, _, reached, resume)) = hook {
+            let _ = reached.send(());
+            let _ = resume.await;
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Redis for the cache tests (`counter-redis`).
+//!
+//! * Ordinary tests use the shared server named by `COUNTER_TEST_REDIS_URL`
+//!   (the machine's, `redis://127.0.0.1:6379` in CI), each in a namespace
+//!   of its own, and never flush or kill it. Unset, they skip and say so.
+//! * Fault tests start a [`PrivateRedis`] (one `redis-server`) or a
+//!   [`RedisCluster`] (three masters) on free loopback ports below the
+//!   ephemeral range, in a temporary directory, and kill them on drop.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use counter_redis::{CountCache, RedisTarget};
+
+use crate::{Backend, servers::free_port};
+
+/// The environment variable with the shared Redis to test against.
+pub const REDIS_URL_VAR: &str = "COUNTER_TEST_REDIS_URL";
+
+/// The shared Redis's URL, or `None` (after saying so) when unset.
+pub fn shared_url(backend: Backend, label: &str) -> Option<String> {
+    match std::env::var(REDIS_URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            eprintln!("[{backend}] {label}: skipped, {REDIS_URL_VAR} is not set");
+            None
+        }
+    }
+}
+
+/// A namespace no other test (or run) uses: short, as an application's
+/// would be, so that measured memory per owner is realistic.
+pub fn namespace(backend: Backend, label: &str) -> String {
+    let nonce: u32 = rand::random();
+    let namespace = format!("t{nonce:08x}");
+    eprintln!("[{backend}] {label}: Redis namespace {namespace}");
+    namespace
+}
+
+/// Settings for tests: timeouts wide enough for a loaded 2-core CI box, a
+/// breaker that recovers fast.
+pub fn test_cache(target: RedisTarget, namespace: &str) -> counter_redis::CacheBuilder {
+    CountCache::builder(target)
+        .namespace(namespace)
+        .timeout(Duration::from_millis(500))
+        .breaker(5, Duration::from_millis(200))
+        .unscoped_delay(Duration::from_millis(300))
+}
+
+/// A cache on the shared Redis for one test, or `None` when none is set.
+pub async fn shared_cache(backend: Backend, label: &str) -> Option<CountCache> {
+    let url = shared_url(backend, label)?;
+    let cache = test_cache(RedisTarget::standalone(url), &namespace(backend, label))
+        .build()
+        .await
+        .expect("build the cache");
+    Some(cache)
+}
+
+/// A redis-server process of a test's own.
+pub struct PrivateRedis {
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    child: Mutex<Option<Child>>,
+}
+
+impl PrivateRedis {
+    /// Starts a standalone server and waits until it answers.
+    pub fn start() -> Self {
+        Self::start_with(free_port(), Vec::new())
+    }
+
+    fn start_with(port: u16, extra: Vec<String>) -> Self {
+        let dir = std::env::temp_dir().join(format!("counter-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory for redis-server");
+        let server = Self {
+            port,
+            dir,
+            extra,
+            child: Mutex::new(None),
+        };
+        server.restart();
+        server
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// SIGKILL: the server dies with everything in memory.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty: nothing is on disk), and
+    /// waits until it answers.
+    pub fn restart(&self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&self.dir)
+            .args(["--logfile", "redis.log"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (is it installed?)");
+        *self.child.lock().unwrap() = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.cli(&["PING"]).as_deref() != Some("PONG") {
+            assert!(
+                Instant::now() < deadline,
+                "the private redis-server on {} does not answer",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// One redis-cli command; its output, trimmed, if it ran.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Cuts every client connection (`CLIENT KILL TYPE normal`).
+    pub fn cut_connections(&self) {
+        self.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Three redis-server masters joined into a cluster, each on a free port
+/// whose cluster bus port (+10000) is free too and below the ephemeral
+/// range.
+pub struct RedisCluster {
+    pub nodes: Vec<PrivateRedis>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes, creates the cluster, waits for `cluster_state:ok`.
+    /// `full_coverage`: whether the cluster stops serving every slot when
+    /// one master is down (Redis's default) or keeps serving the others.
+    pub fn start(full_coverage: bool) -> Self {
+        let mut nodes = Vec::new();
+        while nodes.len() < 3 {
+            let port = free_cluster_port();
+            let extra = vec![
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                format!("nodes-{port}.conf"),
+                "--cluster-node-timeout".into(),
+                "1000".into(),
+                "--cluster-require-full-coverage".into(),
+                if full_coverage { "yes" } else { "no" }.into(),
+            ];
+            nodes.push(PrivateRedis::start_with(port, extra));
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run redis-cli --cluster create");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let cluster = Self { nodes };
+        cluster.wait_ok(Duration::from_secs(20));
+        cluster
+    }
+
+    /// The nodes' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(PrivateRedis::url).collect()
+    }
+
+    /// Waits until every node reports `cluster_state:ok`.
+    pub fn wait_ok(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let ok = self.nodes.iter().all(|n| {
+                n.cli(&["CLUSTER", "INFO"])
+                    .is_some_and(|info| info.contains("cluster_state:ok"))
+            });
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the private Redis Cluster is not ok after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 22_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Every write path of the library deletes the owners it touched after its
+//! commit, so that a cached read right after it returns sees it.
+
+use std::time::Duration;
+
+use counter_core::{
+    CounterBuffer, CounterCache, DeltaBatch, Reconcile, ReconcileReport, SlottedCounter, Truth,
+};
+use counter_tests::{TestDb, backend_test, figures, redis::shared_cache};
+use entity::{
+    comment,
+    post::{self, counters::Key},
+};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, DatabaseTransaction, Set, TransactionTrait};
+
+use super::{blog, own_table, stale, stale_keys};
+
+fn new_comment(post_id: i64) -> comment::ActiveModel {
+    comment::ActiveModel {
+        post_id: Set(post_id),
+        author_id: Set(1),
+        body: Set("hello".into()),
+        ..Default::default()
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "cache_writes"]
+    async fn every_write_path_deletes_after_its_commit(t: TestDb) {
+        let Some(cache) = shared_cache(t.backend, t.label()).await else {
+            return;
+        };
+        blog(&t).await;
+        let db = &t.db;
+        let posts = cache.table(post::Entity::counters());
+        let owners = [1, 2, 3];
+        let mut stale_reads = 0;
+        let mut steps = 0;
+        // Warms the cache, then runs a write and checks the cached read.
+        macro_rules! step {
+            ($name:literal, $write:expr) => {{
+                posts.counts_many(db, &owners).await.unwrap();
+                $write;
+                let stale_now = stale(&posts, db, &owners).await;
+                assert_eq!(stale_now, 0, "[{}] stale after {}", t.backend, $name);
+                stale_reads += stale_now;
+                steps += 1;
+            }};
+        }
+        step!("add", posts.add(db, 1, Key::Likes, 2).await.unwrap());
+        step!(
+            "add (windowed key)",
+            posts.add(db, 2, Key::Views, 7).await.unwrap()
+        );
+        step!(
+            "add_many",
+            posts
+                .add_many(db, [(1, Key::Likes, 1), (3, Key::Likes, 4)])
+                .await
+                .unwrap()
+        );
+        step!("a DeltaBatch of two tables", {
+            let mut batch = DeltaBatch::new();
+            batch.add(posts.counters(), 1, Key::Likes, 1).unwrap();
+            batch.add(posts.counters(), 2, Key::Views, 1).unwrap();
+            batch
+                .add(
+                    entity::user::Entity::counters(),
+                    9,
+                    entity::user::counters::Key::Posts,
+                    1,
+                )
+                .unwrap();
+            batch.apply(db).await.unwrap();
+        });
+        step!("insert_counted (counter cache)", {
+            comment::Entity::insert_counted(db, new_comment(1))
+                .await
+                .unwrap();
+        });
+        let doomed = comment::Entity::insert_counted(db, new_comment(2))
+            .await
+            .unwrap();
+        step!("delete_counted (counter cache)", {
+            let am: comment::ActiveModel = doomed.clone().into();
+            comment::Entity::delete_counted(db, am).await.unwrap();
+        });
+        step!("hooks inside CountCache::transaction", {
+            cache
+                .transaction(db, |txn: &DatabaseTransaction| {
+                    Box::pin(async move {
+                        new_comment(3).insert(txn).await?;
+                        new_comment(3).insert(txn).await?;
+                        Ok::<_, sea_orm::DbErr>(())
+                    })
+                })
+                .await
+                .unwrap();
+        });
+        step!("a rolled-back transaction", {
+            let outcome: Result<(), sea_orm::DbErr> = cache
+                .transaction(db, |txn: &DatabaseTransaction| {
+                    Box::pin(async move {
+                        new_comment(3).insert(txn).await?;
+                        Err(sea_orm::DbErr::Custom("changed my mind".into()))
+                    })
+                })
+                .await;
+            assert!(outcome.is_err());
+        });
+        step!("a buffer flush", {
+            let buffer = CounterBuffer::builder(db)
+                .interval(Duration::from_secs(3600))
+                .start()
+                .await
+                .unwrap();
+            buffer.add(posts.counters(), 2, Key::Likes, 5).unwrap();
+            buffer.add(posts.counters(), 3, Key::Likes, 1).unwrap();
+            buffer.flush().await.unwrap();
+            buffer.shutdown().await.unwrap();
+        });
+        step!("purge", posts.purge(db, &[3]).await.unwrap());
+
+        // Hooks in the caller's own transaction, outside any scope: the
+        // cache cannot see the commit, so this process reads those owners
+        // from the database until the delayed delete.
+        step!("hooks in a plain transaction", {
+            let txn = db.begin().await.unwrap();
+            new_comment(1).insert(&txn).await.unwrap();
+            txn.commit().await.unwrap();
+        });
+        assert!(cache.stats().unscoped_writes >= 1);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            stale(&posts, db, &owners).await,
+            0,
+            "after the delayed delete"
+        );
+
+        // Raw SQL is not seen: the cache serves the old total until told
+        // (on a table of this test's own, which no other test's writes
+        // invalidate).
+        let own = own_table(&t).await;
+        let cached = cache.table(&own);
+        own.add(db, 1, "likes", 1).await.unwrap();
+        cached.get_all_keys(db, &owners).await.unwrap();
+        let table = own.table().name();
+        let raw = format!(
+            "UPDATE {table} SET value = value + 100 WHERE owner_id = 1 AND count_key = 'likes'"
+        );
+        db.execute_unprepared(&raw).await.unwrap();
+        assert_eq!(
+            stale_keys(&cached, db, &owners).await,
+            1,
+            "raw SQL is invisible to the cache"
+        );
+        let report = cached.verify(db, &owners).await.unwrap();
+        assert_eq!(
+            report.mismatched,
+            vec![1],
+            "verify finds and deletes the stale owner"
+        );
+        assert_eq!(stale_keys(&cached, db, &owners).await, 0);
+        db.execute_unprepared(&raw).await.unwrap();
+        cached.invalidate(&[1]).await;
+        assert_eq!(
+            stale_keys(&cached, db, &owners).await,
+            0,
+            "after invalidate"
+        );
+
+        // A recount repair: comments damaged by raw SQL, repaired, deleted.
+        posts.counts_many(db, &owners).await.unwrap();
+        let table = posts.table().name();
+        let damage = format!("UPDATE {table} SET value = value + 7 WHERE count_key = 'comments'");
+        let damage = match t.backend {
+            counter_tests::Backend::MySql => damage,
+            _ => damage.replace(table, &format!("\"{table}\"")),
+        };
+        db.execute_unprepared(&damage).await.unwrap();
+        let report: ReconcileReport<i64> = post::Entity::counters()
+            .reconcile(
+                db,
+                Key::Comments,
+                Truth::counter_cache::<comment::Entity>(),
+                &Reconcile::new(),
+            )
+            .await
+            .unwrap();
+        assert!(report.owners_drifted > 0, "{report:?}");
+        assert_eq!(stale(&posts, db, &owners).await, 0, "after the recount");
+
+        let stats = cache.stats();
+        assert_eq!(stats.invalidation_failures, 0);
+        assert_eq!(stats.mismatches, 1);
+        figures(
+            "cache_writes",
+            t.backend,
+            &[
+                ("write_paths", steps),
+                ("stale_reads", stale_reads),
+                ("invalidations", stats.invalidations),
+            ],
+        );
+        t.finish().await;
+    }
+}
