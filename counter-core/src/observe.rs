@@ -58,6 +58,10 @@ pub trait CommitObserver: Send + Sync + 'static {
 
     /// Every count of `table` was deleted ([`Counters::clear`](crate::Counters::clear)).
     fn cleared<'a>(&'a self, table: &'a str) -> ObserverFuture<'a>;
+
+    /// Every count of `table` was deleted in a transaction the library does
+    /// not own, outside any [`scope`].
+    fn uncommitted_clear(&self, table: &str);
 }
 
 type Observers = BTreeMap<String, Vec<Weak<dyn CommitObserver>>>;
@@ -73,7 +77,15 @@ pub fn register(table: &str, observer: &Arc<dyn CommitObserver>) {
     let mut observers = OBSERVERS.write().unwrap_or_else(|e| e.into_inner());
     let list = observers.entry(table.to_owned()).or_default();
     list.retain(|o| o.strong_count() > 0);
-    list.push(Arc::downgrade(observer));
+    let new = Arc::downgrade(observer);
+    // Registering twice (a handle taken per request) changes nothing.
+    if !list.iter().any(|o| o.ptr_eq(&new)) {
+        list.push(new);
+    }
+    observers.retain(|_, list| {
+        list.retain(|o| o.strong_count() > 0);
+        !list.is_empty()
+    });
     let live = observers.values().map(Vec::len).sum();
     REGISTERED.store(live, Ordering::Release);
 }
@@ -101,6 +113,8 @@ pub(crate) fn active() -> bool {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Touched {
     tables: BTreeMap<String, Vec<Value>>,
+    /// Tables whose every count was deleted.
+    cleared: std::collections::BTreeSet<String>,
 }
 
 impl Touched {
@@ -116,9 +130,19 @@ impl Touched {
         list.extend(owners.into_iter().map(Into::into));
     }
 
-    /// Whether no owner was touched.
+    /// Whether no owner was touched and no table cleared.
     pub fn is_empty(&self) -> bool {
-        self.tables.values().all(Vec::is_empty)
+        self.tables.values().all(Vec::is_empty) && self.cleared.is_empty()
+    }
+
+    /// Records every count of `table` as deleted (if any observer is
+    /// registered).
+    pub(crate) fn clear(table: &str) -> Self {
+        let mut touched = Self::new();
+        if active() {
+            touched.cleared.insert(table.to_owned());
+        }
+        touched
     }
 
     /// The touched owners, by table.
@@ -131,6 +155,7 @@ impl Touched {
         for (table, owners) in other.tables {
             self.tables.entry(table).or_default().extend(owners);
         }
+        self.cleared.extend(other.cleared);
     }
 
     /// Tells every observer of each table that its owners committed, and
@@ -140,6 +165,11 @@ impl Touched {
         for (table, owners) in &self.tables {
             for observer in observers_of(table) {
                 observer.committed(table, owners).await;
+            }
+        }
+        for table in &self.cleared {
+            for observer in observers_of(table) {
+                observer.cleared(table).await;
             }
         }
     }
@@ -185,14 +215,12 @@ impl Touched {
                     observer.uncommitted(table, owners);
                 }
             }
+            for table in &self.cleared {
+                for observer in observers_of(table) {
+                    observer.uncommitted_clear(table);
+                }
+            }
         }
-    }
-}
-
-/// Tells the observers of `table` that all its counts were deleted.
-pub(crate) async fn cleared(table: &str) {
-    for observer in observers_of(table) {
-        observer.cleared(table).await;
     }
 }
 

@@ -8,7 +8,7 @@ use sea_orm::{ConnectionTrait, Value};
 use crate::{
     Counters, detach,
     error::{CounterError, Result},
-    observe::{self, Touched},
+    observe::Touched,
     owner::{OwnerId, sorted_unique},
     retry,
     sql::{self, Dialect},
@@ -94,10 +94,17 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let mut deleted = 0;
         for (table, _) in sql::tables(self.table()) {
             let stmt = sql::delete_all(dialect, &table);
-            let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+            // The cache hears of the totals' table (its buckets are not cached).
+            let touched = match table == self.table().name() {
+                true => Touched::clear(&table),
+                false => Touched::new(),
+            };
+            let done = retry::run(db, &table, || {
+                detach::execute_observed(db, stmt.clone(), &touched)
+            })
+            .await?;
             deleted += done.rows_affected();
         }
-        observe::cleared(self.table().name()).await;
         Ok(deleted)
     }
 }

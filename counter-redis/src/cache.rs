@@ -42,9 +42,9 @@ pub(crate) struct Shared {
     pub(crate) meter: Meter,
     pub(crate) breaker: Breaker,
     /// Owners whose deletion is owed (it failed, or a commit may still
-    /// come), with when to try next. Reads here skip them: this process
-    /// never serves a value it knows may be stale.
-    pub(crate) owed: Mutex<HashMap<Vec<u8>, Instant>>,
+    /// come). Reads here skip them: this process never serves a value it
+    /// knows may be stale.
+    pub(crate) owed: Mutex<HashMap<Vec<u8>, Owed>>,
     /// Fills in progress in this process, by key: later readers of the
     /// same owner wait for them instead of filling again.
     /// Dropping the sender (the fill ended, however) wakes them.
@@ -55,6 +55,20 @@ pub(crate) struct Shared {
     /// This cache, for tasks it spawns.
     me: Weak<Shared>,
 }
+
+/// A deletion this process owes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owed {
+    /// When to try it (next).
+    due: Instant,
+    /// When it was last owed: a deletion sent before that does not pay it.
+    since: Instant,
+}
+
+/// Keys per `UNLINK`, each its own Redis operation under the timeout.
+const UNLINK_CHUNK: usize = 1_000;
+/// Owed deletions the retry task sends per pass.
+const RETRY_BATCH: usize = 20_000;
 
 impl std::fmt::Debug for CountCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,8 +165,15 @@ impl CountCache {
             -> std::pin::Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'c>>,
         E: From<sea_orm::DbErr>,
     {
-        use sea_orm::TransactionTrait;
-        let txn = db.begin().await?;
+        use sea_orm::{SqliteTransactionMode, TransactionOptions, TransactionTrait};
+        // BEGIN IMMEDIATE on SQLite, as the library's own counted writes:
+        // a deferred transaction that reads, then writes, fails when
+        // another writer commits in between.
+        let options = TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..Default::default()
+        };
+        let txn = db.begin_with_options(options).await?;
         let (outcome, touched) = observe::scope(work(&txn)).await;
         match outcome {
             Ok(value) => {
@@ -163,7 +184,10 @@ impl CountCache {
                 Ok(value)
             }
             Err(e) => {
-                txn.rollback().await?;
+                // The caller's error, not the rollback's.
+                if let Err(rollback) = txn.rollback().await {
+                    tracing::warn!(%rollback, "counter cache: rolling back a failed transaction failed");
+                }
                 Err(e)
             }
         }
@@ -175,7 +199,7 @@ impl Shared {
         keys::owner_key(&self.config.namespace, table, owner)
     }
 
-    pub(crate) fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Instant>> {
+    pub(crate) fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Owed>> {
         self.owed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -214,40 +238,85 @@ impl Shared {
         }
     }
 
-    /// Deletes the hashes of `keys` now; any that cannot be deleted are
+    /// Deletes the keys of `keys` now; any that cannot be deleted are
     /// owed, retried in the background, and skipped by this process's
     /// reads until they are.
     pub(crate) async fn invalidate(&self, mut keys: Vec<Vec<u8>>) {
         keys.sort_unstable();
         keys.dedup();
-        if keys.is_empty() {
+        let failed = self.unlink_all(&keys).await;
+        if failed.is_empty() {
             return;
         }
-        if self.redis(self.link.unlink(&keys)).await.is_some() {
-            bump(&self.meter.invalidations, keys.len());
-            // A newer failure for the same owner was covered by this delete.
-            let mut owed = self.owed();
-            for key in &keys {
-                owed.remove(key);
-            }
-            return;
-        }
-        bump(&self.meter.invalidation_failures, keys.len());
+        bump(&self.meter.invalidation_failures, failed.len());
         tracing::warn!(
-            owners = keys.len(),
+            owners = failed.len(),
             "counter cache: could not delete owners after a commit; retrying in the background (stale for at most the TTL elsewhere)"
         );
-        self.owe(keys, Instant::now() + Duration::from_millis(50));
+        self.owe(failed, Instant::now() + Duration::from_millis(50));
     }
 
-    fn owe(&self, keys: Vec<Vec<u8>>, at: Instant) {
+    /// `UNLINK`s `keys`, a chunk per Redis operation (each must fit the
+    /// timeout); pays the owed deletions they cover; returns the keys of
+    /// the chunks that failed.
+    async fn unlink_all(&self, keys: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut failed = Vec::new();
+        for chunk in keys.chunks(UNLINK_CHUNK) {
+            let sent = Instant::now();
+            if self.redis(self.link.unlink(chunk)).await.is_none() {
+                failed.extend_from_slice(chunk);
+                continue;
+            }
+            bump(&self.meter.invalidations, chunk.len());
+            // Only what was owed, and due, before this delete was sent: a
+            // failure recorded since, or a second delete still to come
+            // (a write in a transaction outside a scope), stays owed.
+            let mut owed = self.owed();
+            for key in chunk {
+                if owed
+                    .get(key)
+                    .is_some_and(|o| o.since <= sent && o.due <= sent)
+                {
+                    owed.remove(key);
+                }
+            }
+        }
+        failed
+    }
+
+    fn owe(&self, keys: Vec<Vec<u8>>, due: Instant) {
+        let now = Instant::now();
         let mut owed = self.owed();
         for key in keys {
-            let due = owed.entry(key).or_insert(at);
-            *due = (*due).max(at);
+            let entry = owed.entry(key).or_insert(Owed { due, since: now });
+            entry.due = entry.due.max(due);
+            entry.since = now;
         }
         drop(owed);
         self.retry_wake.notify_one();
+    }
+
+    /// Deletes every key of `table`, scanning a standalone server a step at
+    /// a time (each step its own operation under the timeout). A cluster
+    /// is left to the TTL: a scan would have to visit every master.
+    async fn clear(&self, table: &str) {
+        let pattern = keys::table_pattern(&self.config.namespace, table);
+        let mut cursor = 0;
+        loop {
+            let Some((next, keys)) = self.redis(self.link.scan(&pattern, cursor)).await else {
+                bump(&self.meter.invalidation_failures, 1);
+                tracing::warn!(
+                    table,
+                    "counter cache: could not delete a cleared table's owners; stale for at most the TTL"
+                );
+                return;
+            };
+            self.invalidate(keys).await;
+            if next == 0 {
+                return;
+            }
+            cursor = next;
+        }
     }
 }
 
@@ -266,28 +335,43 @@ impl CommitObserver for Shared {
         // the old total); this process skips them until then.
         bump(&self.meter.unscoped_writes, owners.len());
         let keys: Vec<Vec<u8>> = owners.iter().map(|o| self.key(table, o)).collect();
+        // `unscoped_delay` is bounded at build, so this cannot overflow.
         self.owe(keys.clone(), Instant::now() + self.config.unscoped_delay);
         if let (Ok(runtime), Some(shared)) =
             (tokio::runtime::Handle::try_current(), self.me.upgrade())
         {
             runtime.spawn(async move {
-                shared.redis(shared.link.unlink(&keys)).await;
+                for chunk in keys.chunks(UNLINK_CHUNK) {
+                    shared.redis(shared.link.unlink(chunk)).await;
+                }
             });
         }
     }
 
     fn cleared<'a>(&'a self, table: &'a str) -> ObserverFuture<'a> {
-        Box::pin(async move {
-            let pattern = keys::table_pattern(&self.config.namespace, table);
-            if let Some(deleted) = self.redis(self.link.delete_matching(&pattern)).await {
-                bump(&self.meter.invalidations, deleted as usize);
-            }
-        })
+        Box::pin(self.clear(table))
+    }
+
+    fn uncommitted_clear(&self, table: &str) {
+        // As `uncommitted`: now, and again after the delay.
+        bump(&self.meter.unscoped_writes, 1);
+        let (Ok(runtime), Some(shared)) =
+            (tokio::runtime::Handle::try_current(), self.me.upgrade())
+        else {
+            return;
+        };
+        let table = table.to_owned();
+        runtime.spawn(async move {
+            shared.clear(&table).await;
+            tokio::time::sleep(shared.config.unscoped_delay).await;
+            shared.clear(&table).await;
+        });
     }
 }
 
-/// The background task: deletes owed owners when they come due, in one
-/// batch, backing off while Redis fails; ends when the cache is dropped.
+/// The background task: deletes owed owners when they come due, up to
+/// [`RETRY_BATCH`] per pass, backing off while Redis fails; ends when the
+/// cache is dropped.
 async fn retry_owed(shared: Weak<Shared>) {
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -299,28 +383,25 @@ async fn retry_owed(shared: Weak<Shared>) {
             let owed = cache.owed();
             let due = owed
                 .iter()
-                .filter(|(_, at)| **at <= now)
+                .filter(|(_, o)| o.due <= now)
+                .take(RETRY_BATCH)
                 .map(|(k, _)| k.clone())
                 .collect();
-            let next = owed.values().filter(|at| **at > now).min().copied();
+            let next = owed.values().map(|o| o.due).filter(|at| *at > now).min();
             (due, next)
         };
         if !due.is_empty() {
-            if cache.redis(cache.link.unlink(&due)).await.is_some() {
-                bump(&cache.meter.invalidations, due.len());
-                let mut owed = cache.owed();
-                for key in &due {
-                    if owed.get(key).is_some_and(|at| *at <= now) {
-                        owed.remove(key);
-                    }
-                }
+            let failed = cache.unlink_all(&due).await;
+            if failed.is_empty() {
                 backoff = Duration::from_millis(50);
             } else {
                 let retry_at = Instant::now() + backoff;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 let mut owed = cache.owed();
-                for key in due {
-                    owed.entry(key).and_modify(|at| *at = (*at).max(retry_at));
+                for key in failed {
+                    if let Some(o) = owed.get_mut(&key) {
+                        o.due = o.due.max(retry_at);
+                    }
                 }
             }
             continue;

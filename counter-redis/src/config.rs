@@ -44,8 +44,9 @@ pub enum CacheError {
     /// A setting is out of its range.
     #[error("invalid cache setting: {0}")]
     InvalidSetting(&'static str),
-    /// A cluster's nodes could not be reached to learn its slots (a
-    /// standalone server is connected lazily, so it never fails here).
+    /// The URL is not a Redis URL, or a cluster's nodes could not be reached
+    /// to learn its slots (a standalone server is connected lazily: one that
+    /// is down does not fail here).
     #[error("cannot reach Redis: {0}")]
     Redis(#[from] redis::RedisError),
 }
@@ -160,18 +161,44 @@ impl CacheBuilder {
         if !crate::keys::valid_namespace(&config.namespace) {
             return Err(CacheError::InvalidNamespace(config.namespace));
         }
-        if config.ttl < Duration::from_secs(1)
-            || config.lease_ttl.is_zero()
-            || config.timeout.is_zero()
-        {
-            return Err(CacheError::InvalidSetting(
-                "ttl must be at least 1 s, lease_ttl and timeout above 0",
-            ));
-        }
-        if config.max_concurrent_fills == 0 {
-            return Err(CacheError::InvalidSetting(
-                "max_concurrent_fills must be at least 1",
-            ));
+        let within = |d: Duration, low: Duration, high: Duration| (low..=high).contains(&d);
+        let (ms, secs) = (Duration::from_millis, Duration::from_secs);
+        let checks = [
+            (
+                within(config.ttl, secs(1), secs(30 * 86_400)),
+                "ttl must be 1 s to 30 days",
+            ),
+            (
+                within(config.lease_ttl, ms(1), secs(60)),
+                "lease_ttl must be 1 ms to 60 s",
+            ),
+            (
+                within(config.timeout, ms(1), secs(60)),
+                "timeout must be 1 ms to 60 s",
+            ),
+            (
+                within(config.fill_wait, Duration::ZERO, secs(10)),
+                "fill_wait must be at most 10 s",
+            ),
+            (
+                config.fill_wait_rounds <= 100,
+                "fill_wait rounds must be at most 100",
+            ),
+            (
+                within(config.breaker_open, Duration::ZERO, secs(3_600)),
+                "the breaker opens for at most 1 h",
+            ),
+            (
+                within(config.unscoped_delay, Duration::ZERO, secs(3_600)),
+                "unscoped_delay must be at most 1 h",
+            ),
+            (
+                (1..=1_024).contains(&config.max_concurrent_fills),
+                "max_concurrent_fills must be 1 to 1,024",
+            ),
+        ];
+        if let Some((_, why)) = checks.iter().find(|(ok, _)| !ok) {
+            return Err(CacheError::InvalidSetting(why));
         }
         let link = match self.target {
             RedisTarget::Standalone(url) => {
@@ -189,7 +216,7 @@ impl CacheBuilder {
                     .connection_timeout(config.timeout.max(Duration::from_millis(250)))
                     .retries(2)
                     .build()?;
-                Link::Cluster(client.get_async_connection().await?)
+                Link::cluster(client.get_async_connection().await?)
             }
         };
         Ok(CountCache::start(link, config))

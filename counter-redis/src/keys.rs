@@ -1,39 +1,35 @@
-//! Where an owner's counts live in Redis: one hash per owner.
+//! Where an owner's counts live in Redis: one key per owner (its value:
+//! `value.rs`).
 //!
-//! Key `sc1:<namespace>:{<table>:<owner>}`. `sc1` is the encoding's version
+//! Key `sc1:<namespace>:{<table>:<owner>}`. `sc1` is the layout's version
 //! (bump it to abandon every old entry at once); the namespace keeps apps
-//! and test runs apart; the `{...}` hash tag puts everything about one owner
-//! in one cluster slot, which the Lua scripts need. Table names are SQL
-//! identifiers and cannot hold `:`, so no two (table, owner) pairs share a
-//! key.
-//!
-//! Fields: one per count key (`likes`, `reaction:heart`), plus [`COMPLETE`]
-//! (the hash holds every key of the owner: an absent field is 0) and
-//! [`LEASE`] (a fill is in progress). Count keys never start with `!`.
+//! and test runs apart; the `{...}` hash tag keeps an owner's key in the
+//! slot of its tag (room for per-owner companions later). Table names are
+//! SQL identifiers and cannot hold `:`, so no two (table, owner) pairs
+//! share a key.
 
 use sea_orm::Value;
-
-/// The field that marks a hash as complete: every count key of the owner
-/// is a field, so an absent field reads as 0.
-pub(crate) const COMPLETE: &str = "!c";
-/// The field holding the token of the fill in progress.
-pub(crate) const LEASE: &str = "!l";
 
 /// The version prefix of every key.
 const VERSION: &str = "sc1";
 
-/// The Redis key of one owner's hash.
+/// The Redis key of one owner.
 pub(crate) fn owner_key(namespace: &str, table: &str, owner: &Value) -> Vec<u8> {
     let mut key = Vec::with_capacity(VERSION.len() + namespace.len() + table.len() + 24);
-    key.extend_from_slice(VERSION.as_bytes());
-    key.push(b':');
-    key.extend_from_slice(namespace.as_bytes());
-    key.extend_from_slice(b":{");
-    key.extend_from_slice(table.as_bytes());
-    key.push(b':');
-    render_owner(owner, &mut key);
-    key.push(b'}');
+    write_owner_key(namespace, table, owner, &mut key);
     key
+}
+
+/// [`owner_key`], appended to `out`.
+pub(crate) fn write_owner_key(namespace: &str, table: &str, owner: &Value, out: &mut Vec<u8>) {
+    out.extend_from_slice(VERSION.as_bytes());
+    out.push(b':');
+    out.extend_from_slice(namespace.as_bytes());
+    out.extend_from_slice(b":{");
+    out.extend_from_slice(table.as_bytes());
+    out.push(b':');
+    render_owner(owner, out);
+    out.push(b'}');
 }
 
 /// The pattern matching every key of `table` in `namespace` (for `SCAN`).

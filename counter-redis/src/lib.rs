@@ -55,6 +55,7 @@ mod link;
 mod read;
 mod scripts;
 mod stats;
+mod value;
 mod verify;
 
 pub use cache::CountCache;

@@ -1,184 +1,213 @@
 //! The connection to Redis, standalone or cluster, and the few batched
-//! operations the cache needs. Every batch is one pipeline on a standalone
-//! server; on a cluster the commands go out concurrently on the multiplexed
-//! connection, which writes them to each node's socket together (about one
-//! round trip per node). Async cluster pipelines must stay in one slot, and
-//! one owner per command keeps CROSSSLOT from ever surfacing.
+//! operations the cache needs.
+//!
+//! On a standalone server every batch is one round trip: one `MGET`, or one
+//! pipeline. On a cluster, keys are grouped by the node that serves their
+//! slot (from `CLUSTER SLOTS`, refreshed after any failure), and each group
+//! goes to its node as one pipeline, all nodes at once: about one round
+//! trip per node. (Async cluster pipelines routed by key must stay in one
+//! slot, and `MGET` is split per slot, about a command per owner.)
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+};
 
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use redis::{
-    Cmd, RedisError, RedisResult, Script, aio::ConnectionManager, cluster_async::ClusterConnection,
+    Cmd, FromRedisValue, RedisError, RedisResult, Script, Value,
+    aio::ConnectionManager,
+    cluster_async::ClusterConnection,
+    cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr},
 };
 
 use crate::{
-    keys::{COMPLETE, LEASE},
     scripts,
+    value::{self, Entry},
 };
 
-/// What one owner's hash held.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Entry {
-    /// `!c`: the hash holds every count of the owner.
-    pub(crate) complete: bool,
-    /// `!l`: a fill is in progress.
-    pub(crate) leased: bool,
-    /// The count fields read (all of them, or those asked for and present).
-    pub(crate) counts: HashMap<String, i64>,
-}
-
-/// One owner's complete hash, to store if its lease still holds.
+/// One owner's complete value, to store if its lease still holds.
 #[derive(Debug)]
 pub(crate) struct Fill {
     pub(crate) key: Vec<u8>,
     pub(crate) ttl_secs: u64,
-    pub(crate) counts: Vec<(String, i64)>,
-}
-
-/// Which fields a read asks for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Fields<'a> {
-    /// These count keys (`HMGET`).
-    Only(&'a [String]),
-    /// Every field (`HGETALL`): for keys not known in advance.
-    All,
+    pub(crate) value: String,
 }
 
 #[derive(Clone)]
 pub(crate) enum Link {
     Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Cluster>),
+}
+
+pub(crate) struct Cluster {
+    con: ClusterConnection,
+    /// Slot ranges and the master serving each, sorted by first slot.
+    slots: RwLock<Vec<(u16, u16, String)>>,
 }
 
 impl Link {
-    /// Each owner's hash, in order.
-    pub(crate) async fn read(
-        &self,
-        keys: &[Vec<u8>],
-        fields: Fields<'_>,
-    ) -> RedisResult<Vec<Entry>> {
-        let command = |key: &Vec<u8>| match fields {
-            Fields::Only(names) => {
-                let mut cmd = redis::cmd("HMGET");
-                cmd.arg(key).arg(COMPLETE).arg(LEASE).arg(names);
-                cmd
-            }
-            Fields::All => {
-                let mut cmd = redis::cmd("HGETALL");
-                cmd.arg(key);
-                cmd
-            }
-        };
-        let commands: Vec<Cmd> = keys.iter().map(command).collect();
-        match fields {
-            Fields::Only(names) => {
-                let rows: Vec<Vec<Option<String>>> = self.run_all(commands).await?;
-                Ok(rows
-                    .into_iter()
-                    .map(|row| entry_of_fields(names, row))
-                    .collect())
-            }
-            Fields::All => {
-                let rows: Vec<HashMap<String, String>> = self.run_all(commands).await?;
-                Ok(rows.into_iter().map(entry_of_hash).collect())
-            }
-        }
+    pub(crate) fn cluster(con: ClusterConnection) -> Self {
+        Link::Cluster(Arc::new(Cluster {
+            con,
+            slots: RwLock::new(Vec::new()),
+        }))
     }
 
-    /// Takes the lease of each owner's hash that does not exist; whether
-    /// each was taken, in order.
+    /// Each owner's value, in order; `wanted` keeps only those keys.
+    pub(crate) async fn read(
+        &self,
+        keys: &[&[u8]],
+        wanted: Option<&[String]>,
+    ) -> RedisResult<Vec<Entry>> {
+        let values: Vec<Option<Vec<u8>>> = match self {
+            Link::Standalone(con) => {
+                let mut values = Vec::with_capacity(keys.len());
+                for chunk in keys.chunks(5_000) {
+                    let part: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+                        .arg(chunk)
+                        .query_async(&mut con.clone())
+                        .await?;
+                    values.extend(part);
+                }
+                values
+            }
+            Link::Cluster(cluster) => {
+                let commands = keys
+                    .iter()
+                    .map(|key| {
+                        let mut cmd = redis::cmd("GET");
+                        cmd.arg(*key);
+                        cmd
+                    })
+                    .collect();
+                cluster.run(keys, commands).await?
+            }
+        };
+        Ok(values
+            .iter()
+            .map(|v| value::decode(v.as_deref(), wanted))
+            .collect())
+    }
+
+    /// Takes the lease of each owner whose key does not exist (`SET NX`);
+    /// whether each was taken, in order.
     pub(crate) async fn lease(
         &self,
         keys: &[Vec<u8>],
         token: &str,
         lease_ms: u64,
     ) -> RedisResult<Vec<bool>> {
-        let args = [token.to_owned(), lease_ms.to_string()];
-        let calls = keys
-            .iter()
-            .map(|key| (key.clone(), args.to_vec()))
-            .collect();
-        let taken: Vec<i64> = self.run_script(&scripts::LEASE, calls).await?;
-        Ok(taken.into_iter().map(|n| n == 1).collect())
-    }
-
-    /// Stores each owner's complete hash if its lease is still `token`'s;
-    /// whether each landed, in order.
-    pub(crate) async fn fill(&self, fills: Vec<Fill>, token: &str) -> RedisResult<Vec<bool>> {
-        let calls = fills
-            .into_iter()
-            .map(
-                |Fill {
-                     key,
-                     ttl_secs,
-                     counts,
-                 }| {
-                    let mut args = Vec::with_capacity(2 + counts.len() * 2);
-                    args.push(token.to_owned());
-                    args.push(ttl_secs.to_string());
-                    for (field, value) in counts {
-                        args.push(field);
-                        args.push(value.to_string());
-                    }
-                    (key, args)
-                },
-            )
-            .collect();
-        let landed: Vec<i64> = self.run_script(&scripts::FILL, calls).await?;
-        Ok(landed.into_iter().map(|n| n == 1).collect())
-    }
-
-    /// Deletes the hashes (`UNLINK`: freed off the main thread).
-    pub(crate) async fn unlink(&self, keys: &[Vec<u8>]) -> RedisResult<()> {
-        if keys.is_empty() {
-            return Ok(());
-        }
+        let lease = value::lease(token);
         let commands = keys
-            .chunks(500)
-            .map(|chunk| {
-                let mut cmd = redis::cmd("UNLINK");
-                cmd.arg(chunk);
+            .iter()
+            .map(|key| {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(key).arg(&lease).arg("NX").arg("PX").arg(lease_ms);
                 cmd
             })
             .collect();
-        // A multi-key UNLINK is split per slot by the cluster client.
-        let _: Vec<i64> = self.run_all(commands).await?;
-        Ok(())
+        let taken: Vec<Option<String>> = self.run_all(keys, commands).await?;
+        Ok(taken.into_iter().map(|reply| reply.is_some()).collect())
     }
 
-    /// Deletes every key matching `pattern` (a table's keys). A standalone
-    /// server is scanned; on a cluster this is left to the TTL, since a
-    /// scan would have to visit every master.
-    pub(crate) async fn delete_matching(&self, pattern: &str) -> RedisResult<u64> {
-        let Link::Standalone(con) = self else {
-            return Ok(0);
-        };
-        let mut con = con.clone();
-        let mut cursor: u64 = 0;
-        let mut deleted = 0;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1_000)
-                .query_async(&mut con)
-                .await?;
-            deleted += keys.len() as u64;
-            self.unlink(&keys).await?;
-            if next == 0 {
-                return Ok(deleted);
+    /// Stores each owner's complete value if its lease is still `token`'s;
+    /// whether each landed, in order.
+    pub(crate) async fn fill(&self, fills: Vec<Fill>, token: &str) -> RedisResult<Vec<bool>> {
+        let lease = value::lease(token);
+        let keys: Vec<Vec<u8>> = fills.iter().map(|f| f.key.clone()).collect();
+        let commands = fills
+            .into_iter()
+            .map(|fill| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(scripts::FILL.get_hash())
+                    .arg(1)
+                    .arg(fill.key)
+                    .arg(&lease)
+                    .arg(fill.value)
+                    .arg(fill.ttl_secs);
+                cmd
+            })
+            .collect::<Vec<Cmd>>();
+        let landed: Vec<i64> = match self.run_all(&keys, commands.clone()).await {
+            Err(e) if is_no_script(&e) => {
+                self.load(&scripts::FILL).await?;
+                self.run_all(&keys, commands).await?
             }
-            cursor = next;
+            done => done?,
+        };
+        Ok(landed.into_iter().map(|n| n == 1).collect())
+    }
+
+    /// Deletes the keys (`UNLINK`: freed off Redis's main thread).
+    pub(crate) async fn unlink(&self, keys: &[Vec<u8>]) -> RedisResult<()> {
+        match self {
+            Link::Standalone(con) => {
+                if !keys.is_empty() {
+                    let _: i64 = redis::cmd("UNLINK")
+                        .arg(keys)
+                        .query_async(&mut con.clone())
+                        .await?;
+                }
+                Ok(())
+            }
+            Link::Cluster(cluster) => {
+                let commands = keys
+                    .iter()
+                    .map(|key| {
+                        let mut cmd = redis::cmd("UNLINK");
+                        cmd.arg(key);
+                        cmd
+                    })
+                    .collect();
+                let _: Vec<i64> = cluster.run(keys, commands).await?;
+                Ok(())
+            }
         }
     }
 
-    /// Runs `commands`, returning their replies in order: one pipeline on a
-    /// standalone server, concurrent commands on a cluster.
-    async fn run_all<T: redis::FromRedisValue + Send>(
+    /// One `SCAN` step over the keys matching `pattern`: the next cursor
+    /// (0 at the end) and the keys found. A cluster scans nothing (a scan
+    /// would have to visit every master).
+    pub(crate) async fn scan(
         &self,
+        pattern: &str,
+        cursor: u64,
+    ) -> RedisResult<(u64, Vec<Vec<u8>>)> {
+        let Link::Standalone(con) = self else {
+            return Ok((0, Vec::new()));
+        };
+        redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1_000)
+            .query_async(&mut con.clone())
+            .await
+    }
+
+    /// Loads `script` (on every master of a cluster).
+    async fn load(&self, script: &Script) -> RedisResult<()> {
+        match self {
+            Link::Standalone(con) => script
+                .prepare_invoke()
+                .load_async(&mut con.clone())
+                .await
+                .map(drop),
+            Link::Cluster(cluster) => script
+                .prepare_invoke()
+                .load_async(&mut cluster.con.clone())
+                .await
+                .map(drop),
+        }
+    }
+
+    /// `commands` (one per key of `keys`, in order), replies in order: one
+    /// pipeline on a standalone server, one per node on a cluster.
+    async fn run_all<T: FromRedisValue, K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
         commands: Vec<Cmd>,
     ) -> RedisResult<Vec<T>> {
         if commands.is_empty() {
@@ -192,51 +221,138 @@ impl Link {
                 }
                 pipe.query_async(&mut con.clone()).await
             }
-            Link::Cluster(con) => {
-                try_join_all(commands.into_iter().map(|cmd| {
-                    let mut con = con.clone();
-                    async move { cmd.query_async::<T>(&mut con).await }
-                }))
-                .await
-            }
+            Link::Cluster(cluster) => cluster.run(keys, commands).await,
         }
     }
+}
 
-    /// `script` once per (key, args), replies in order. A standalone
-    /// pipeline of `EVALSHA`s loads the script and goes again once if the
-    /// server does not know it (after a restart or `SCRIPT FLUSH`); the
-    /// cluster client does that per command.
-    async fn run_script<T: redis::FromRedisValue + Send>(
+impl Cluster {
+    /// `commands[i]` on the node serving `keys[i]`, one pipeline per node,
+    /// all nodes at once. Any failure (a node down, a slot moved) fails the
+    /// whole call and refreshes the slot map for the next one.
+    async fn run<T: FromRedisValue, K: AsRef<[u8]>>(
         &self,
-        script: &Script,
-        calls: Vec<(Vec<u8>, Vec<String>)>,
+        keys: &[K],
+        commands: Vec<Cmd>,
     ) -> RedisResult<Vec<T>> {
-        match self {
-            Link::Standalone(con) => {
-                let commands: Vec<Cmd> = calls
-                    .iter()
-                    .map(|(key, args)| {
-                        let mut cmd = redis::cmd("EVALSHA");
-                        cmd.arg(script.get_hash()).arg(1).arg(key).arg(args);
-                        cmd
-                    })
-                    .collect();
-                match self.run_all(commands.clone()).await {
-                    Err(e) if is_no_script(&e) => {
-                        script.prepare_invoke().load_async(&mut con.clone()).await?;
-                        self.run_all(commands).await
-                    }
-                    done => done,
+        let groups = self.groups(keys).await?;
+        let mut commands: Vec<Option<Cmd>> = commands.into_iter().map(Some).collect();
+        let sends = groups.iter().map(|(slot, members)| {
+            let mut pipe = redis::pipe();
+            for &i in members {
+                if let Some(cmd) = commands[i].take() {
+                    pipe.add_command(cmd);
                 }
             }
-            Link::Cluster(con) => {
-                try_join_all(calls.into_iter().map(|(key, args)| {
-                    let mut con = con.clone();
-                    async move { script.key(key).arg(args).invoke_async::<T>(&mut con).await }
-                }))
-                .await
+            let route = Route::new(*slot, SlotAddr::Master);
+            let mut con = self.con.clone();
+            let count = members.len();
+            async move {
+                con.route_pipeline(pipe, 0, count, SingleNodeRoutingInfo::SpecificNode(route))
+                    .await
+            }
+        });
+        let answers = join_all(sends).await;
+        let mut replies: Vec<Option<Value>> = vec![None; keys.len()];
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            let values = match answer {
+                Ok(values) if values.len() == members.len() => values,
+                Ok(_) => return Err(self.stale("a pipeline answered the wrong number of replies")),
+                Err(e) => {
+                    self.forget_slots();
+                    return Err(e);
+                }
+            };
+            for (&i, value) in members.iter().zip(values) {
+                if let Value::ServerError(e) = &value {
+                    self.forget_slots();
+                    return Err(RedisError::from(e.clone()));
+                }
+                replies[i] = Some(value);
             }
         }
+        replies
+            .into_iter()
+            .map(|v| T::from_redis_value(v.unwrap_or(Value::Nil)).map_err(RedisError::from))
+            .collect()
+    }
+
+    /// The indexes of `keys` grouped by the master serving them, each group
+    /// with one of its slots (to route by).
+    async fn groups<K: AsRef<[u8]>>(&self, keys: &[K]) -> RedisResult<Vec<(u16, Vec<usize>)>> {
+        if self
+            .slots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            self.refresh_slots().await?;
+        }
+        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let mut by_node: HashMap<&str, (u16, Vec<usize>)> = HashMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = slot_of(key.as_ref());
+            let at = slots.partition_point(|(start, _, _)| *start <= slot);
+            let node = match at.checked_sub(1).map(|j| &slots[j]) {
+                Some((_, end, node)) if slot <= *end => node.as_str(),
+                _ => "",
+            };
+            by_node
+                .entry(node)
+                .or_insert_with(|| (slot, Vec::new()))
+                .1
+                .push(i);
+        }
+        Ok(by_node.into_values().collect())
+    }
+
+    async fn refresh_slots(&self) -> RedisResult<()> {
+        let reply: Value = self
+            .con
+            .clone()
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await?;
+        let mut slots = Vec::new();
+        if let Value::Array(ranges) = reply {
+            for range in ranges {
+                let Value::Array(parts) = range else { continue };
+                let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                    (parts.first(), parts.get(1), parts.get(2))
+                else {
+                    continue;
+                };
+                let host = match master.first() {
+                    Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+                    _ => continue,
+                };
+                let port = match master.get(1) {
+                    Some(Value::Int(port)) => *port,
+                    _ => continue,
+                };
+                let (Ok(start), Ok(end)) = (u16::try_from(*start), u16::try_from(*end)) else {
+                    continue;
+                };
+                slots.push((start, end, format!("{host}:{port}")));
+            }
+        }
+        slots.sort();
+        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = slots;
+        Ok(())
+    }
+
+    fn forget_slots(&self) {
+        self.slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    fn stale(&self, what: &'static str) -> RedisError {
+        self.forget_slots();
+        RedisError::from((redis::ErrorKind::Client, what))
     }
 }
 
@@ -244,42 +360,48 @@ fn is_no_script(error: &RedisError) -> bool {
     error.code() == Some("NOSCRIPT") || error.to_string().contains("NOSCRIPT")
 }
 
-fn entry_of_fields(names: &[String], row: Vec<Option<String>>) -> Entry {
-    let mut values = row.into_iter();
-    let complete = values.next().flatten().is_some();
-    let leased = values.next().flatten().is_some();
-    let mut counts = HashMap::new();
-    for (name, value) in names.iter().zip(values) {
-        if let Some(value) = value {
-            match value.parse::<i64>() {
-                Ok(n) => {
-                    counts.insert(name.clone(), n);
-                }
-                // Not ours: treated as a miss, and the fill replaces it.
-                Err(_) => return Entry::default(),
-            }
-        }
-    }
-    Entry {
-        complete,
-        leased,
-        counts,
-    }
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the bytes
+/// between the first `{` and the next `}`, if not empty) or of the key,
+/// modulo 16384, as Redis computes it.
+fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(tagged) % 16_384
 }
 
-fn entry_of_hash(hash: HashMap<String, String>) -> Entry {
-    let mut entry = Entry::default();
-    for (field, value) in hash {
-        match field.as_str() {
-            COMPLETE => entry.complete = true,
-            LEASE => entry.leased = true,
-            _ => match value.parse::<i64>() {
-                Ok(n) => {
-                    entry.counts.insert(field, n);
-                }
-                Err(_) => return Entry::default(),
-            },
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
-    entry
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_redis_slots() {
+        // Redis: CLUSTER KEYSLOT foo = 12182, {user1000}.following = 3443.
+        assert_eq!(slot_of(b"foo"), 12_182);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_eq!(slot_of(b"{user1000}.following"), 3_443);
+        assert_eq!(slot_of(b"foo{}{bar}"), slot_of(b"foo{}{bar}"));
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+    }
 }

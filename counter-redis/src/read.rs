@@ -16,10 +16,7 @@
 //! Owners whose invalidation this process still owes, and every owner while
 //! Redis fails, are read from the database.
 
-use std::{
-    collections::{HashMap, HashSet},
-    ops::Deref,
-};
+use std::{collections::HashMap, ops::Deref, sync::Arc};
 
 use counter_core::{
     CountMap, Counters, KeyOf, KeySet, KeySpace, OwnerId, Result, SlottedCounter, Untyped,
@@ -31,9 +28,10 @@ use tokio::sync::watch;
 use crate::{
     CountCache,
     cache::Shared,
-    link::{Entry, Fields, Fill},
-    scripts::MAX_FILL_FIELDS,
+    keys,
+    link::Fill,
     stats::bump,
+    value::{self, Entry},
 };
 
 /// A counter table's handle read through a [`CountCache`]: what
@@ -84,6 +82,37 @@ struct Filled<I> {
     not_leased: Vec<Keyed<I>>,
     /// Owners Redis failed for: to read uncached.
     failed: Vec<I>,
+}
+
+/// Owners a read did not find cached: nobody is filling them, or someone
+/// holds their lease.
+struct Read<I> {
+    misses: Vec<Keyed<I>>,
+    waiting: Vec<Keyed<I>>,
+}
+
+impl<I> Default for Read<I> {
+    fn default() -> Self {
+        Self {
+            misses: Vec::new(),
+            waiting: Vec::new(),
+        }
+    }
+}
+
+/// A key in the read's shared buffer, or one of its own.
+enum KeyRef<'k> {
+    Borrowed(&'k [u8]),
+    Owned(Vec<u8>),
+}
+
+impl KeyRef<'_> {
+    fn into_owned(self) -> Vec<u8> {
+        match self {
+            KeyRef::Borrowed(key) => key.to_vec(),
+            KeyRef::Owned(key) => key,
+        }
+    }
 }
 
 /// Which counts a read wants.
@@ -178,70 +207,74 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
     ) -> Result<CountMap<I>> {
         let shared = self.shared();
         let table = self.counters.table().name();
-        let mut unique = HashSet::with_capacity(owners.len());
         for owner in owners {
             owner.check()?;
-            unique.insert(owner.clone());
         }
-        let mut served: CountMap<I> = HashMap::with_capacity(unique.len());
-        let mut uncached: Vec<I> = Vec::new();
-        let mut pending: Vec<Keyed<I>> = Vec::with_capacity(unique.len());
-        {
-            let owed = shared.owed();
-            for owner in unique {
-                let key = shared.key(table, &owner.clone().into());
-                if owed.contains_key(&key) {
-                    uncached.push(owner);
-                } else {
-                    pending.push((owner, key));
-                }
-            }
-        }
-        bump(&shared.meter.uncached_reads, uncached.len());
+        let mut unique = owners.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
         let names = match &want {
             Want::Keys(names) => Some(names.as_slice()),
             Want::All => None,
         };
-        let fields = names.map_or(Fields::All, Fields::Only);
-        let rounds = shared.config.fill_wait_rounds;
-        let mut round = 0;
-        while !pending.is_empty() {
-            let keys: Vec<Vec<u8>> = pending.iter().map(|(_, k)| k.clone()).collect();
-            let Some(entries) = shared.redis(shared.link.read(&keys, fields)).await else {
-                bump(&shared.meter.db_fallbacks, pending.len());
-                uncached.extend(pending.drain(..).map(|(o, _)| o));
-                break;
-            };
-            let mut misses = Vec::new();
-            let mut waiting = Vec::new();
-            for ((owner, key), entry) in pending.drain(..).zip(entries) {
-                match entry {
-                    Entry {
-                        complete: true,
-                        counts,
-                        ..
-                    } => {
-                        if round == 0 {
-                            bump(&shared.meter.hits, 1);
-                        }
-                        served.insert(owner, counts);
-                    }
-                    Entry { leased: true, .. } => waiting.push((owner, key)),
-                    _ => misses.push((owner, key)),
+        // Every key in one buffer: a hit allocates no key of its own.
+        let mut buffer = Vec::with_capacity(unique.len() * 40);
+        let mut spans = Vec::with_capacity(unique.len());
+        for owner in &unique {
+            let start = buffer.len();
+            keys::write_owner_key(
+                &shared.config.namespace,
+                table,
+                &owner.clone().into(),
+                &mut buffer,
+            );
+            spans.push(start..buffer.len());
+        }
+        let mut hits: CountMap<I> = HashMap::with_capacity(unique.len());
+        let mut read: Read<I> = Read::default();
+        let mut uncached: Vec<I> = Vec::new();
+        let mut first: Vec<(I, &[u8])> = Vec::with_capacity(unique.len());
+        {
+            let owed = shared.owed();
+            for (owner, span) in unique.into_iter().zip(spans) {
+                let key = &buffer[span];
+                if owed.contains_key(key) {
+                    uncached.push(owner);
+                } else {
+                    first.push((owner, key));
                 }
             }
-            if round == 0 {
-                bump(&shared.meter.misses, misses.len() + waiting.len());
+        }
+        bump(&shared.meter.uncached_reads, uncached.len());
+        if !first.is_empty() {
+            let keys: Vec<&[u8]> = first.iter().map(|(_, k)| *k).collect();
+            match shared.redis(shared.link.read(&keys, names)).await {
+                Some(entries) => {
+                    let first = first.into_iter().map(|(o, k)| (o, KeyRef::Borrowed(k)));
+                    self.sort(first, entries, names, &mut hits, &mut read).await;
+                    bump(&shared.meter.hits, hits.len());
+                    bump(&shared.meter.misses, read.misses.len() + read.waiting.len());
+                }
+                None => {
+                    bump(&shared.meter.db_fallbacks, first.len());
+                    uncached.extend(first.into_iter().map(|(o, _)| o));
+                }
             }
+        }
+        let mut served: CountMap<I> = HashMap::new();
+        let rounds = shared.config.fill_wait_rounds;
+        let mut round = 0;
+        while !read.misses.is_empty() || !read.waiting.is_empty() {
             // Single flight: lead the owners nobody here is filling, follow
             // the others.
-            let (lead, followed) = self.join_flights(misses);
-            let mut follow = Vec::with_capacity(followed.len());
+            let (lead, followed) = self.join_flights(std::mem::take(&mut read.misses));
+            let mut pending = Vec::with_capacity(followed.len() + read.waiting.len());
             let mut wakes = Vec::with_capacity(followed.len());
             for (owner, key, wake) in followed {
-                follow.push((owner, key));
+                pending.push((owner, key));
                 wakes.push(wake);
             }
+            let mut waiting = std::mem::take(&mut read.waiting);
             if !lead.is_empty() {
                 let filled = self.fill(db, lead).await?;
                 served.extend(filled.read);
@@ -249,27 +282,40 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
                 bump(&shared.meter.db_fallbacks, filled.failed.len());
                 uncached.extend(filled.failed);
             }
-            round += 1;
-            pending = follow;
             pending.extend(waiting);
+            round += 1;
             if pending.is_empty() {
                 break;
             }
             if round > rounds {
                 bump(&shared.meter.uncached_reads, pending.len());
-                uncached.extend(pending.drain(..).map(|(o, _)| o));
+                uncached.extend(pending.into_iter().map(|(o, _)| o));
                 break;
             }
             bump(&shared.meter.lease_waits, pending.len());
+            // Every followed flight ends within one lease TTL in all; another
+            // process's lease is polled.
             let lease_ttl = shared.config.lease_ttl;
-            let in_process = async {
+            let in_process = tokio::time::timeout(lease_ttl, async {
                 for mut wake in wakes {
-                    let _ = tokio::time::timeout(lease_ttl, wake.changed()).await;
+                    let _ = wake.changed().await;
                 }
-            };
-            // Our own flights end when their fill does; another process's
-            // lease is polled.
-            tokio::join!(in_process, tokio::time::sleep(shared.config.fill_wait));
+            });
+            let _ = tokio::join!(in_process, tokio::time::sleep(shared.config.fill_wait));
+            let keys: Vec<&[u8]> = pending.iter().map(|(_, k)| k.as_slice()).collect();
+            let again = shared.redis(shared.link.read(&keys, names)).await;
+            drop(keys);
+            match again {
+                Some(entries) => {
+                    let pending = pending.into_iter().map(|(o, k)| (o, KeyRef::Owned(k)));
+                    self.sort(pending, entries, names, &mut hits, &mut read)
+                        .await;
+                }
+                None => {
+                    bump(&shared.meter.db_fallbacks, pending.len());
+                    uncached.extend(pending.into_iter().map(|(o, _)| o));
+                }
+            }
         }
         if !uncached.is_empty() {
             let from_db = match &want {
@@ -285,6 +331,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             served.extend(from_db);
         }
         if let Want::Keys(names) = &want {
+            // Fills read all of an owner's keys: keep those asked for.
             for totals in served.values_mut() {
                 totals.retain(|k, _| names.binary_search(k).is_ok());
                 for name in names {
@@ -292,7 +339,45 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
                 }
             }
         }
-        Ok(served)
+        hits.extend(served);
+        Ok(hits)
+    }
+
+    /// Sorts what a read of `owners` found: hits into `hits` (zero-filled
+    /// for `names`), the rest into `read` (an invalid value is deleted
+    /// first, so that a fill can lease its key).
+    async fn sort<'k>(
+        &self,
+        owners: impl Iterator<Item = (I, KeyRef<'k>)>,
+        entries: Vec<Entry>,
+        names: Option<&[String]>,
+        hits: &mut CountMap<I>,
+        read: &mut Read<I>,
+    ) {
+        for ((owner, key), entry) in owners.zip(entries) {
+            match entry {
+                Entry::Complete(mut counts) => {
+                    // A hit holds the keys asked for that exist.
+                    if let Some(names) = names
+                        && counts.len() < names.len()
+                    {
+                        for name in names {
+                            counts.entry(name.clone()).or_insert(0);
+                        }
+                    }
+                    hits.insert(owner, counts);
+                }
+                Entry::Leased => read.waiting.push((owner, key.into_owned())),
+                Entry::Missing => read.misses.push((owner, key.into_owned())),
+                Entry::Invalid => {
+                    // Not ours (an older layout, a stray write): it would
+                    // refuse every lease until it expires.
+                    let key = key.into_owned();
+                    self.shared().invalidate(vec![key.clone()]).await;
+                    read.misses.push((owner, key));
+                }
+            }
+        }
     }
 
     /// Splits `misses` into the owners this read leads the fill of (now
@@ -321,16 +406,20 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         (lead, follow)
     }
 
-    /// Leases, reads and stores the `lead` owners.
+    /// Leases and reads the `lead` owners, and stores them in the
+    /// background: the caller has its totals one Redis round trip sooner,
+    /// and this process's other readers of those owners wait for the store
+    /// (their flight ends with it).
     async fn fill(&self, db: &DatabaseConnection, lead: Vec<Keyed<I>>) -> Result<Filled<I>> {
         let shared = self.shared();
-        let _flights = EndFlights {
-            shared,
-            keys: lead.iter().map(|(_, k)| k.clone()).collect(),
-        };
+        let flights = EndFlights::new(
+            self.cache.shared.clone(),
+            lead.iter().map(|(_, k)| k.clone()).collect(),
+        );
         let token = format!("{:032x}", rand::rng().random::<u128>());
         let keys: Vec<Vec<u8>> = lead.iter().map(|(_, k)| k.clone()).collect();
-        let lease_ms = shared.config.lease_ttl.as_millis().max(1) as u64;
+        // At most 60 s (checked at build).
+        let lease_ms = u64::try_from(shared.config.lease_ttl.as_millis()).unwrap_or(60_000);
         let Some(taken) = shared
             .redis(shared.link.lease(&keys, &token, lease_ms))
             .await
@@ -367,30 +456,35 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         let mut fills = Vec::with_capacity(leased.len());
         for (owner, key) in &leased {
             let counts = from_db.get(owner).cloned().unwrap_or_default();
-            if counts.len() > MAX_FILL_FIELDS {
-                continue;
-            }
+            // ±10 %: owners filled together do not expire together (`ttl`
+            // is at most 30 days: no overflow).
             let jitter = rand::rng().random_range(0..=ttl / 5);
             let ttl = (ttl - ttl / 10 + jitter).max(1);
             fills.push(Fill {
                 key: key.clone(),
                 ttl_secs: ttl,
-                counts: counts.into_iter().collect(),
+                value: value::encode(&counts),
             });
         }
-        let attempted = fills.len();
-        pause::at(&shared.config.namespace, pause::Point::BeforeStore).await;
-        if let Some(landed) = shared.redis(shared.link.fill(fills, &token)).await {
-            let stored = landed.iter().filter(|l| **l).count();
-            bump(&shared.meter.fills, stored);
-            bump(&shared.meter.fill_cas_lost, attempted - stored);
-            if stored < attempted {
-                tracing::debug!(
-                    lost = attempted - stored,
-                    "counter cache: fills lost their lease to a write; the database values were returned, not stored"
-                );
+        let store = async move {
+            let shared = &flights.shared;
+            let attempted = fills.len();
+            pause::at(&shared.config.namespace, pause::Point::BeforeStore).await;
+            if let Some(landed) = shared.redis(shared.link.fill(fills, &token)).await {
+                let stored = landed.iter().filter(|l| **l).count();
+                bump(&shared.meter.fills, stored);
+                bump(&shared.meter.fill_cas_lost, attempted - stored);
+                if stored < attempted {
+                    tracing::debug!(
+                        lost = attempted - stored,
+                        "counter cache: fills lost their lease to a write; the database values were returned, not stored"
+                    );
+                }
             }
-        }
+            // The flights end here, after the store.
+            drop(flights);
+        };
+        tokio::spawn(store);
         Ok(Filled {
             read: from_db,
             not_leased,
@@ -400,13 +494,24 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
 }
 
 /// Ends this process's flights of some owners however the fill ends (an
-/// error, a dropped read): their followers wake and look again.
-struct EndFlights<'a> {
-    shared: &'a Shared,
+/// error, a dropped read, the store done): their followers wake and look
+/// again. Counted in [`CacheStats::fills_in_flight`](crate::CacheStats::fills_in_flight) while it lives.
+struct EndFlights {
+    shared: Arc<Shared>,
     keys: Vec<Vec<u8>>,
 }
 
-impl Drop for EndFlights<'_> {
+impl EndFlights {
+    fn new(shared: Arc<Shared>, keys: Vec<Vec<u8>>) -> Self {
+        shared
+            .meter
+            .fills_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self { shared, keys }
+    }
+}
+
+impl Drop for EndFlights {
     fn drop(&mut self) {
         let mut flights = self
             .shared
@@ -416,6 +521,8 @@ impl Drop for EndFlights<'_> {
         for key in &self.keys {
             flights.remove(key);
         }
+        drop(flights);
+        (self.shared.meter.fills_in_flight).fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

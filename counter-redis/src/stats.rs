@@ -33,6 +33,9 @@ pub struct CacheStats {
     pub invalidation_failures: u64,
     /// Owners still waiting in the retry set.
     pub invalidations_pending: u64,
+    /// Fills whose store is still running in the background (a read
+    /// returns its database values without waiting for the store).
+    pub fills_in_flight: u64,
     /// Owners written inside a transaction outside any scope, whose commit
     /// the cache cannot see: deleted now and again after the delay.
     pub unscoped_writes: u64,
@@ -71,6 +74,7 @@ meter!(
     invalidations,
     invalidation_failures,
     invalidations_pending,
+    fills_in_flight,
     unscoped_writes,
     db_fallbacks,
     redis_errors,

@@ -5,7 +5,7 @@
 use counter_core::{KeySpace, OwnerId, Result};
 use sea_orm::DatabaseConnection;
 
-use crate::{CachedCounters, link::Fields, stats::bump};
+use crate::{CachedCounters, stats::bump, value::Entry};
 
 /// What [`CachedCounters::verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,8 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             mismatched: Vec::new(),
             redis_answered: false,
         };
-        let Some(entries) = shared.redis(shared.link.read(&keys, Fields::All)).await else {
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let Some(entries) = shared.redis(shared.link.read(&refs, None)).await else {
             return Ok(report);
         };
         report.redis_answered = true;
@@ -54,8 +55,10 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             .into_iter()
             .zip(keys)
             .zip(entries)
-            .filter(|(_, entry)| entry.complete)
-            .map(|((owner, key), entry)| (owner, key, entry.counts))
+            .filter_map(|((owner, key), entry)| match entry {
+                Entry::Complete(counts) => Some((owner, key, counts)),
+                _ => None,
+            })
             .collect();
         report.cached = cached.len();
         let ids: Vec<I> = cached.iter().map(|(o, _, _)| o.clone()).collect();

@@ -61,6 +61,23 @@ pub async fn shared_cache(backend: Backend, label: &str) -> Option<CountCache> {
     Some(cache)
 }
 
+/// Waits (at most 10 s) until `cache` has no fill storing in the background
+/// and no deletion owed: before asserting exact stats.
+pub async fn settled(cache: &CountCache) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = cache.stats();
+        if stats.fills_in_flight == 0 && stats.invalidations_pending == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cache did not settle: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A redis-server process of a test's own.
 pub struct PrivateRedis {
     port: u16,

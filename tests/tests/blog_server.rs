@@ -4,8 +4,8 @@
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use blog_server::{
-    DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS, MAX_DAILY_DAYS, MAX_MOST_LIKED,
-    MAX_PAGE, PAGE_SIZE,
+    CountReader, DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS, MAX_DAILY_DAYS,
+    MAX_MOST_LIKED, MAX_PAGE, PAGE_SIZE,
 };
 use chrono::{DateTime, Datelike, TimeDelta, Utc};
 use counter_core::{SlottedCounter, Window};
@@ -80,9 +80,14 @@ fn json_text(text: &str) -> Body<'_> {
 impl Server {
     /// Serves `blog_server::router` on the test's database.
     async fn start(t: &TestDb) -> Server {
+        Self::start_with(t, CountReader::Database).await
+    }
+
+    /// Serves `blog_server::router_with(reader)` on the test's database.
+    async fn start_with(t: &TestDb, reader: CountReader) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let router = blog_server::router(t.db.clone());
+        let router = blog_server::router_with(t.db.clone(), reader);
         let task = tokio::spawn(async move {
             axum::serve(listener, router).await.unwrap();
         });
@@ -330,6 +335,41 @@ backend_test! {
             t.backend
         );
 
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    /// With `REDIS_URL` the binary reads counts through the cache: every
+    /// answer after a write shows it, and repeated reads are Redis hits.
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_cached"]
+    async fn counts_are_served_through_the_redis_cache(t: TestDb) {
+        let Some(cache) = counter_tests::redis::shared_cache(t.backend, t.label()).await else {
+            return;
+        };
+        let ids = blog_with_posts(&t, 3).await;
+        let a = ids[0];
+        let server = Server::start_with(&t, CountReader::cached(&cache)).await;
+        server.get_ok("/posts").await;
+        for expected in [1, 2] {
+            let (status, body) = server.request(Method::POST, &format!("/posts/{a}/likes"), None).await;
+            assert_eq!((status, body), (StatusCode::OK, json!({"id": a, "counts": counts(expected, 0, 0)})));
+        }
+        server.request(Method::POST, &format!("/posts/{a}/views"), None).await;
+        let (comment, comments) = server.comment(a, 1, "cached?").await;
+        assert_eq!(comments, 1, "[{}] the comment's own answer", t.backend);
+        assert_eq!(server.delete_comment(comment).await, StatusCode::NO_CONTENT);
+        server.assert_post(a, "post 1", counts(2, 0, 1)).await;
+        let page = server.get_ok("/posts").await;
+        for post in page["posts"].as_array().unwrap() {
+            let id = post["id"].as_i64().unwrap();
+            let stored = post::Entity::counters().counts(&t.db, id).await.unwrap();
+            assert_eq!(post["counts"], counts(stored.likes, stored.comments, stored.views), "[{}]", t.backend);
+        }
+        let stats = cache.stats();
+        assert!(stats.hits > 0 && stats.fills > 0, "[{}] {stats:?}", t.backend);
         server.stop().await;
         t.finish().await;
     }

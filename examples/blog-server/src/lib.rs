@@ -48,15 +48,18 @@
 //!   may delete any comment. A real blog takes the author from the session
 //!   and lets only them (or a moderator) delete.
 
+mod counts;
 mod error;
 mod routes;
 
 use axum::{
     Router,
+    extract::FromRef,
     routing::{delete, get, post},
 };
 use sea_orm::DatabaseConnection;
 
+pub use counts::CountReader;
 pub use error::ApiError;
 
 /// Posts per page of `GET /posts`: fixed, so a page number always names the
@@ -92,6 +95,11 @@ pub const MAX_MOST_LIKED: usize = 100;
 /// URL lets the binary and the tests, which run the same router over real
 /// HTTP against SQLite, PostgreSQL and MySQL, each bring their own.
 pub fn router(db: DatabaseConnection) -> Router {
+    router_with(db, CountReader::Database)
+}
+
+/// [`router`], reading counts with `reader` (through a Redis cache, say).
+pub fn router_with(db: DatabaseConnection, reader: CountReader) -> Router {
     Router::new()
         .route("/posts", get(routes::list_posts))
         // A static segment wins over `{id}`: this is not post "most-liked".
@@ -107,5 +115,24 @@ pub fn router(db: DatabaseConnection) -> Router {
         .route("/comments/{id}", delete(routes::delete_comment))
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
-        .with_state(db)
+        .with_state(AppState { db, reader })
+}
+
+/// The router's state: handlers take the part they need.
+#[derive(Clone)]
+struct AppState {
+    db: DatabaseConnection,
+    reader: CountReader,
+}
+
+impl FromRef<AppState> for DatabaseConnection {
+    fn from_ref(state: &AppState) -> Self {
+        state.db.clone()
+    }
+}
+
+impl FromRef<AppState> for CountReader {
+    fn from_ref(state: &AppState) -> Self {
+        state.reader.clone()
+    }
 }

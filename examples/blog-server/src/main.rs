@@ -10,6 +10,11 @@
 //! * `DATABASE_URL`: an SQLite file, PostgreSQL or MySQL/MariaDB URL
 //!   (default `sqlite://blog.db?mode=rwc`, a file created on first run).
 //! * `BIND`: the address to listen on (default `127.0.0.1:3000`).
+//! * `REDIS_URL` (optional, e.g. `redis://127.0.0.1:6379`): counts are read
+//!   through a shared Redis cache (`counter-redis`, namespace `blog`);
+//!   every write still goes to the database and deletes the post's cached
+//!   counts after its commit. A Redis that is down only makes reads fall
+//!   back to the database.
 //!
 //! It migrates the database, adds a few posts if there are none (so the
 //! endpoints have something to count right away), and serves until ctrl-c
@@ -17,6 +22,8 @@
 
 use std::process::ExitCode;
 
+use blog_server::CountReader;
+use counter_redis::{CountCache, RedisTarget};
 use entity::post;
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{
@@ -84,7 +91,19 @@ async fn run() -> Result<(), String> {
         "serving on http://{address} ({:?}); ctrl-c stops",
         db.get_database_backend()
     );
-    axum::serve(listener, blog_server::router(db.clone()))
+    let reader = match std::env::var("REDIS_URL") {
+        Ok(redis) if !redis.is_empty() => {
+            let cache = CountCache::builder(RedisTarget::standalone(redis))
+                .namespace("blog")
+                .build()
+                .await
+                .map_err(|e| format!("cannot set up the cache on REDIS_URL: {e}"))?;
+            tracing::info!("counts are read through the Redis cache (REDIS_URL)");
+            CountReader::cached(&cache)
+        }
+        _ => CountReader::Database,
+    };
+    axum::serve(listener, blog_server::router_with(db.clone(), reader))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))?;

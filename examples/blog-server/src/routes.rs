@@ -23,8 +23,8 @@ use sea_orm::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ApiError, DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS, MAX_DAILY_DAYS,
-    MAX_MOST_LIKED, MAX_PAGE, PAGE_SIZE,
+    ApiError, CountReader, DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS,
+    MAX_DAILY_DAYS, MAX_MOST_LIKED, MAX_PAGE, PAGE_SIZE,
 };
 
 /// An id from the path, of a `K`. Parsed here rather than with `Path<i64>`,
@@ -353,6 +353,7 @@ type Created = (StatusCode, [(HeaderName, String); 1], Json<CreatedComment>);
 /// (`load_counts`) for all their counts, whatever the page size.
 pub(crate) async fn list_posts(
     State(db): State<DatabaseConnection>,
+    State(reader): State<CountReader>,
     Page(page): Page,
 ) -> Result<Json<PageBody>, ApiError> {
     // `Page` bounds `page` so that this fits in an i64.
@@ -363,7 +364,7 @@ pub(crate) async fn list_posts(
         .limit(PAGE_SIZE)
         .all(&db)
         .await?;
-    let posts = post::Entity::counters()
+    let posts = reader
         .load_counts(&db, models)
         .await?
         .into_iter()
@@ -379,10 +380,11 @@ pub(crate) async fn list_posts(
 /// `GET /posts/{id}`.
 pub(crate) async fn get_post(
     State(db): State<DatabaseConnection>,
+    State(reader): State<CountReader>,
     Id(id, _): PostId,
 ) -> Result<Json<PostBody>, ApiError> {
     let model = existing_post(&db, id).await?;
-    let counts = post::Entity::counters().counts(&db, id).await?;
+    let counts = reader.counts(&db, id).await?;
     Ok(Json(PostBody {
         id,
         title: model.title,
@@ -476,25 +478,28 @@ pub(crate) async fn most_liked(
 /// `POST /posts/{id}/likes`.
 pub(crate) async fn like(
     State(db): State<DatabaseConnection>,
+    State(reader): State<CountReader>,
     Id(id, _): PostId,
 ) -> Result<Json<CountsBody>, ApiError> {
-    count(&db, id, Key::Likes, 1).await
+    count(&db, &reader, id, Key::Likes, 1).await
 }
 
 /// `DELETE /posts/{id}/likes`.
 pub(crate) async fn unlike(
     State(db): State<DatabaseConnection>,
+    State(reader): State<CountReader>,
     Id(id, _): PostId,
 ) -> Result<Json<CountsBody>, ApiError> {
-    count(&db, id, Key::Likes, -1).await
+    count(&db, &reader, id, Key::Likes, -1).await
 }
 
 /// `POST /posts/{id}/views`.
 pub(crate) async fn view(
     State(db): State<DatabaseConnection>,
+    State(reader): State<CountReader>,
     Id(id, _): PostId,
 ) -> Result<Json<CountsBody>, ApiError> {
-    count(&db, id, Key::Views, 1).await
+    count(&db, &reader, id, Key::Views, 1).await
 }
 
 /// `POST /posts/{id}/comments`: 201 with the comment and the post's counts,
@@ -509,6 +514,7 @@ pub(crate) async fn view(
 /// authentication.
 pub(crate) async fn add_comment(
     State(db): State<DatabaseConnection>,
+    State(reader): State<CountReader>,
     Id(id, _): PostId,
     NewComment { author_id, body }: NewComment,
 ) -> Result<Created, ApiError> {
@@ -518,8 +524,10 @@ pub(crate) async fn add_comment(
         body: Set(body),
         ..Default::default()
     };
-    let (comment, counts) =
-        write_post(&db, id, || comment::Entity::insert_counted(&db, row)).await?;
+    let (comment, counts) = write_post(&db, &reader, id, || {
+        comment::Entity::insert_counted(&db, row)
+    })
+    .await?;
     let location = format!("/comments/{}", comment.id);
     Ok((
         StatusCode::CREATED,
@@ -556,12 +564,15 @@ pub(crate) async fn delete_comment(
 /// answered with the post's counts.
 async fn count(
     db: &DatabaseConnection,
+    reader: &CountReader,
     id: i64,
     key: Key,
     delta: i64,
 ) -> Result<Json<CountsBody>, ApiError> {
-    let ((), counts) =
-        write_post(db, id, || post::Entity::counters().add(db, id, key, delta)).await?;
+    let ((), counts) = write_post(db, reader, id, || {
+        post::Entity::counters().add(db, id, key, delta)
+    })
+    .await?;
     Ok(Json(CountsBody { id, counts }))
 }
 
@@ -575,6 +586,7 @@ async fn count(
 /// writes: they are the totals just after ours, not our write's own effect.
 async fn write_post<T, W>(
     db: &DatabaseConnection,
+    reader: &CountReader,
     id: i64,
     write: impl FnOnce() -> W,
 ) -> Result<(T, Counts), ApiError>
@@ -583,7 +595,7 @@ where
 {
     existing_post(db, id).await?;
     let written = write().await?;
-    let counts = post::Entity::counters().counts(db, id).await?;
+    let counts = reader.counts(db, id).await?;
     Ok((written, counts))
 }
 

@@ -14,7 +14,7 @@ use std::{
 use counter_redis::RedisTarget;
 use counter_tests::{
     TestDb, backend_test, figures,
-    redis::{RedisCluster, namespace, shared_url, test_cache},
+    redis::{RedisCluster, namespace, settled, shared_url, test_cache},
 };
 
 use super::{own_table, stale_keys};
@@ -46,6 +46,7 @@ backend_test! {
             .unwrap();
             let posts = Arc::new(cache.table(&own));
             assert_eq!(stale_keys(&posts, &db, &owners).await, 0);
+            settled(&cache).await;
             assert_eq!(stale_keys(&posts, &db, &owners).await, 0);
             let warm = cache.stats();
             assert_eq!(

@@ -6,7 +6,10 @@ use std::{sync::Arc, time::Duration};
 
 use counter_core::observe;
 use counter_redis::pause::{self, Point};
-use counter_tests::{TestDb, backend_test, figures, redis::shared_cache};
+use counter_tests::{
+    TestDb, backend_test, figures,
+    redis::{settled, shared_cache},
+};
 use sea_orm::TransactionTrait;
 use tokio::sync::oneshot;
 
@@ -121,6 +124,7 @@ backend_test! {
                 }
             }
         }
+        settled(&cache).await;
         let stats = cache.stats();
         let per_invalidation = stats.fills as f64 / rounds as f64;
         assert_eq!(stale_reads, 0);

@@ -2,7 +2,10 @@
 //! no rows cached too, and what an owner costs in Redis.
 
 use counter_core::{SlottedCounter, prelude::*};
-use counter_tests::{TestDb, backend_test, figures, redis::shared_cache};
+use counter_tests::{
+    TestDb, backend_test, figures,
+    redis::{settled, shared_cache},
+};
 use entity::post::{self, counters::Key};
 use redis::AsyncCommands;
 
@@ -52,6 +55,7 @@ backend_test! {
                 .await
                 .unwrap()
         );
+        settled(&cache).await;
         let after_fill = cache.stats();
         assert_eq!(
             (after_fill.misses, after_fill.fills, after_fill.hits),
@@ -70,6 +74,7 @@ backend_test! {
 
         // Keys chosen at run time: the fill stored every key of the owner.
         let all = cached.get_all_keys(db, &[1, 3]).await.unwrap();
+        settled(&cache).await;
         assert_eq!(all[&1].get("reaction:heart"), Some(&1));
         assert_eq!(all[&1].get("likes"), Some(&3));
         assert!(all[&3].is_empty(), "an owner with no rows reads as no keys");
@@ -80,18 +85,15 @@ backend_test! {
             "every read after the first was a hit: {stats:?}"
         );
 
-        // In Redis: an owner with no rows is a complete hash with no counts.
+        // In Redis: an owner with no rows is cached too, as no counts.
         let client = redis::Client::open(std::env::var("COUNTER_TEST_REDIS_URL").unwrap()).unwrap();
         let mut redis = client.get_multiplexed_async_connection().await.unwrap();
         let table = own.table().name().to_owned();
         let key = |owner: i64| format!("sc1:{}:{{{table}:{owner}}}", cache.namespace());
-        let empty: std::collections::HashMap<String, String> = redis.hgetall(key(3)).await.unwrap();
-        assert_eq!(
-            empty.into_iter().collect::<Vec<_>>(),
-            vec![("!c".to_owned(), "1".to_owned())]
-        );
+        let empty: String = redis.get(key(3)).await.unwrap();
+        assert_eq!(empty, "c1|");
 
-        // An owner with 4 small counts: one listpack-encoded hash.
+        // An owner with 4 small counts: one short string.
         for (k, n) in [
             ("likes", 12),
             ("comments", 3),
@@ -101,19 +103,13 @@ backend_test! {
             own.add(db, 10, k, n).await.unwrap();
         }
         cached.get_all_keys(db, &[10]).await.unwrap();
+        settled(&cache).await;
         let bytes: u64 = redis::cmd("MEMORY")
             .arg("USAGE")
             .arg(key(10))
             .query_async(&mut redis)
             .await
             .unwrap();
-        let encoding: String = redis::cmd("OBJECT")
-            .arg("ENCODING")
-            .arg(key(10))
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        assert_eq!(encoding, "listpack");
         assert!(
             bytes <= 160,
             "an owner with 4 small counts takes {bytes} bytes (target 160)"
@@ -123,6 +119,24 @@ backend_test! {
             (3_240..=3_960).contains(&ttl),
             "TTL 1 h ± 10 %, got {ttl} s"
         );
+
+        // A handle taken per request registers the cache once: one write,
+        // one deletion.
+        for _ in 0..100 {
+            let _ = cache.table(&own);
+        }
+        let before = cache.stats().invalidations;
+        own.add(db, 1, "likes", 1).await.unwrap();
+        assert_eq!(cache.stats().invalidations - before, 1);
+
+        // A value this layout did not write is replaced, not trusted.
+        let _: () = redis.set(key(2), "garbage").await.unwrap();
+        let read = cached.get_many(db, &[2], &["views"]).await.unwrap();
+        assert_eq!(read[&2]["views"], 5);
+        settled(&cache).await;
+        let stored: String = redis.get(key(2)).await.unwrap();
+        assert!(stored.starts_with("c1|"), "{stored}");
+
         figures(
             "cache_reads",
             t.backend,
@@ -157,6 +171,20 @@ backend_test! {
             matches!(err, counter_redis::CacheError::InvalidNamespace(_)),
             "{err}"
         );
+        let target = counter_redis::RedisTarget::standalone("redis://127.0.0.1:6379");
+        for builder in [
+            counter_redis::CountCache::builder(target.clone()).ttl(std::time::Duration::MAX),
+            counter_redis::CountCache::builder(target.clone()).lease_ttl(std::time::Duration::MAX),
+            counter_redis::CountCache::builder(target.clone())
+                .unscoped_delay(std::time::Duration::MAX),
+            counter_redis::CountCache::builder(target.clone()).max_concurrent_fills(0),
+        ] {
+            let err = builder.build().await.unwrap_err();
+            assert!(
+                matches!(err, counter_redis::CacheError::InvalidSetting(_)),
+                "{err}"
+            );
+        }
         t.finish().await;
     }
 }

@@ -28,6 +28,12 @@
 //! buffer's `pending_adds` / `rejected_deltas`; inside a transaction it
 //! checks read-your-writes through the transaction.
 //!
+//! With `COUNTER_TEST_REDIS_URL` set, every case also reads every owner and
+//! key through the cache tier (`counter-redis`, on a private `redis-server`)
+//! after every step and compares with the model, while Redis is hurt at
+//! fixed steps (FLUSHALL, every connection cut, the server restarted empty):
+//! see [`Cached`].
+//!
 //! `model_sequences` runs on every backend (SQLite with
 //! `COUNTER_MODEL_CASES` cases, default 64; PostgreSQL and MariaDB with at
 //! most [`SERVER_CASES`], or `COUNTER_MODEL_SERVER_CASES`);
@@ -49,7 +55,11 @@ use counter_core::{
     BatchReport, Compact, CompactStats, CounterBuffer, CounterError, CounterTable, Counters,
     DeltaBatch, Drift, FlushLedger, Reconcile, Truth, Window,
 };
-use counter_tests::{Backend, TestDb, backend_test, env_number, figures};
+use counter_redis::{CachedCounters, RedisTarget};
+use counter_tests::{
+    Backend, TestDb, backend_test, env_number, figures,
+    redis::{PrivateRedis, namespace, shared_url, test_cache},
+};
 use proptest::{
     collection::vec,
     option,
@@ -462,6 +472,79 @@ struct Tally {
     operations: Cell<u64>,
     checks: Cell<u64>,
     lost: Cell<u64>,
+    /// Cached reads compared with the model, Redis faults injected, and
+    /// cached totals that differed from the model.
+    cached_checks: Cell<u64>,
+    redis_faults: Cell<u64>,
+    stale_reads: Cell<u64>,
+}
+
+/// The cache tier under the model (`counter-redis`), on a private Redis the
+/// sequence hurts: FLUSHALL, every connection cut, the server SIGKILLed and
+/// restarted empty, at fixed steps of every case. After every step the
+/// cached totals of every owner and key must equal the model's.
+struct Cached {
+    server: PrivateRedis,
+    counters: CachedCounters<i64>,
+}
+
+impl Cached {
+    async fn start(backend: Backend) -> Option<Self> {
+        shared_url(backend, "model_sequences")?;
+        let server = PrivateRedis::start();
+        let cache = test_cache(
+            RedisTarget::standalone(server.url()),
+            &namespace(backend, "model"),
+        )
+        .build()
+        .await
+        .expect("build the model's cache");
+        let counters = cache.table(&model_counters());
+        Some(Self { server, counters })
+    }
+
+    /// The fault of step `step`, if it has one.
+    fn hurt(&self, step: usize, tally: &Tally) {
+        let fault = match step % 24 {
+            5 => self.server.cli(&["FLUSHALL"]).is_some(),
+            11 => {
+                self.server.cut_connections();
+                true
+            }
+            19 => {
+                self.server.restart();
+                true
+            }
+            _ => false,
+        };
+        if fault {
+            Tally::bump(&tally.redis_faults, 1);
+        }
+    }
+
+    /// The cached totals of every owner and key against the model.
+    async fn check(&self, db: &DatabaseConnection, m: &Model, tally: &Tally) -> Result<(), String> {
+        let names = Key::ALL.map(Key::name);
+        let counts = self
+            .counters
+            .get_many(db, &OWNERS, &names)
+            .await
+            .map_err(lib_err("cached get_many"))?;
+        Tally::bump(&tally.cached_checks, 9);
+        for (o, id) in OWNERS.iter().enumerate() {
+            for k in Key::ALL {
+                let got = counts[id][k.name()];
+                if got != m.total(o, k) {
+                    Tally::bump(&tally.stale_reads, 1);
+                    return Err(format!(
+                        "the cache has {got} for {k:?} of {id}, the model {}",
+                        m.total(o, k)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Tally {
@@ -583,12 +666,17 @@ struct Run<'a> {
 async fn run_case(
     t: &TestDb,
     counters: &Counters<i64>,
+    cache: Option<&Cached>,
     ops: &[Op],
     tally: &Tally,
 ) -> Result<(), String> {
     for table in [TABLE, BUCKETS, TRUTH] {
         let delete = Query::delete().from_table(Alias::new(table)).to_owned();
         t.db.execute(&delete).await.map_err(db_err("reset"))?;
+    }
+    if let Some(cache) = cache {
+        // The reset is raw SQL, which the cache cannot see.
+        cache.counters.invalidate(&OWNERS).await;
     }
     let buffer = CounterBuffer::builder(&t.db)
         .interval(Duration::from_secs(3600))
@@ -608,6 +696,10 @@ async fn run_case(
         result = run.step(op, &mut model).await;
         if result.is_ok() {
             result = run.check(&model, i).await;
+        }
+        if let (Ok(()), Some(cache)) = (&result, cache) {
+            cache.hurt(i, tally);
+            result = cache.check(&t.db, &model, tally).await;
         }
         if let Err(e) = result {
             result = Err(format!("step {i}, {op:?}: {e}"));
@@ -1197,6 +1289,7 @@ backend_test! {
         let Some(t) = runtime.block_on(TestDb::open(backend, "model_sequences")) else {
             return;
         };
+        let cache = runtime.block_on(Cached::start(backend));
         runtime.block_on(setup(&t));
         let cases = match t.backend {
             Backend::Sqlite => cases,
@@ -1219,7 +1312,7 @@ backend_test! {
         let tally = Tally::default();
         let result = TestRunner::new(config).run(&sequence(), |ops| {
             runtime
-                .block_on(run_case(&t, &counters, &ops, &tally))
+                .block_on(run_case(&t, &counters, cache.as_ref(), &ops, &tally))
                 .map_err(TestCaseError::fail)
         });
         match result {
@@ -1250,8 +1343,12 @@ backend_test! {
                 ("operations", tally.operations.get()),
                 ("checks", tally.checks.get()),
                 ("increments_lost", tally.lost.get()),
+                ("cached_checks", tally.cached_checks.get()),
+                ("redis_faults", tally.redis_faults.get()),
+                ("stale_reads", tally.stale_reads.get()),
             ],
         );
+        drop(cache);
         runtime.block_on(t.finish());
     }
 }
@@ -1266,7 +1363,7 @@ mod regressions {
         let counters = model_counters();
         setup(&t).await;
         let tally = Tally::default();
-        if let Err(e) = run_case(&t, &counters, &ops, &tally).await {
+        if let Err(e) = run_case(&t, &counters, None, &ops, &tally).await {
             let test = t.label();
             panic!("[{}] {test}: {e}\nsequence: {}", t.backend, pasteable(&ops));
         }
