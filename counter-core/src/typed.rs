@@ -49,6 +49,16 @@ pub trait KeySpace: Send + Sync + 'static {
     /// The totals of one owner from its totals by key name.
     #[doc(hidden)]
     fn totals(by_name: HashMap<String, i64>) -> Self::Totals;
+
+    /// Sets the total of the key named `name`, if this key space has it
+    /// (a cache decoding stored totals straight into `Totals`).
+    #[doc(hidden)]
+    fn set_total(totals: &mut Self::Totals, name: &str, total: i64);
+
+    /// Makes every key of `names` present (0 where absent): a no-op where
+    /// `Totals` has a field per key.
+    #[doc(hidden)]
+    fn zero_fill(totals: &mut Self::Totals, names: &[String]);
 }
 
 impl KeySpace for Untyped {
@@ -56,6 +66,18 @@ impl KeySpace for Untyped {
 
     fn totals(by_name: HashMap<String, i64>) -> Self::Totals {
         by_name
+    }
+
+    fn set_total(totals: &mut Self::Totals, name: &str, total: i64) {
+        totals.insert(name.to_owned(), total);
+    }
+
+    fn zero_fill(totals: &mut Self::Totals, names: &[String]) {
+        if totals.len() < names.len() {
+            for name in names {
+                totals.entry(name.clone()).or_insert(0);
+            }
+        }
     }
 }
 
@@ -71,6 +93,14 @@ impl<E: SlottedCounter> KeySpace for E {
         }
         counts
     }
+
+    fn set_total(totals: &mut Self::Totals, name: &str, total: i64) {
+        if let Some(&key) = E::Key::ALL.iter().find(|k| k.as_key_str() == name) {
+            totals.set(key, total);
+        }
+    }
+
+    fn zero_fill(_: &mut Self::Totals, _: &[String]) {}
 }
 
 /// A key a handle of key space `S` takes: every [`CounterKey`] for

@@ -25,7 +25,7 @@ use crate::{
     stats::{Meter, bump},
 };
 
-/// A shared Redis cache of counter totals: one hash per owner, read many
+/// A shared Redis cache of counter totals: one value per owner, read many
 /// owners at a time, filled under leases, deleted after every commit.
 ///
 /// Cheap to clone; build one per process and Redis target, then take a

@@ -40,14 +40,23 @@ pub(crate) fn table_pattern(namespace: &str, table: &str) -> String {
 
 /// An owner id as text, the same whichever integer width bound it: the
 /// write paths report `owner_id` values as bound in SQL, the reads build
-/// them from the typed id, and both must name the same hash.
+/// them from the typed id, and both must name the same key.
 fn render_owner(owner: &Value, out: &mut Vec<u8>) {
     use std::io::Write;
+    // Writing to a `Vec` cannot fail.
     let _ = match owner {
+        // The usual owner types, without the formatting machinery: every
+        // key of a read of a thousand owners is built here.
+        Value::Int(Some(n)) => {
+            decimal(i64::from(*n), out);
+            Ok(())
+        }
+        Value::BigInt(Some(n)) => {
+            decimal(*n, out);
+            Ok(())
+        }
         Value::TinyInt(Some(n)) => write!(out, "{n}"),
         Value::SmallInt(Some(n)) => write!(out, "{n}"),
-        Value::Int(Some(n)) => write!(out, "{n}"),
-        Value::BigInt(Some(n)) => write!(out, "{n}"),
         Value::TinyUnsigned(Some(n)) => write!(out, "{n}"),
         Value::SmallUnsigned(Some(n)) => write!(out, "{n}"),
         Value::Unsigned(Some(n)) => write!(out, "{n}"),
@@ -60,6 +69,25 @@ fn render_owner(owner: &Value, out: &mut Vec<u8>) {
         Value::Uuid(Some(u)) => write!(out, "{}", u.hyphenated()),
         other => write!(out, "{other:?}"),
     };
+}
+
+/// `n` in decimal.
+fn decimal(n: i64, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Namespaces: 1 to 64 bytes of `[A-Za-z0-9_.-]`.
@@ -80,6 +108,15 @@ mod tests {
         let narrow = owner_key("app", "post_counters", &Value::Int(Some(42)));
         assert_eq!(wide, narrow);
         assert_eq!(wide, b"sc1:app:{post_counters:42}");
+    }
+
+    #[test]
+    fn integers_render_in_decimal() {
+        for n in [0, 7, -7, 10, i64::MAX, i64::MIN, -1_000_000] {
+            let mut out = Vec::new();
+            decimal(n, &mut out);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A shared Redis cache in front of slotted counters.
 //!
 //! The database stays the only source of truth: Redis holds copies of
-//! totals, one hash per owner with every count key of that owner, so losing
+//! totals, one value per owner with every count key of that owner, so losing
 //! Redis costs misses, never counts.
 //!
 //! ```no_run

@@ -21,10 +21,7 @@ use redis::{
     cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr},
 };
 
-use crate::{
-    scripts,
-    value::{self, Entry},
-};
+use crate::{scripts, value};
 
 /// One owner's complete value, to store if its lease still holds.
 #[derive(Debug)]
@@ -54,12 +51,8 @@ impl Link {
         }))
     }
 
-    /// Each owner's value, in order; `wanted` keeps only those keys.
-    pub(crate) async fn read(
-        &self,
-        keys: &[&[u8]],
-        wanted: Option<&[String]>,
-    ) -> RedisResult<Vec<Entry>> {
+    /// Each owner's value, in order (decoded by the caller: `value.rs`).
+    pub(crate) async fn read(&self, keys: &[&[u8]]) -> RedisResult<Vec<Option<Vec<u8>>>> {
         let values: Vec<Option<Vec<u8>>> = match self {
             Link::Standalone(con) => {
                 let mut values = Vec::with_capacity(keys.len());
@@ -84,10 +77,7 @@ impl Link {
                 cluster.run(keys, commands).await?
             }
         };
-        Ok(values
-            .iter()
-            .map(|v| value::decode(v.as_deref(), wanted))
-            .collect())
+        Ok(values)
     }
 
     /// Takes the lease of each owner whose key does not exist (`SET NX`);

@@ -2,14 +2,14 @@
 //! missing from one grouped database query, under leases.
 //!
 //! One read of many owners:
-//! 1. One pipeline (one concurrent batch on a cluster) of `HMGET`s, or
-//!    `HGETALL`s for keys not known in advance. A complete hash is a hit.
+//! 1. One `MGET` (on a cluster, one pipeline of `GET`s per node). A
+//!    complete value is a hit, decoded straight into the caller's type.
 //! 2. Owners nobody is filling: this process takes them (single flight:
 //!    a second reader of the same owner waits for the first), leases them
 //!    in Redis, reads all their counts from the database in one grouped
 //!    query (on the pool, never a transaction: a fresh snapshot is what the
-//!    lease argument needs, see `scripts`), and stores them if the leases
-//!    still hold. The database values are returned either way.
+//!    lease argument needs, see `scripts`), and returns them; the values
+//!    are stored in the background if the leases still hold.
 //! 3. Owners another filler holds: wait a little and look again; after a
 //!    bounded number of rounds, read them from the database unfilled.
 //!
@@ -84,6 +84,33 @@ struct Filled<I> {
     failed: Vec<I>,
 }
 
+/// The type a read returns per owner, and how to build it: from a cached
+/// value count by count (no map in between: a hit of a thousand owners
+/// allocates nothing per count for an entity's `Counts`), or from totals
+/// by key name read from the database.
+struct Shape<T> {
+    set: fn(&mut T, &str, i64),
+    from_map: fn(HashMap<String, i64>) -> T,
+    /// Makes every key asked for present (0 where absent).
+    zero_fill: fn(&mut T, &[String]),
+}
+
+impl<T> Shape<T> {
+    /// What `S` returns: its `Counts`, or totals by key name.
+    fn of<S: KeySpace<Totals = T>>() -> Self {
+        Shape {
+            set: S::set_total,
+            from_map: S::totals,
+            zero_fill: S::zero_fill,
+        }
+    }
+}
+
+/// Totals by key name.
+fn by_name() -> Shape<HashMap<String, i64>> {
+    Shape::of::<Untyped>()
+}
+
 /// Owners a read did not find cached: nobody is filling them, or someone
 /// holds their lease.
 struct Read<I> {
@@ -142,12 +169,9 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
     pub async fn get<K: KeyOf<S>>(&self, db: &DatabaseConnection, owner: I, key: K) -> Result<i64> {
         let key = key.as_key_str().to_owned();
         counter_core::validate_key(&key)?;
+        let owners = std::slice::from_ref(&owner);
         let mut totals = self
-            .totals(
-                db,
-                std::slice::from_ref(&owner),
-                Want::Keys(vec![key.clone()]),
-            )
+            .totals(db, owners, Want::Keys(vec![key.clone()]), by_name())
             .await?;
         Ok(totals
             .remove(&owner)
@@ -170,14 +194,14 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         }
         names.sort();
         names.dedup();
-        let totals = self.totals(db, owners, Want::Keys(names)).await?;
-        Ok(totals.into_iter().map(|(o, t)| (o, S::totals(t))).collect())
+        let shape = Shape::of::<S>();
+        self.totals(db, owners, Want::Keys(names), shape).await
     }
 
     /// Every counter that exists for each of `owners`, as
     /// [`Counters::get_all_keys`] (keys chosen at run time, `reaction:heart`).
     pub async fn get_all_keys(&self, db: &DatabaseConnection, owners: &[I]) -> Result<CountMap<I>> {
-        self.totals(db, owners, Want::All).await
+        self.totals(db, owners, Want::All, by_name()).await
     }
 
     /// Deletes `owners`' cached totals: after raw SQL on the counter table
@@ -197,14 +221,15 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         &self.cache.shared
     }
 
-    /// Totals by key name for each requested owner (zero-filled for the
-    /// keys of `want`).
-    async fn totals(
+    /// Totals for each requested owner (zero-filled for the keys of
+    /// `want`), in the caller's type (`shape`).
+    async fn totals<T: Default>(
         &self,
         db: &DatabaseConnection,
         owners: &[I],
         want: Want,
-    ) -> Result<CountMap<I>> {
+        shape: Shape<T>,
+    ) -> Result<HashMap<I, T>> {
         let shared = self.shared();
         let table = self.counters.table().name();
         for owner in owners {
@@ -230,7 +255,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             );
             spans.push(start..buffer.len());
         }
-        let mut hits: CountMap<I> = HashMap::with_capacity(unique.len());
+        let mut hits: HashMap<I, T> = HashMap::with_capacity(unique.len());
         let mut read: Read<I> = Read::default();
         let mut uncached: Vec<I> = Vec::new();
         let mut first: Vec<(I, &[u8])> = Vec::with_capacity(unique.len());
@@ -248,10 +273,11 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         bump(&shared.meter.uncached_reads, uncached.len());
         if !first.is_empty() {
             let keys: Vec<&[u8]> = first.iter().map(|(_, k)| *k).collect();
-            match shared.redis(shared.link.read(&keys, names)).await {
-                Some(entries) => {
+            match shared.redis(shared.link.read(&keys)).await {
+                Some(values) => {
                     let first = first.into_iter().map(|(o, k)| (o, KeyRef::Borrowed(k)));
-                    self.sort(first, entries, names, &mut hits, &mut read).await;
+                    self.sort(first, values, names, &shape, &mut hits, &mut read)
+                        .await;
                     bump(&shared.meter.hits, hits.len());
                     bump(&shared.meter.misses, read.misses.len() + read.waiting.len());
                 }
@@ -303,12 +329,12 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             });
             let _ = tokio::join!(in_process, tokio::time::sleep(shared.config.fill_wait));
             let keys: Vec<&[u8]> = pending.iter().map(|(_, k)| k.as_slice()).collect();
-            let again = shared.redis(shared.link.read(&keys, names)).await;
+            let again = shared.redis(shared.link.read(&keys)).await;
             drop(keys);
             match again {
-                Some(entries) => {
+                Some(values) => {
                     let pending = pending.into_iter().map(|(o, k)| (o, KeyRef::Owned(k)));
-                    self.sort(pending, entries, names, &mut hits, &mut read)
+                    self.sort(pending, values, names, &shape, &mut hits, &mut read)
                         .await;
                 }
                 None => {
@@ -339,31 +365,28 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
                 }
             }
         }
-        hits.extend(served);
+        hits.extend(served.into_iter().map(|(o, t)| (o, (shape.from_map)(t))));
         Ok(hits)
     }
 
     /// Sorts what a read of `owners` found: hits into `hits` (zero-filled
     /// for `names`), the rest into `read` (an invalid value is deleted
     /// first, so that a fill can lease its key).
-    async fn sort<'k>(
+    async fn sort<'k, T: Default>(
         &self,
         owners: impl Iterator<Item = (I, KeyRef<'k>)>,
-        entries: Vec<Entry>,
+        values: Vec<Option<Vec<u8>>>,
         names: Option<&[String]>,
-        hits: &mut CountMap<I>,
+        shape: &Shape<T>,
+        hits: &mut HashMap<I, T>,
         read: &mut Read<I>,
     ) {
-        for ((owner, key), entry) in owners.zip(entries) {
-            match entry {
+        for ((owner, key), value) in owners.zip(values) {
+            match value::decode(value.as_deref(), names, shape.set) {
                 Entry::Complete(mut counts) => {
                     // A hit holds the keys asked for that exist.
-                    if let Some(names) = names
-                        && counts.len() < names.len()
-                    {
-                        for name in names {
-                            counts.entry(name.clone()).or_insert(0);
-                        }
+                    if let Some(names) = names {
+                        (shape.zero_fill)(&mut counts, names);
                     }
                     hits.insert(owner, counts);
                 }

@@ -24,7 +24,7 @@ const LEASE: &[u8] = b"l1|";
 
 /// What one owner's key held.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) enum Entry {
+pub(crate) enum Entry<T> {
     /// Nothing: a miss.
     #[default]
     Missing,
@@ -33,8 +33,9 @@ pub(crate) enum Entry {
     Invalid,
     /// A fill holds the lease.
     Leased,
-    /// Every count of the owner (those asked for, when a read names keys).
-    Complete(HashMap<String, i64>),
+    /// Every count of the owner (those asked for, when a read names keys),
+    /// decoded into the reader's type.
+    Complete(T),
 }
 
 /// The lease value of `token`.
@@ -57,8 +58,13 @@ pub(crate) fn encode(counts: &HashMap<String, i64>) -> String {
     out
 }
 
-/// Reads a value; `wanted` keeps only those keys (sorted), `None` all.
-pub(crate) fn decode(value: Option<&[u8]>, wanted: Option<&[String]>) -> Entry {
+/// Reads a value into a `T`, calling `set` for each count kept: those of
+/// `wanted`, or all with `None`.
+pub(crate) fn decode<T: Default>(
+    value: Option<&[u8]>,
+    wanted: Option<&[String]>,
+    set: impl Fn(&mut T, &str, i64),
+) -> Entry<T> {
     let Some(value) = value else {
         return Entry::Missing;
     };
@@ -71,7 +77,7 @@ pub(crate) fn decode(value: Option<&[u8]>, wanted: Option<&[String]>) -> Entry {
     let Ok(body) = std::str::from_utf8(body) else {
         return Entry::Invalid;
     };
-    let mut counts = HashMap::with_capacity(wanted.map_or(8, <[String]>::len));
+    let mut counts = T::default();
     for pair in body.split(',').filter(|p| !p.is_empty()) {
         let Some((key, total)) = pair.split_once('=') else {
             return Entry::Invalid;
@@ -80,10 +86,24 @@ pub(crate) fn decode(value: Option<&[u8]>, wanted: Option<&[String]>) -> Entry {
             return Entry::Invalid;
         };
         if wanted.is_none_or(|w| w.iter().any(|k| k == key)) {
-            counts.insert(key.to_owned(), total);
+            set(&mut counts, key, total);
         }
     }
     Entry::Complete(counts)
+}
+
+/// [`decode`] into totals by key name.
+pub(crate) fn decode_map(
+    value: Option<&[u8]>,
+    wanted: Option<&[String]>,
+) -> Entry<HashMap<String, i64>> {
+    decode(
+        value,
+        wanted,
+        |map: &mut HashMap<String, i64>, key, total| {
+            map.insert(key.to_owned(), total);
+        },
+    )
 }
 
 #[cfg(test)]
@@ -98,19 +118,29 @@ mod tests {
         ]);
         let value = encode(&counts);
         assert_eq!(
-            decode(Some(value.as_bytes()), None),
+            decode_map(Some(value.as_bytes()), None),
             Entry::Complete(counts.clone())
         );
-        let only = decode(Some(value.as_bytes()), Some(&["likes".to_owned()]));
+        let only = decode_map(Some(value.as_bytes()), Some(&["likes".to_owned()]));
         assert_eq!(
             only,
             Entry::Complete(HashMap::from([("likes".to_owned(), -3)]))
         );
-        assert_eq!(decode(Some(b"c1|"), None), Entry::Complete(HashMap::new()));
-        assert_eq!(decode(Some(lease("abc").as_bytes()), None), Entry::Leased);
-        assert_eq!(decode(None, None), Entry::Missing);
+        assert_eq!(
+            decode_map(Some(b"c1|"), None),
+            Entry::Complete(HashMap::new())
+        );
+        assert_eq!(
+            decode_map(Some(lease("abc").as_bytes()), None),
+            Entry::Leased
+        );
+        assert_eq!(decode_map(None, None), Entry::Missing);
         for stranger in [&b"hello"[..], b"c1|likes", b"c1|likes=x", b"c1|\xff=1"] {
-            assert_eq!(decode(Some(stranger), None), Entry::Invalid, "{stranger:?}");
+            assert_eq!(
+                decode_map(Some(stranger), None),
+                Entry::Invalid,
+                "{stranger:?}"
+            );
         }
     }
 }

@@ -5,7 +5,11 @@
 use counter_core::{KeySpace, OwnerId, Result};
 use sea_orm::DatabaseConnection;
 
-use crate::{CachedCounters, stats::bump, value::Entry};
+use crate::{
+    CachedCounters,
+    stats::bump,
+    value::{self, Entry},
+};
 
 /// What [`CachedCounters::verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,10 +17,10 @@ use crate::{CachedCounters, stats::bump, value::Entry};
 pub struct VerifyReport<I> {
     /// Owners asked about.
     pub checked: usize,
-    /// Of those, owners cached (complete hashes) when looked at.
+    /// Of those, owners cached (complete values) when looked at.
     pub cached: usize,
     /// Cached owners whose totals differed from the database's; their
-    /// hashes were deleted.
+    /// values were deleted.
     pub mismatched: Vec<I>,
     /// Whether Redis answered at all (if not, nothing was compared).
     pub redis_answered: bool,
@@ -47,18 +51,20 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             redis_answered: false,
         };
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let Some(entries) = shared.redis(shared.link.read(&refs, None)).await else {
+        let Some(values) = shared.redis(shared.link.read(&refs)).await else {
             return Ok(report);
         };
         report.redis_answered = true;
         let cached: Vec<(I, Vec<u8>, _)> = owners
             .into_iter()
             .zip(keys)
-            .zip(entries)
-            .filter_map(|((owner, key), entry)| match entry {
-                Entry::Complete(counts) => Some((owner, key, counts)),
-                _ => None,
-            })
+            .zip(values)
+            .filter_map(
+                |((owner, key), value)| match value::decode_map(value.as_deref(), None) {
+                    Entry::Complete(counts) => Some((owner, key, counts)),
+                    _ => None,
+                },
+            )
             .collect();
         report.cached = cached.len();
         let ids: Vec<I> = cached.iter().map(|(o, _, _)| o.clone()).collect();
