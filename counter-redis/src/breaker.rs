@@ -45,7 +45,7 @@ impl Breaker {
     /// Records a failure; returns true if it opened the breaker.
     pub(crate) fn failure(&self) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.failures += 1;
+        state.failures = state.failures.saturating_add(1);
         let reopen = state.open_until.is_some();
         if state.failures >= self.threshold || reopen {
             state.open_until = Some(Instant::now() + self.open_for);

@@ -212,6 +212,17 @@ impl Shared {
         if !self.breaker.allows() {
             return None;
         }
+        self.attempt(op).await
+    }
+
+    /// `op` against Redis, bounded by the timeout, whatever the breaker
+    /// says: a deletion after a commit is always tried once (the breaker
+    /// may have opened on reads of something else), and skipping it would
+    /// leave other processes stale although Redis answers.
+    pub(crate) async fn attempt<T>(
+        &self,
+        op: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
         let outcome = tokio::time::timeout(self.config.timeout, op).await;
         match outcome {
             Ok(Ok(value)) => {
@@ -263,7 +274,7 @@ impl Shared {
         let mut failed = Vec::new();
         for chunk in keys.chunks(UNLINK_CHUNK) {
             let sent = Instant::now();
-            if self.redis(self.link.unlink(chunk)).await.is_none() {
+            if self.attempt(self.link.unlink(chunk)).await.is_none() {
                 failed.extend_from_slice(chunk);
                 continue;
             }
@@ -301,19 +312,36 @@ impl Shared {
     /// is left to the TTL: a scan would have to visit every master.
     async fn clear(&self, table: &str) {
         let pattern = keys::table_pattern(&self.config.namespace, table);
+        let mut backoff = Duration::from_millis(50);
+        for attempt in 1..=10 {
+            if self.clear_once(&pattern).await {
+                return;
+            }
+            bump(&self.meter.invalidation_failures, 1);
+            tracing::warn!(
+                table,
+                attempt,
+                "counter cache: could not delete a cleared table's owners; trying again"
+            );
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        tracing::error!(
+            table,
+            "counter cache: gave up deleting a cleared table's owners; stale for at most the TTL"
+        );
+    }
+
+    /// One pass of [`Shared::clear`]; false if a scan step failed.
+    async fn clear_once(&self, pattern: &str) -> bool {
         let mut cursor = 0;
         loop {
-            let Some((next, keys)) = self.redis(self.link.scan(&pattern, cursor)).await else {
-                bump(&self.meter.invalidation_failures, 1);
-                tracing::warn!(
-                    table,
-                    "counter cache: could not delete a cleared table's owners; stale for at most the TTL"
-                );
-                return;
+            let Some((next, keys)) = self.attempt(self.link.scan(pattern, cursor)).await else {
+                return false;
             };
             self.invalidate(keys).await;
             if next == 0 {
-                return;
+                return true;
             }
             cursor = next;
         }
@@ -342,7 +370,7 @@ impl CommitObserver for Shared {
         {
             runtime.spawn(async move {
                 for chunk in keys.chunks(UNLINK_CHUNK) {
-                    shared.redis(shared.link.unlink(chunk)).await;
+                    shared.attempt(shared.link.unlink(chunk)).await;
                 }
             });
         }

@@ -1,8 +1,9 @@
 //! Where an owner's counts live in Redis: one key per owner (its value:
 //! `value.rs`).
 //!
-//! Key `sc1:<namespace>:{<table>:<owner>}`. `sc1` is the layout's version
-//! (bump it to abandon every old entry at once); the namespace keeps apps
+//! Key `sc2:<namespace>:{<table>:<owner>}`. `sc2` is the layout's version
+//! (bumped to abandon every old entry at once: `sc1` held a hash per
+//! owner, which a string read would not understand); the namespace keeps apps
 //! and test runs apart; the `{...}` hash tag keeps an owner's key in the
 //! slot of its tag (room for per-owner companions later). Table names are
 //! SQL identifiers and cannot hold `:`, so no two (table, owner) pairs
@@ -11,7 +12,7 @@
 use sea_orm::Value;
 
 /// The version prefix of every key.
-const VERSION: &str = "sc1";
+const VERSION: &str = "sc2";
 
 /// The Redis key of one owner.
 pub(crate) fn owner_key(namespace: &str, table: &str, owner: &Value) -> Vec<u8> {
@@ -107,7 +108,7 @@ mod tests {
         let wide = owner_key("app", "post_counters", &Value::BigInt(Some(42)));
         let narrow = owner_key("app", "post_counters", &Value::Int(Some(42)));
         assert_eq!(wide, narrow);
-        assert_eq!(wide, b"sc1:app:{post_counters:42}");
+        assert_eq!(wide, b"sc2:app:{post_counters:42}");
     }
 
     #[test]

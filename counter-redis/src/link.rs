@@ -13,7 +13,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, try_join_all};
 use redis::{
     Cmd, FromRedisValue, RedisError, RedisResult, Script, Value,
     aio::ConnectionManager,
@@ -142,16 +142,19 @@ impl Link {
                 Ok(())
             }
             Link::Cluster(cluster) => {
-                let commands = keys
-                    .iter()
-                    .map(|key| {
-                        let mut cmd = redis::cmd("UNLINK");
-                        cmd.arg(key);
-                        cmd
-                    })
-                    .collect();
-                let _: Vec<i64> = cluster.run(keys, commands).await?;
-                Ok(())
+                // One command per key, each routed (and redirected through
+                // a slot migration's ASK) by the client itself: a delete
+                // must not fail because a neighbour's slot is moving.
+                let deletes = keys.iter().map(|key| {
+                    let mut con = cluster.con.clone();
+                    async move {
+                        redis::cmd("UNLINK")
+                            .arg(key)
+                            .query_async::<i64>(&mut con)
+                            .await
+                    }
+                });
+                try_join_all(deletes).await.map(drop)
             }
         }
     }
@@ -270,15 +273,13 @@ impl Cluster {
     /// The indexes of `keys` grouped by the master serving them, each group
     /// with one of its slots (to route by).
     async fn groups<K: AsRef<[u8]>>(&self, keys: &[K]) -> RedisResult<Vec<(u16, Vec<usize>)>> {
-        if self
-            .slots
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-        {
-            self.refresh_slots().await?;
-        }
-        let slots = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let known = self.slots.read().unwrap_or_else(|e| e.into_inner()).clone();
+        // A map forgotten by a concurrent failure is fetched again here,
+        // and this call uses what it fetched.
+        let slots = match known.is_empty() {
+            true => self.refresh_slots().await?,
+            false => known,
+        };
         let mut by_node: HashMap<&str, (u16, Vec<usize>)> = HashMap::new();
         for (i, key) in keys.iter().enumerate() {
             let slot = slot_of(key.as_ref());
@@ -296,7 +297,7 @@ impl Cluster {
         Ok(by_node.into_values().collect())
     }
 
-    async fn refresh_slots(&self) -> RedisResult<()> {
+    async fn refresh_slots(&self) -> RedisResult<Vec<(u16, u16, String)>> {
         let reply: Value = self
             .con
             .clone()
@@ -329,8 +330,8 @@ impl Cluster {
             }
         }
         slots.sort();
-        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = slots;
-        Ok(())
+        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = slots.clone();
+        Ok(slots)
     }
 
     fn forget_slots(&self) {

@@ -106,6 +106,9 @@ impl<T> Shape<T> {
     }
 }
 
+/// Leases or fills per Redis operation, each under the timeout.
+const PIPELINE_CHUNK: usize = 1_000;
+
 /// Totals by key name.
 fn by_name() -> Shape<HashMap<String, i64>> {
     Shape::of::<Untyped>()
@@ -381,6 +384,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         hits: &mut HashMap<I, T>,
         read: &mut Read<I>,
     ) {
+        let mut invalid = Vec::new();
         for ((owner, key), value) in owners.zip(values) {
             match value::decode(value.as_deref(), names, shape.set) {
                 Entry::Complete(mut counts) => {
@@ -393,13 +397,16 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
                 Entry::Leased => read.waiting.push((owner, key.into_owned())),
                 Entry::Missing => read.misses.push((owner, key.into_owned())),
                 Entry::Invalid => {
-                    // Not ours (an older layout, a stray write): it would
-                    // refuse every lease until it expires.
                     let key = key.into_owned();
-                    self.shared().invalidate(vec![key.clone()]).await;
+                    invalid.push(key.clone());
                     read.misses.push((owner, key));
                 }
             }
+        }
+        // Not ours (an older layout, a stray write): each would refuse
+        // every lease until it expires. Deleted together.
+        if !invalid.is_empty() {
+            self.shared().invalidate(invalid).await;
         }
     }
 
@@ -443,30 +450,34 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         let keys: Vec<Vec<u8>> = lead.iter().map(|(_, k)| k.clone()).collect();
         // At most 60 s (checked at build).
         let lease_ms = u64::try_from(shared.config.lease_ttl.as_millis()).unwrap_or(60_000);
-        let Some(taken) = shared
-            .redis(shared.link.lease(&keys, &token, lease_ms))
-            .await
-        else {
-            return Ok(Filled {
-                read: HashMap::new(),
-                not_leased: Vec::new(),
-                failed: lead.into_iter().map(|(o, _)| o).collect(),
-            });
-        };
+        // A chunk per Redis operation, each under the timeout; owners past
+        // a failed chunk are read uncached.
+        let mut taken = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(PIPELINE_CHUNK) {
+            match shared
+                .redis(shared.link.lease(chunk, &token, lease_ms))
+                .await
+            {
+                Some(flags) => taken.extend(flags),
+                None => break,
+            }
+        }
         let mut leased = Vec::new();
         let mut not_leased = Vec::new();
-        for (owner_key, taken) in lead.into_iter().zip(taken) {
-            if taken {
-                leased.push(owner_key);
-            } else {
-                not_leased.push(owner_key);
+        let mut failed = Vec::new();
+        let mut flags = taken.into_iter();
+        for owner_key in lead {
+            match flags.next() {
+                Some(true) => leased.push(owner_key),
+                Some(false) => not_leased.push(owner_key),
+                None => failed.push(owner_key.0),
             }
         }
         if leased.is_empty() {
             return Ok(Filled {
                 read: HashMap::new(),
                 not_leased,
-                failed: Vec::new(),
+                failed,
             });
         }
         pause::at(&shared.config.namespace, pause::Point::AfterLease).await;
@@ -483,26 +494,35 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             // is at most 30 days: no overflow).
             let jitter = rand::rng().random_range(0..=ttl / 5);
             let ttl = (ttl - ttl / 10 + jitter).max(1);
-            fills.push(Fill {
-                key: key.clone(),
-                ttl_secs: ttl,
-                value: value::encode(&counts),
-            });
+            // A key written by raw SQL that the layout cannot hold: left
+            // uncached (its lease expires).
+            if let Some(value) = value::encode(&counts) {
+                fills.push(Fill {
+                    key: key.clone(),
+                    ttl_secs: ttl,
+                    value,
+                });
+            }
         }
         let store = async move {
             let shared = &flights.shared;
-            let attempted = fills.len();
             pause::at(&shared.config.namespace, pause::Point::BeforeStore).await;
-            if let Some(landed) = shared.redis(shared.link.fill(fills, &token)).await {
-                let stored = landed.iter().filter(|l| **l).count();
-                bump(&shared.meter.fills, stored);
-                bump(&shared.meter.fill_cas_lost, attempted - stored);
-                if stored < attempted {
-                    tracing::debug!(
-                        lost = attempted - stored,
-                        "counter cache: fills lost their lease to a write; the database values were returned, not stored"
-                    );
+            let mut fills = fills;
+            while !fills.is_empty() {
+                let rest = fills.split_off(fills.len().min(PIPELINE_CHUNK));
+                let attempted = fills.len();
+                if let Some(landed) = shared.redis(shared.link.fill(fills, &token)).await {
+                    let stored = landed.iter().filter(|l| **l).count();
+                    bump(&shared.meter.fills, stored);
+                    bump(&shared.meter.fill_cas_lost, attempted - stored);
+                    if stored < attempted {
+                        tracing::debug!(
+                            lost = attempted - stored,
+                            "counter cache: fills lost their lease to a write; the database values were returned, not stored"
+                        );
+                    }
                 }
+                fills = rest;
             }
             // The flights end here, after the store.
             drop(flights);
@@ -511,7 +531,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         Ok(Filled {
             read: from_db,
             not_leased,
-            failed: Vec::new(),
+            failed,
         })
     }
 }

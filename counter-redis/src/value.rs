@@ -43,11 +43,15 @@ pub(crate) fn lease(token: &str) -> String {
     format!("l1|{token}")
 }
 
-/// The complete value of an owner's counts.
-pub(crate) fn encode(counts: &HashMap<String, i64>) -> String {
+/// The complete value of an owner's counts; `None` if a key holds `,` or
+/// `=` (the library's keys cannot; raw SQL could write one).
+pub(crate) fn encode(counts: &HashMap<String, i64>) -> Option<String> {
     let mut out = String::with_capacity(4 + counts.len() * 16);
     out.push_str("c1|");
     for (i, (key, total)) in counts.iter().enumerate() {
+        if key.contains([',', '=']) {
+            return None;
+        }
         if i > 0 {
             out.push(',');
         }
@@ -55,7 +59,7 @@ pub(crate) fn encode(counts: &HashMap<String, i64>) -> String {
         out.push('=');
         out.push_str(&total.to_string());
     }
-    out
+    Some(out)
 }
 
 /// Reads a value into a `T`, calling `set` for each count kept: those of
@@ -116,7 +120,8 @@ mod tests {
             ("likes".to_owned(), -3),
             ("reaction:heart".to_owned(), i64::MAX),
         ]);
-        let value = encode(&counts);
+        let value = encode(&counts).unwrap();
+        assert_eq!(encode(&HashMap::from([("x=1,likes".to_owned(), 1)])), None);
         assert_eq!(
             decode_map(Some(value.as_bytes()), None),
             Entry::Complete(counts.clone())

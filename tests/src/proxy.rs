@@ -60,6 +60,8 @@ struct Control {
     fired: AtomicU64,
     commits_seen: AtomicU64,
     connections: AtomicU64,
+    /// Bumped by [`Proxy::cut_all`]: every connection open then closes.
+    cut_all: tokio::sync::watch::Sender<u64>,
 }
 
 impl Control {
@@ -169,6 +171,13 @@ impl Proxy {
     pub fn connections(&self) -> u64 {
         self.control.connections.load(Ordering::Relaxed)
     }
+
+    /// Closes every connection open now, both sockets, as a cut network
+    /// would (any protocol: the Redis cache's tests use it); connections
+    /// made afterwards go through.
+    pub fn cut_all(&self) {
+        self.control.cut_all.send_modify(|cuts| *cuts += 1);
+    }
 }
 
 impl Drop for Proxy {
@@ -199,8 +208,13 @@ async fn forward(id: u64, mut client: TcpStream, mut server: TcpStream, control:
     let mut scanner = Scanner::default();
     // A claimed cut: (commands to let through, commands seen since BEGIN).
     let mut cut: Option<(u32, u32)> = None;
+    let mut cut_all = control.cut_all.subscribe();
     loop {
         tokio::select! {
+            _ = cut_all.changed() => {
+                eprintln!("[proxy #{id}] cut with every open connection");
+                return;
+            }
             read = client.read(&mut from_client) => {
                 let n = match read {
                     Ok(0) | Err(_) => return,

@@ -704,7 +704,7 @@ async fn bytes_per_owner(
     let namespace = cached.cache().namespace();
     let (mut bytes, mut counted) = (0u64, 0u64);
     for owner in owners {
-        let key = format!("sc1:{namespace}:{{{TABLE}:{owner}}}");
+        let key = format!("sc2:{namespace}:{{{TABLE}:{owner}}}");
         let usage: Option<u64> = redis::cmd("MEMORY")
             .arg("USAGE")
             .arg(&key)

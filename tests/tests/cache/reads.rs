@@ -89,7 +89,7 @@ backend_test! {
         let client = redis::Client::open(std::env::var("COUNTER_TEST_REDIS_URL").unwrap()).unwrap();
         let mut redis = client.get_multiplexed_async_connection().await.unwrap();
         let table = own.table().name().to_owned();
-        let key = |owner: i64| format!("sc1:{}:{{{table}:{owner}}}", cache.namespace());
+        let key = |owner: i64| format!("sc2:{}:{{{table}:{owner}}}", cache.namespace());
         let empty: String = redis.get(key(3)).await.unwrap();
         assert_eq!(empty, "c1|");
 

@@ -58,6 +58,7 @@ use counter_core::{
 use counter_redis::{CachedCounters, RedisTarget};
 use counter_tests::{
     Backend, TestDb, backend_test, env_number, figures,
+    proxy::Proxy,
     redis::{PrivateRedis, namespace, shared_url, test_cache},
 };
 use proptest::{
@@ -480,11 +481,13 @@ struct Tally {
 }
 
 /// The cache tier under the model (`counter-redis`), on a private Redis the
-/// sequence hurts: FLUSHALL, every connection cut, the server SIGKILLed and
-/// restarted empty, at fixed steps of every case. After every step the
-/// cached totals of every owner and key must equal the model's.
+/// sequence hurts: FLUSHALL, the cache's connection cut by the test proxy
+/// in front of the server, the server SIGKILLed and restarted empty, at
+/// fixed steps of every case. After every step the cached totals of every
+/// owner and key must equal the model's.
 struct Cached {
     server: PrivateRedis,
+    proxy: Proxy,
     counters: CachedCounters<i64>,
 }
 
@@ -492,15 +495,20 @@ impl Cached {
     async fn start(backend: Backend) -> Option<Self> {
         shared_url(backend, "model_sequences")?;
         let server = PrivateRedis::start();
-        let cache = test_cache(
-            RedisTarget::standalone(server.url()),
-            &namespace(backend, "model"),
-        )
-        .build()
-        .await
-        .expect("build the model's cache");
+        let proxy = Proxy::start(&format!("127.0.0.1:{}", server.port()))
+            .await
+            .expect("start the proxy in front of Redis");
+        let url = format!("redis://{}", proxy.addr());
+        let cache = test_cache(RedisTarget::standalone(url), &namespace(backend, "model"))
+            .build()
+            .await
+            .expect("build the model's cache");
         let counters = cache.table(&model_counters());
-        Some(Self { server, counters })
+        Some(Self {
+            server,
+            proxy,
+            counters,
+        })
     }
 
     /// The fault of step `step`, if it has one.
@@ -508,7 +516,7 @@ impl Cached {
         let fault = match step % 24 {
             5 => self.server.cli(&["FLUSHALL"]).is_some(),
             11 => {
-                self.server.cut_connections();
+                self.proxy.cut_all();
                 true
             }
             19 => {
