@@ -37,17 +37,21 @@ pub(crate) enum Link {
     Cluster(Arc<Cluster>),
 }
 
+/// Slot ranges and the master serving each (`host:port`), sorted by first
+/// slot; shared by the calls that route with it.
+type SlotMap = Vec<(u16, u16, String)>;
+
 pub(crate) struct Cluster {
     con: ClusterConnection,
-    /// Slot ranges and the master serving each, sorted by first slot.
-    slots: RwLock<Vec<(u16, u16, String)>>,
+    /// Empty until fetched, and again after a failure.
+    slots: RwLock<Arc<SlotMap>>,
 }
 
 impl Link {
     pub(crate) fn cluster(con: ClusterConnection) -> Self {
         Link::Cluster(Arc::new(Cluster {
             con,
-            slots: RwLock::new(Vec::new()),
+            slots: RwLock::default(),
         }))
     }
 
@@ -273,7 +277,7 @@ impl Cluster {
     /// The indexes of `keys` grouped by the master serving them, each group
     /// with one of its slots (to route by).
     async fn groups<K: AsRef<[u8]>>(&self, keys: &[K]) -> RedisResult<Vec<(u16, Vec<usize>)>> {
-        let known = self.slots.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let known = Arc::clone(&self.slots.read().unwrap_or_else(|e| e.into_inner()));
         // A map forgotten by a concurrent failure is fetched again here,
         // and this call uses what it fetched.
         let slots = match known.is_empty() {
@@ -297,7 +301,7 @@ impl Cluster {
         Ok(by_node.into_values().collect())
     }
 
-    async fn refresh_slots(&self) -> RedisResult<Vec<(u16, u16, String)>> {
+    async fn refresh_slots(&self) -> RedisResult<Arc<SlotMap>> {
         let reply: Value = self
             .con
             .clone()
@@ -330,15 +334,13 @@ impl Cluster {
             }
         }
         slots.sort();
-        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = slots.clone();
+        let slots = Arc::new(slots);
+        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&slots);
         Ok(slots)
     }
 
     fn forget_slots(&self) {
-        self.slots
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        *self.slots.write().unwrap_or_else(|e| e.into_inner()) = Arc::default();
     }
 
     fn stale(&self, what: &'static str) -> RedisError {

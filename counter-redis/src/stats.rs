@@ -57,8 +57,13 @@ macro_rules! meter {
         pub(crate) struct Meter { $(pub(crate) $field: AtomicU64,)* }
 
         impl Meter {
+            /// The counters; `invalidations_pending` is the cache's to fill
+            /// in (the size of its retry set, not a counter).
             pub(crate) fn snapshot(&self) -> CacheStats {
-                CacheStats { $($field: self.$field.load(Ordering::Relaxed),)* }
+                CacheStats {
+                    $($field: self.$field.load(Ordering::Relaxed),)*
+                    ..CacheStats::default()
+                }
             }
         }
     };
@@ -73,7 +78,6 @@ meter!(
     uncached_reads,
     invalidations,
     invalidation_failures,
-    invalidations_pending,
     fills_in_flight,
     unscoped_writes,
     db_fallbacks,

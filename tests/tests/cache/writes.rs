@@ -206,3 +206,85 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    /// Writes dropped mid-flight (axum drops a handler whose client left):
+    /// a write that committed anyway still deletes its owner, because the
+    /// deletion runs in the statement's own detached task.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "cache_dropped_writes"]
+    async fn a_dropped_write_that_commits_still_deletes(t: TestDb) {
+        let Some(cache) = shared_cache(t.backend, t.label()).await else {
+            return;
+        };
+        let db = &t.db;
+        let own = own_table(&t).await;
+        let cached = cache.table(&own);
+        let mut dropped = 0;
+        for round in 0..20u64 {
+            cached.get_all_keys(db, &[1]).await.unwrap();
+            let write = own.add(db, 1, "likes", 1);
+            // Dropped at some point of its flight: before sending, mid
+            // statement, or after the commit.
+            let patience = Duration::from_micros(50 * round);
+            if tokio::time::timeout(patience, write).await.is_err() {
+                dropped += 1;
+            }
+            // The detached statement and its deletion finish on their own.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(
+                stale_keys(&cached, db, &[1]).await,
+                0,
+                "[{}] round {round}",
+                t.backend
+            );
+        }
+        assert!(dropped > 0, "no write was dropped: lower the patience");
+        figures(
+            "cache_dropped_writes",
+            t.backend,
+            &[("writes", 20), ("dropped", dropped), ("stale_reads", 0)],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    /// String owners that differ only in case are two owners in the
+    /// database (an exact comparison on every backend, MariaDB's default
+    /// case-insensitive collation included) and two entries in the cache.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "cache_string_owners"]
+    async fn string_owners_differing_in_case_are_cached_apart(t: TestDb) {
+        let Some(cache) = shared_cache(t.backend, t.label()).await else {
+            return;
+        };
+        let db = &t.db;
+        let own = counter_tests::counters::<String>(&format!("{}_{}", t.label(), t.backend), 4);
+        own.create_table(db).await.unwrap();
+        let cached = cache.table(&own);
+        let owners = ["Alice".to_owned(), "alice".to_owned(), "ALICE".to_owned()];
+        own.add(db, owners[0].clone(), "likes", 1).await.unwrap();
+        own.add(db, owners[1].clone(), "likes", 10).await.unwrap();
+        for _ in 0..2 {
+            let read = cached.get_many(db, &owners, &["likes"]).await.unwrap();
+            assert_eq!(
+                (
+                    read[&owners[0]]["likes"],
+                    read[&owners[1]]["likes"],
+                    read[&owners[2]]["likes"]
+                ),
+                (1, 10, 0),
+                "[{}]",
+                t.backend
+            );
+        }
+        own.add(db, owners[1].clone(), "likes", 5).await.unwrap();
+        let read = cached.get_many(db, &owners, &["likes"]).await.unwrap();
+        assert_eq!(
+            (read[&owners[0]]["likes"], read[&owners[1]]["likes"]),
+            (1, 15)
+        );
+        t.finish().await;
+    }
+}
