@@ -54,6 +54,12 @@ pub(crate) struct Shared {
     pub(crate) retry_wake: Notify,
     /// This cache, for tasks it spawns.
     me: Weak<Shared>,
+    /// The runtime the cache was built on, where its connection lives.
+    /// Writes are reported from whatever runtime made them (a test suite
+    /// runs one per test; the registry is process-wide): their Redis work
+    /// runs here, never on a runtime that may shut down under the
+    /// connection, and a failure there never reaches the writer.
+    runtime: tokio::runtime::Handle,
 }
 
 /// A deletion this process owes.
@@ -98,6 +104,7 @@ impl CountCache {
     pub(crate) fn start(link: Link, config: Config) -> Self {
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
+            runtime: tokio::runtime::Handle::current(),
             link,
             meter: Meter::default(),
             breaker: Breaker::new(config.breaker_failures, config.breaker_open),
@@ -348,12 +355,34 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Runs `work` on the cache's own runtime (see `runtime`) and waits for
+    /// it; if that runtime is gone or the work panicked, the owners are
+    /// counted as failed deletions (stale elsewhere for at most the TTL).
+    async fn on_own_runtime<F, Fut>(&self, owners: usize, work: F)
+    where
+        F: FnOnce(Arc<Shared>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Some(shared) = self.me.upgrade() else {
+            return;
+        };
+        if self.runtime.spawn(work(shared)).await.is_err() {
+            bump(&self.meter.invalidation_failures, owners);
+            tracing::warn!(
+                owners,
+                "counter cache: the cache's runtime could not delete owners after a commit"
+            );
+        }
+    }
+}
+
 impl CommitObserver for Shared {
     fn committed<'a>(&'a self, table: &'a str, owners: &'a [Value]) -> ObserverFuture<'a> {
-        Box::pin(async move {
-            let keys = owners.iter().map(|o| self.key(table, o)).collect();
-            self.invalidate(keys).await;
-        })
+        let keys: Vec<Vec<u8>> = owners.iter().map(|o| self.key(table, o)).collect();
+        Box::pin(self.on_own_runtime(keys.len(), |shared| async move {
+            shared.invalidate(keys).await;
+        }))
     }
 
     fn uncommitted(&self, table: &str, owners: &[Value]) {
@@ -365,10 +394,8 @@ impl CommitObserver for Shared {
         let keys: Vec<Vec<u8>> = owners.iter().map(|o| self.key(table, o)).collect();
         // `unscoped_delay` is bounded at build, so this cannot overflow.
         self.owe(keys.clone(), Instant::now() + self.config.unscoped_delay);
-        if let (Ok(runtime), Some(shared)) =
-            (tokio::runtime::Handle::try_current(), self.me.upgrade())
-        {
-            runtime.spawn(async move {
+        if let Some(shared) = self.me.upgrade() {
+            self.runtime.spawn(async move {
                 for chunk in keys.chunks(UNLINK_CHUNK) {
                     shared.attempt(shared.link.unlink(chunk)).await;
                 }
@@ -377,19 +404,20 @@ impl CommitObserver for Shared {
     }
 
     fn cleared<'a>(&'a self, table: &'a str) -> ObserverFuture<'a> {
-        Box::pin(self.clear(table))
+        let table = table.to_owned();
+        Box::pin(self.on_own_runtime(1, |shared| async move {
+            shared.clear(&table).await;
+        }))
     }
 
     fn uncommitted_clear(&self, table: &str) {
         // As `uncommitted`: now, and again after the delay.
         bump(&self.meter.unscoped_writes, 1);
-        let (Ok(runtime), Some(shared)) =
-            (tokio::runtime::Handle::try_current(), self.me.upgrade())
-        else {
+        let Some(shared) = self.me.upgrade() else {
             return;
         };
         let table = table.to_owned();
-        runtime.spawn(async move {
+        self.runtime.spawn(async move {
             shared.clear(&table).await;
             tokio::time::sleep(shared.config.unscoped_delay).await;
             shared.clear(&table).await;
