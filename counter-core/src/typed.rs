@@ -59,6 +59,12 @@ pub trait KeySpace: Send + Sync + 'static {
     /// `Totals` has a field per key.
     #[doc(hidden)]
     fn zero_fill(totals: &mut Self::Totals, names: &[String]);
+
+    /// Whether the key named `name` belongs to this key space: any key for
+    /// [`Untyped`], one of the entity's keys otherwise (a consumer checking
+    /// a key that arrived as a string in a message).
+    #[doc(hidden)]
+    fn accepts(name: &str) -> bool;
 }
 
 impl KeySpace for Untyped {
@@ -78,6 +84,10 @@ impl KeySpace for Untyped {
                 totals.entry(name.clone()).or_insert(0);
             }
         }
+    }
+
+    fn accepts(_: &str) -> bool {
+        true
     }
 }
 
@@ -101,6 +111,10 @@ impl<E: SlottedCounter> KeySpace for E {
     }
 
     fn zero_fill(_: &mut Self::Totals, _: &[String]) {}
+
+    fn accepts(name: &str) -> bool {
+        E::Key::ALL.iter().any(|k| k.as_key_str() == name)
+    }
 }
 
 /// A key a handle of key space `S` takes: every [`CounterKey`] for

@@ -1,0 +1,63 @@
+//! What a consumer needs from a broker: batches of deliveries, and a way to
+//! settle each one. Implemented for JetStream ([`crate::nats`]) and
+//! RabbitMQ ([`crate::amqp`]); implement it to count from another broker.
+
+use std::{future::Future, time::Duration};
+
+use crate::error::MqError;
+
+/// A queue of counter messages with at-least-once delivery.
+pub trait Source: Send {
+    /// One delivered message.
+    type Delivery: Send + Sync;
+
+    /// The dedup scope: ids are unique per source. Every consumer of one
+    /// stream or queue must use the same name; 1 to 64 printable ASCII
+    /// characters.
+    fn name(&self) -> &str;
+
+    /// The next deliveries: up to `max`, waiting at most `wait` for the
+    /// first and closing the batch `wait` after it (fewer when the queue is
+    /// idle). An empty batch is not an error.
+    fn fetch(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<Self::Delivery>, MqError>> + Send;
+
+    /// The message bytes.
+    fn payload<'a>(&self, delivery: &'a Self::Delivery) -> &'a [u8];
+
+    /// Whether the broker delivered this message before.
+    fn is_redelivery(&self, delivery: &Self::Delivery) -> bool;
+
+    /// Messages still waiting after this one, if the broker says.
+    fn lag(&self, delivery: &Self::Delivery) -> Option<u64>;
+
+    /// Acknowledges `deliveries` (in delivery order): the broker forgets
+    /// them. Called only after their transaction committed.
+    fn ack(
+        &mut self,
+        deliveries: &[Self::Delivery],
+    ) -> impl Future<Output = Result<(), MqError>> + Send;
+
+    /// Refuses `delivery` for good: never delivered again (terminated, or
+    /// dead-lettered where the queue has a dead-letter exchange).
+    fn reject(
+        &mut self,
+        delivery: &Self::Delivery,
+    ) -> impl Future<Output = Result<(), MqError>> + Send;
+
+    /// Gives `deliveries` back unprocessed (a consumer shutting down in the
+    /// middle of a retry): delivered again, to this or another consumer.
+    fn release(
+        &mut self,
+        deliveries: &[Self::Delivery],
+    ) -> impl Future<Output = Result<(), MqError>> + Send;
+
+    /// How long after its first delivery the broker may still deliver a
+    /// message (`None`: no bound). The dedup rows must outlive it.
+    fn redelivery_horizon(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<Duration>, MqError>> + Send;
+}

@@ -1,0 +1,620 @@
+//! Faults: the consumer's process aborted at three points of a batch (a
+//! child process, the test binary run again), the database connection cut
+//! mid-batch and its `COMMIT` reply lost, a nats-server killed and
+//! restarted, and a 3-node JetStream cluster losing a node.
+
+use std::{
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use counter_core::Counters;
+use counter_mq::{FaultPoint, nats::JetStreamPublisher};
+use counter_tests::{
+    Backend, TestDb, backend_test,
+    mq::{
+        self, AmqpQueue, AnyPublisher, Broker, NatsCluster, PrivateNats, Workload, consume_until,
+        consume_until_applied, jetstream, nats_source, stream_ready, tally, test_stream,
+    },
+    proxy::{Fault, Proxy},
+};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+
+use super::{consumer, report, tables};
+
+/// The environment a child consumer process reads.
+const CHILD: &str = "COUNTER_MQ_CHILD";
+const ABORT_BATCH: u32 = 3;
+const MESSAGES: usize = 600;
+
+/// Where a child consumer finds its database, broker and queue.
+struct ChildSpec {
+    point: &'static str,
+    db_url: String,
+    schema: Option<String>,
+    broker: Broker,
+    broker_url: String,
+    queue: String,
+    table: String,
+}
+
+impl ChildSpec {
+    fn encode(&self) -> String {
+        [
+            self.point,
+            &self.db_url,
+            self.schema.as_deref().unwrap_or(""),
+            &self.broker.to_string(),
+            &self.broker_url,
+            &self.queue,
+            &self.table,
+        ]
+        .join("\u{1f}")
+    }
+
+    fn decode(text: &str) -> Self {
+        let p: Vec<&str> = text.split('\u{1f}').collect();
+        Self {
+            point: match p[0] {
+                "before-commit" => "before-commit",
+                "after-commit" => "after-commit",
+                _ => "between-acks",
+            },
+            db_url: p[1].into(),
+            schema: (!p[2].is_empty()).then(|| p[2].to_owned()),
+            broker: if p[3] == "nats" {
+                Broker::Nats
+            } else {
+                Broker::Amqp
+            },
+            broker_url: p[4].into(),
+            queue: p[5].into(),
+            table: p[6].into(),
+        }
+    }
+}
+
+async fn connect(url: &str, schema: Option<&str>) -> DatabaseConnection {
+    let mut options = ConnectOptions::new(url);
+    options.max_connections(2).sqlx_logging(false);
+    if let Some(schema) = schema {
+        options.set_schema_search_path(schema);
+    }
+    Database::connect(options)
+        .await
+        .expect("connect the child's database")
+}
+
+/// The child consumer: runs only in a process started by
+/// `consumer_aborted_at_each_point` (with `COUNTER_MQ_CHILD` set), and
+/// aborts the process at its named point of the third batch. In an ordinary
+/// test run it has nothing to do.
+#[tokio::test]
+async fn child_consumer_process() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let spec = ChildSpec::decode(&spec);
+    let db = connect(&spec.db_url, spec.schema.as_deref()).await;
+    let posts = counter_tests::counters::<i64>(&spec.table, 4);
+    let point = FaultPoint::named(spec.point).expect("a fault point");
+    let seen = Arc::new(AtomicU32::new(0));
+    let hook = Arc::new(move |at: FaultPoint| {
+        if at == point && seen.fetch_add(1, Ordering::SeqCst) + 1 == ABORT_BATCH {
+            eprintln!("child: aborting at {at:?} of batch {ABORT_BATCH}");
+            std::process::abort();
+        }
+    });
+    // A long wait, so that each batch fills to 100 and the points fall
+    // where the parent expects them.
+    let builder = consumer(&db, &posts)
+        .batch_size(100)
+        .max_wait(Duration::from_secs(5))
+        .fault_hook(hook);
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stopped.await;
+    };
+    match spec.broker {
+        Broker::Nats => {
+            let js = jetstream(std::slice::from_ref(&spec.broker_url)).await;
+            let source = nats_source(&js, &spec.queue).await;
+            let consumer = builder.build(source).await.expect("the child's consumer");
+            let _ = tokio::time::timeout(Duration::from_secs(60), consumer.run(shutdown)).await;
+        }
+        Broker::Amqp => {
+            let connection = lapin::Connection::connect(&spec.broker_url, Default::default())
+                .await
+                .expect("connect");
+            let settings = counter_mq::amqp::QueueSettings::named(spec.queue.clone());
+            let source = counter_mq::amqp::AmqpSource::new(&connection, settings, 1_000)
+                .await
+                .expect("consume");
+            let consumer = builder.build(source).await.expect("the child's consumer");
+            let _ = tokio::time::timeout(Duration::from_secs(60), consumer.run(shutdown)).await;
+        }
+    }
+    panic!("the child consumer was meant to abort at {:?}", spec.point);
+}
+
+/// Runs the child consumer and checks that it died by `SIGABRT`.
+async fn run_child(spec: &ChildSpec) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let spec = spec.encode();
+    let status = tokio::task::spawn_blocking(move || {
+        Command::new(exe)
+            .args([
+                "--exact",
+                "faults::child_consumer_process",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD, spec)
+            .env_remove("COUNTER_TEST_REPORT")
+            .env_remove("COUNTER_TEST_FIGURES")
+            .status()
+            .expect("run the child consumer")
+    })
+    .await
+    .expect("the child");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(6),
+        "the child must die by abort(): {status:?}"
+    );
+}
+
+/// The database a child process can open too: a file for SQLite, the
+/// test's scratch space on a server.
+struct SharedDb {
+    db: DatabaseConnection,
+    url: String,
+    schema: Option<String>,
+    test: Option<TestDb>,
+    _dir: Option<std::path::PathBuf>,
+}
+
+async fn shared_db(backend: Backend, label: &str) -> Option<SharedDb> {
+    if backend == Backend::Sqlite {
+        let dir = std::env::temp_dir().join(format!(
+            "counter-mq-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let url = format!("sqlite://{}?mode=rwc", dir.join("counters.db").display());
+        let db = connect(&url, None).await;
+        return Some(SharedDb {
+            db,
+            url,
+            schema: None,
+            test: None,
+            _dir: Some(dir),
+        });
+    }
+    let test = TestDb::open(backend, label).await?;
+    Some(SharedDb {
+        db: test.db.clone(),
+        url: test.url().expect("a server URL").to_owned(),
+        schema: test.schema().map(str::to_owned),
+        test: Some(test),
+        _dir: None,
+    })
+}
+
+backend_test! {
+    /// The consumer's process aborted before a batch's `COMMIT`, after it
+    /// (nothing acknowledged) and between its acknowledgements, on each
+    /// broker: a second consumer finishes the queue, the redelivered
+    /// messages of a committed batch are skipped, and every total is exact.
+    async fn consumer_aborted_at_each_point(b: Backend) {
+        let Some(shared) = shared_db(b, "consumer_aborted_at_each_point").await else {
+            return;
+        };
+        let nats_bin = mq::nats_server(b, "consumer_aborted_at_each_point");
+        let nats = nats_bin.as_ref().map(|bin| PrivateNats::start(bin));
+        let amqp_url = mq::amqp_url(b, "consumer_aborted_at_each_point");
+        for broker in mq::BROKERS {
+            for (i, point) in ["before-commit", "after-commit", "between-acks"]
+                .into_iter()
+                .enumerate()
+            {
+                let table = format!("abort_{broker}_{i}");
+                let posts = tables(&shared.db, &table).await;
+                let workload = Workload::random(
+                    &table,
+                    MESSAGES,
+                    40,
+                    20 + i as u64,
+                    &format!("ab-{broker}-{i}"),
+                );
+                let committed_before = match point {
+                    "before-commit" => 200,
+                    _ => 300,
+                };
+                // What the second consumer must receive: all but the
+                // batches the child acknowledged.
+                let deliveries = match point {
+                    "between-acks" => MESSAGES - 250,
+                    _ => MESSAGES - 200,
+                };
+                let (stats, applied_by_child) = match broker {
+                    Broker::Nats => {
+                        let Some(server) = &nats else { continue };
+                        let js = jetstream(&[server.url()]).await;
+                        let stream = format!("ABORT{i}");
+                        let mut settings = test_stream(1);
+                        settings.name = stream.clone();
+                        settings.subjects = vec![format!("abort{i}.>")];
+                        stream_ready(&js, &settings).await;
+                        let publisher =
+                            JetStreamPublisher::new(js.clone()).subject_prefix(format!("abort{i}"));
+                        workload.publish(&AnyPublisher::Nats(publisher), 32).await;
+                        // Bind the durable consumer before the child does.
+                        drop(nats_source(&js, &stream).await);
+                        run_child(&ChildSpec {
+                            point,
+                            db_url: shared.url.clone(),
+                            schema: shared.schema.clone(),
+                            broker,
+                            broker_url: server.url(),
+                            queue: stream.clone(),
+                            table: table.clone(),
+                        })
+                        .await;
+                        let by_child = counter_mq::applied_count(&shared.db, &stream)
+                            .await
+                            .expect("a count");
+                        let source = nats_source(&js, &stream).await;
+                        (
+                            consume_until(
+                                consumer(&shared.db, &posts)
+                                    .build(source)
+                                    .await
+                                    .expect("a consumer"),
+                                &shared.db,
+                                &stream,
+                                workload.distinct(),
+                                deliveries,
+                                Duration::from_secs(60),
+                            )
+                            .await,
+                            by_child,
+                        )
+                    }
+                    Broker::Amqp => {
+                        let Some(url) = &amqp_url else { continue };
+                        let queue = AmqpQueue::new(url, &format!("abort{i}")).await;
+                        workload
+                            .publish(&AnyPublisher::Amqp(queue.publisher().await), 32)
+                            .await;
+                        let name = queue.settings.name.clone();
+                        run_child(&ChildSpec {
+                            point,
+                            db_url: shared.url.clone(),
+                            schema: shared.schema.clone(),
+                            broker,
+                            broker_url: url.clone(),
+                            queue: name.clone(),
+                            table: table.clone(),
+                        })
+                        .await;
+                        let by_child = counter_mq::applied_count(&shared.db, &name)
+                            .await
+                            .expect("a count");
+                        let source = queue.source(url).await;
+                        let stats = consume_until(
+                            consumer(&shared.db, &posts)
+                                .build(source)
+                                .await
+                                .expect("a consumer"),
+                            &shared.db,
+                            &name,
+                            workload.distinct(),
+                            deliveries,
+                            Duration::from_secs(60),
+                        )
+                        .await;
+                        queue.delete().await;
+                        (stats, by_child)
+                    }
+                };
+                assert_eq!(
+                    applied_by_child, committed_before,
+                    "{broker} {point}: batches the child committed"
+                );
+                // Acknowledgements are not confirmed by either broker: of
+                // the half sent just before the abort, some may not have
+                // left the process.
+                let expected_duplicates = match point {
+                    "before-commit" => 0..=0,
+                    "after-commit" => 100..=100,
+                    _ => 50..=100,
+                };
+                assert!(
+                    expected_duplicates.contains(&stats.duplicates_skipped),
+                    "{broker} {point}: {stats:?}"
+                );
+                let tally = tally(&shared.db, &posts, &workload).await;
+                report(
+                    &format!("mq_abort_{}_{broker}", point.replace('-', "_")),
+                    b,
+                    tally,
+                    &[
+                        ("messages", MESSAGES as u64),
+                        ("applied_by_child", applied_by_child),
+                        ("redeliveries", stats.redeliveries),
+                        ("duplicates_skipped", stats.duplicates_skipped),
+                    ],
+                );
+            }
+        }
+        if let Some(test) = shared.test {
+            test.finish().await;
+        }
+    }
+}
+
+backend_test! {
+    #[backends(postgres, mysql)]
+    /// The consumer's database connection cut in the middle of a batch
+    /// (after its dedup insert) three times, and three `COMMIT` replies
+    /// lost: each batch is retried, the lost-reply ones find their ids
+    /// recorded and skip them all.
+    async fn database_cut_mid_batch(t: TestDb) {
+        let addr = t.server_addr().expect("a server");
+        for broker in mq::BROKERS {
+            let table = format!("cut_{broker}");
+            let posts = tables(&t.db, &table).await;
+            let workload = Workload::random(&table, 3_000, 60, 31, &format!("cut-{broker}"));
+            let proxy = Proxy::start(&addr).await.expect("a proxy");
+            let via = t
+                .connect_via(&proxy.addr().to_string(), 2)
+                .await
+                .expect("connect through the proxy");
+            let faults = async {
+                for _ in 0..3 {
+                    let cuts = proxy.cuts();
+                    proxy.arm_cut_in_transaction(1);
+                    wait_until(|| proxy.cuts() > cuts).await;
+                    let fired = proxy.fired();
+                    proxy.arm(Fault::CutAfterCommit);
+                    wait_until(|| proxy.fired() > fired).await;
+                }
+            };
+            let (stats, name) = match broker {
+                Broker::Nats => {
+                    let Some(bin) = mq::nats_server(t.backend, "database_cut_mid_batch") else {
+                        continue;
+                    };
+                    let server = PrivateNats::start(&bin);
+                    let js = jetstream(&[server.url()]).await;
+                    stream_ready(&js, &test_stream(1)).await;
+                    workload
+                        .publish(&AnyPublisher::Nats(JetStreamPublisher::new(js.clone())), 32)
+                        .await;
+                    let source = nats_source(&js, "COUNTERS").await;
+                    let run = consume_until_applied(
+                        consumer(&via, &posts)
+                            .batch_size(100)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &t.db,
+                        "COUNTERS",
+                        workload.distinct(),
+                        Duration::from_secs(90),
+                    );
+                    let (stats, ()) = tokio::join!(run, faults);
+                    (stats, "COUNTERS".to_owned())
+                }
+                Broker::Amqp => {
+                    let Some(url) = mq::amqp_url(t.backend, "database_cut_mid_batch") else {
+                        continue;
+                    };
+                    let queue = AmqpQueue::new(&url, "cut").await;
+                    workload
+                        .publish(&AnyPublisher::Amqp(queue.publisher().await), 32)
+                        .await;
+                    let source = queue.source(&url).await;
+                    let name = queue.settings.name.clone();
+                    let run = consume_until_applied(
+                        consumer(&via, &posts)
+                            .batch_size(100)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &t.db,
+                        &name,
+                        workload.distinct(),
+                        Duration::from_secs(90),
+                    );
+                    let (stats, ()) = tokio::join!(run, faults);
+                    queue.delete().await;
+                    (stats, name)
+                }
+            };
+            assert_eq!(proxy.cuts(), 3, "{broker}: cuts mid-batch");
+            assert_eq!(proxy.fired(), 3, "{broker}: lost COMMIT replies");
+            assert!(stats.failed_attempts >= 6, "{broker}: {stats:?}");
+            assert!(
+                stats.duplicates_skipped >= 3,
+                "{broker}: a retried committed batch skips its ids: {stats:?}"
+            );
+            assert_eq!(
+                counter_mq::applied_count(&t.db, &name).await.unwrap() as usize,
+                workload.distinct()
+            );
+            let tally = tally(&t.db, &posts, &workload).await;
+            report(
+                &format!("mq_database_cut_{broker}"),
+                t.backend,
+                tally,
+                &[
+                    ("messages", stats.messages),
+                    ("cuts_mid_batch", proxy.cuts()),
+                    ("lost_commit_replies", proxy.fired()),
+                    ("failed_attempts", stats.failed_attempts),
+                    ("duplicates_skipped", stats.duplicates_skipped),
+                ],
+            );
+            via.close().await.ok();
+        }
+        t.finish().await;
+    }
+}
+
+async fn wait_until(done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "a fault never fired");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Publishes `workload` while a consumer runs, and runs `fault` once a
+/// third of it is applied; returns the consumer's counters.
+async fn publish_and_consume_through<F>(
+    t: &TestDb,
+    posts: &Counters<i64>,
+    urls: Vec<String>,
+    workload: &Workload,
+    fault: F,
+) -> counter_mq::ConsumerStats
+where
+    F: std::future::Future<Output = ()>,
+{
+    let js = jetstream(&urls).await;
+    let publisher =
+        AnyPublisher::Nats(JetStreamPublisher::new(js.clone()).retry_for(Duration::from_secs(60)));
+    let source = nats_source(&js, "COUNTERS").await;
+    let run = consume_until_applied(
+        consumer(&t.db, posts)
+            .build(source)
+            .await
+            .expect("a consumer"),
+        &t.db,
+        "COUNTERS",
+        workload.distinct(),
+        Duration::from_secs(120),
+    );
+    let publish = workload.publish(&publisher, 16);
+    let third = workload.distinct() as u64 / 3;
+    let injected = async {
+        wait_until_async(|| async {
+            counter_mq::applied_count(&t.db, "COUNTERS")
+                .await
+                .unwrap_or(0)
+                >= third
+        })
+        .await;
+        fault.await;
+    };
+    let (stats, _, ()) = tokio::join!(run, publish, injected);
+    stats
+}
+
+async fn wait_until_async<F, Fut>(done: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done().await {
+        assert!(
+            Instant::now() < deadline,
+            "the workload never got a third of the way"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+backend_test! {
+    /// A private nats-server SIGKILLed a third of the way through and
+    /// restarted half a second later, while publishers and the consumer
+    /// run: both reconnect, and every message is applied once.
+    async fn nats_server_killed_and_restarted(t: TestDb) {
+        let Some(bin) = mq::nats_server(t.backend, "nats_server_killed_and_restarted") else {
+            return t.finish().await;
+        };
+        let posts = tables(&t.db, "killed").await;
+        let workload = Workload::random("killed", 3_000, 80, 41, "kill");
+        let server = Arc::new(PrivateNats::start(&bin));
+        {
+            let js = jetstream(&[server.url()]).await;
+            stream_ready(&js, &test_stream(1)).await;
+        }
+        let killer = server.clone();
+        let fault = async move {
+            tokio::task::spawn_blocking(move || {
+                killer.kill();
+                std::thread::sleep(Duration::from_millis(500));
+                killer.restart();
+            })
+            .await
+            .expect("kill and restart");
+        };
+        let stats =
+            publish_and_consume_through(&t, &posts, vec![server.url()], &workload, fault).await;
+        let tally = tally(&t.db, &posts, &workload).await;
+        report(
+            "mq_nats_restart",
+            t.backend,
+            tally,
+            &[
+                ("messages", stats.messages),
+                ("server_kills", 1),
+                ("redeliveries", stats.redeliveries),
+                ("duplicates_skipped", stats.duplicates_skipped),
+                ("failed_attempts", stats.failed_attempts),
+            ],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    /// A private 3-node JetStream cluster, the stream replicated 3 times;
+    /// one node SIGKILLed a third of the way through: publishers and the
+    /// consumer fail over to the others, and every message is applied once.
+    async fn jetstream_cluster_loses_a_node(t: TestDb) {
+        let Some(bin) = mq::nats_server(t.backend, "jetstream_cluster_loses_a_node") else {
+            return t.finish().await;
+        };
+        let posts = tables(&t.db, "cluster").await;
+        let workload = Workload::random("cluster", 2_000, 80, 43, "cl");
+        let cluster = Arc::new(NatsCluster::start(&bin).await);
+        {
+            let js = jetstream(&cluster.urls()).await;
+            stream_ready(&js, &test_stream(3)).await;
+        }
+        let victim = cluster.clone();
+        let fault = async move {
+            tokio::task::spawn_blocking(move || victim.nodes[0].kill())
+                .await
+                .expect("kill a node");
+        };
+        let stats = publish_and_consume_through(&t, &posts, cluster.urls(), &workload, fault).await;
+        let tally = tally(&t.db, &posts, &workload).await;
+        report(
+            "mq_jetstream_cluster",
+            t.backend,
+            tally,
+            &[
+                ("messages", stats.messages),
+                ("replicas", 3),
+                ("nodes_killed", 1),
+                ("redeliveries", stats.redeliveries),
+                ("duplicates_skipped", stats.duplicates_skipped),
+                ("failed_attempts", stats.failed_attempts),
+            ],
+        );
+        t.finish().await;
+    }
+}

@@ -1,0 +1,279 @@
+//! Events through each broker: known totals, duplicate publishes inside and
+//! beyond the duplicate window, and messages redelivered after a consumer
+//! took them and never acknowledged.
+
+use std::time::Duration;
+
+use counter_mq::{Publish, Source};
+use counter_tests::{
+    TestDb, backend_test,
+    mq::{
+        self, AmqpQueue, AnyPublisher, Broker, PrivateNats, Workload, consume_until_applied,
+        jetstream, nats_source, stream_ready, tally, test_stream,
+    },
+};
+use sea_orm::DatabaseConnection;
+
+use super::{consumer, report, tables};
+
+const EVENTS: usize = 2_000;
+
+backend_test! {
+    /// 2,000 messages of random deltas through each broker; 200 published
+    /// again at once (JetStream stores them once: `duplicate` in its
+    /// acknowledgement) and 100 more after the duplicate window (stored
+    /// twice, skipped by the dedup table); RabbitMQ stores every copy.
+    async fn events_through_each_broker(t: TestDb) {
+        for broker in mq::BROKERS {
+            let table = format!("events_{broker}");
+            let posts = tables(&t.db, &table).await;
+            let mut workload = Workload::random(&table, EVENTS, 100, 7, &format!("ev-{broker}"));
+            let again: Vec<_> = workload.messages[..200].to_vec();
+            let later: Vec<_> = workload.messages[200..300].to_vec();
+            let stored_duplicates;
+            let stats = match broker {
+                Broker::Nats => {
+                    let Some(bin) = mq::nats_server(t.backend, "events_through_each_broker") else {
+                        continue;
+                    };
+                    let server = PrivateNats::start(&bin);
+                    let js = jetstream(&[server.url()]).await;
+                    stream_ready(&js, &test_stream(1)).await;
+                    let in_window = publish_with_repeats(
+                        AnyPublisher::Nats(counter_mq::nats::JetStreamPublisher::new(js.clone())),
+                        &workload,
+                        &again,
+                        &later,
+                    )
+                    .await;
+                    assert_eq!(
+                        in_window, 200,
+                        "JetStream stores a repeat within its window once"
+                    );
+                    stored_duplicates = 100;
+                    let source = nats_source(&js, "COUNTERS").await;
+                    drain(
+                        &t.db,
+                        consumer(&t.db, &posts)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &workload,
+                        EVENTS + 100,
+                    )
+                    .await
+                }
+                Broker::Amqp => {
+                    let Some(url) = mq::amqp_url(t.backend, "events_through_each_broker") else {
+                        continue;
+                    };
+                    let queue = AmqpQueue::new(&url, "events").await;
+                    publish_with_repeats(
+                        AnyPublisher::Amqp(queue.publisher().await),
+                        &workload,
+                        &again,
+                        &later,
+                    )
+                    .await;
+                    stored_duplicates = 300;
+                    let source = queue.source(&url).await;
+                    let stats = drain(
+                        &t.db,
+                        consumer(&t.db, &posts)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &workload,
+                        EVENTS + 300,
+                    )
+                    .await;
+                    queue.delete().await;
+                    stats
+                }
+            };
+            assert_eq!(
+                stats.duplicates_skipped, stored_duplicates,
+                "{broker}: {stats:?}"
+            );
+            assert_eq!(stats.rejected, 0);
+            assert!(stats.statements <= 4 * stats.batches, "{broker}: {stats:?}");
+            workload.messages.extend(again);
+            let tally = tally(&t.db, &posts, &workload).await;
+            report(
+                &format!("mq_events_{broker}"),
+                t.backend,
+                tally,
+                &[
+                    ("messages", stats.messages),
+                    ("batches", stats.batches),
+                    ("duplicates_skipped", stats.duplicates_skipped),
+                    ("redeliveries", stats.redeliveries),
+                ],
+            );
+        }
+        t.finish().await;
+    }
+}
+
+/// Publishes `workload`, then `again` at once and `later` after the
+/// duplicate window; returns how many of `again` the broker called
+/// duplicates.
+async fn publish_with_repeats(
+    publisher: AnyPublisher,
+    workload: &Workload,
+    again: &[counter_mq::CounterMessage],
+    later: &[counter_mq::CounterMessage],
+) -> u64 {
+    workload.publish(&publisher, 32).await;
+    let mut in_window = 0u64;
+    for m in again {
+        in_window += u64::from(publisher.send(m).await.expect("republished").duplicate);
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    for m in later {
+        assert!(!publisher.send(m).await.expect("republished").duplicate);
+    }
+    in_window
+}
+
+/// Runs the consumer until every distinct id is applied and `deliveries`
+/// messages were seen.
+async fn drain<S: Source + 'static>(
+    db: &DatabaseConnection,
+    consumer: counter_mq::Consumer<S>,
+    workload: &Workload,
+    deliveries: usize,
+) -> counter_mq::ConsumerStats {
+    let source = consumer_source_name(&consumer);
+    let stats = consumer.stats_handle();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let applied = counter_mq::applied_count(db, &source).await.unwrap_or(0) as usize;
+        if (applied >= workload.distinct() && stats.get().messages as usize >= deliveries)
+            || std::time::Instant::now() >= deadline
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop.send(());
+    task.await
+        .expect("the consumer task")
+        .expect("the consumer")
+}
+
+fn consumer_source_name<S: Source>(consumer: &counter_mq::Consumer<S>) -> String {
+    consumer.source_name().to_owned()
+}
+
+backend_test! {
+    /// A consumer that takes 300 messages and dies without acknowledging
+    /// them: the broker delivers them again (JetStream after `ack_wait`,
+    /// RabbitMQ when the connection closes), and each is applied once.
+    async fn never_acked_messages_are_redelivered(t: TestDb) {
+        for broker in mq::BROKERS {
+            let table = format!("unacked_{broker}");
+            let posts = tables(&t.db, &table).await;
+            let workload = Workload::random(&table, 900, 50, 11, &format!("na-{broker}"));
+            let stats = match broker {
+                Broker::Nats => {
+                    let Some(bin) = mq::nats_server(t.backend, "never_acked") else {
+                        continue;
+                    };
+                    let server = PrivateNats::start(&bin);
+                    let js = jetstream(&[server.url()]).await;
+                    stream_ready(&js, &test_stream(1)).await;
+                    workload
+                        .publish(
+                            &AnyPublisher::Nats(counter_mq::nats::JetStreamPublisher::new(
+                                js.clone(),
+                            )),
+                            32,
+                        )
+                        .await;
+                    let mut rogue = nats_source(&js, "COUNTERS").await;
+                    let taken = rogue
+                        .fetch(300, Duration::from_secs(2))
+                        .await
+                        .expect("a fetch");
+                    assert_eq!(taken.len(), 300);
+                    drop(taken);
+                    let source = nats_source(&js, "COUNTERS").await;
+                    consume_until_applied(
+                        consumer(&t.db, &posts)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &t.db,
+                        "COUNTERS",
+                        workload.distinct(),
+                        Duration::from_secs(60),
+                    )
+                    .await
+                }
+                Broker::Amqp => {
+                    let Some(url) = mq::amqp_url(t.backend, "never_acked") else {
+                        continue;
+                    };
+                    let queue = AmqpQueue::new(&url, "unacked").await;
+                    workload
+                        .publish(&AnyPublisher::Amqp(queue.publisher().await), 32)
+                        .await;
+                    {
+                        let connection = lapin::Connection::connect(&url, Default::default())
+                            .await
+                            .expect("connect");
+                        let mut rogue = counter_mq::amqp::AmqpSource::new(
+                            &connection,
+                            queue.settings.clone(),
+                            300,
+                        )
+                        .await
+                        .expect("a rogue consumer");
+                        let taken = rogue
+                            .fetch(300, Duration::from_secs(2))
+                            .await
+                            .expect("a fetch");
+                        assert_eq!(taken.len(), 300);
+                        connection
+                            .close(0, "dies without acknowledging".into())
+                            .await
+                            .expect("close");
+                    }
+                    let source = queue.source(&url).await;
+                    let name = queue.settings.name.clone();
+                    let stats = consume_until_applied(
+                        consumer(&t.db, &posts)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &t.db,
+                        &name,
+                        workload.distinct(),
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                    queue.delete().await;
+                    stats
+                }
+            };
+            assert!(stats.redeliveries >= 300, "{broker}: {stats:?}");
+            let tally = tally(&t.db, &posts, &workload).await;
+            report(
+                &format!("mq_redelivery_{broker}"),
+                t.backend,
+                tally,
+                &[
+                    ("messages", stats.messages),
+                    ("redeliveries", stats.redeliveries),
+                    ("duplicates_skipped", stats.duplicates_skipped),
+                ],
+            );
+        }
+        t.finish().await;
+    }
+}
