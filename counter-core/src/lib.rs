@@ -96,7 +96,10 @@ pub use buckets::Series;
 #[cfg(all(feature = "buffer", feature = "migration"))]
 pub use buffer::FlushLedgerMigration;
 #[cfg(feature = "buffer")]
-pub use buffer::{BufferBuilder, BufferStats, CounterBuffer, FlushLedger, WhenFull};
+pub use buffer::{
+    BufferBuilder, BufferStats, CounterBuffer, Flush, FlushLedger, FlushSink, FlushedDelta,
+    SinkFuture, WhenFull,
+};
 pub use cache::{CacheRule, CounterCache, hooks};
 pub use compact::{Compact, CompactReport, CompactStats};
 pub use entity::{EntityCounters, SlottedCounter};

@@ -57,6 +57,7 @@
 
 pub mod amqp;
 mod apply;
+mod buffer_sink;
 mod consumer;
 mod dedup;
 mod error;
@@ -68,6 +69,7 @@ mod source;
 mod stats;
 mod tables;
 
+pub use buffer_sink::BufferSink;
 pub use consumer::{Consumer, ConsumerBuilder, Retention};
 pub use dedup::{
     APPLIED_MESSAGES, AppliedMessagesMigration, applied_count, create_table, drop_table,

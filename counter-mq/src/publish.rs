@@ -93,8 +93,9 @@ where
 }
 
 /// Runs `attempt` until it succeeds or `deadline` passes (then its last
-/// error), pausing 50 ms doubling to 2 s between attempts. Rejections of
-/// the message itself are not retried.
+/// error), pausing 50 ms doubling to 2 s between attempts; an attempt that
+/// hangs (a broker that took the message and is gone) is abandoned at the
+/// deadline. Rejections of the message itself are not retried.
 pub(crate) async fn retry_until<F, Fut>(deadline: Instant, mut attempt: F) -> Result<Sent, MqError>
 where
     F: FnMut() -> Fut,
@@ -102,7 +103,16 @@ where
 {
     let mut pause = std::time::Duration::from_millis(50);
     loop {
-        match attempt().await {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let outcome =
+            tokio::time::timeout(left.max(std::time::Duration::from_millis(1)), attempt())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(MqError::Broker(
+                        "no confirmation before the deadline".into(),
+                    ))
+                });
+        match outcome {
             Ok(sent) => return Ok(sent),
             Err(error @ MqError::Message(_)) => return Err(error),
             Err(error) if Instant::now() + pause >= deadline => return Err(error),

@@ -15,12 +15,14 @@ use tokio::sync::{Notify, watch};
 use super::{
     Config,
     pending::{CounterId, Delta, Drained, Pending},
+    sink::{Flush, FlushSink, FlushedDelta},
     stats::Meter,
 };
 use crate::{
     BatchReport, DeltaBatch,
     error::Result,
     observe::Touched,
+    owner::SortOwner,
     sql::{self, Classified, Dialect, classify},
 };
 
@@ -164,12 +166,14 @@ async fn run(shared: Arc<Shared>) {
         if closing {
             break;
         }
-        if seq > 0 && Instant::now() >= next_prune {
+        if seq > 0 && shared.config.sink.is_none() && Instant::now() >= next_prune {
             prune(&shared).await;
             next_prune = Instant::now() + PRUNE_EVERY;
         }
     }
-    forget(&shared).await;
+    if shared.config.sink.is_none() {
+        forget(&shared).await;
+    }
     shared.stopped_cleanly.store(true, Ordering::SeqCst);
 }
 
@@ -196,6 +200,11 @@ impl Drop for Stopped {
 async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
     let started = Instant::now();
     *seq += 1;
+    if let Some(sink) = &shared.config.sink {
+        send_to_sink(shared, &*sink.0, *seq, drained).await;
+        finish_flush(shared, *seq, drained, started);
+        return;
+    }
     let everything = statements(shared, drained.iter());
     // The owners flushed, told to cache observers once committed (see
     // `crate::observe`).
@@ -238,6 +247,11 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
         }
     }
     touched.committed().await;
+    finish_flush(shared, *seq, drained, started);
+}
+
+/// Clears a flushed drain from the reads and counts it.
+fn finish_flush(shared: &Shared, seq: u64, drained: &Drained, started: Instant) {
     shared.set_in_flight(None);
     shared.settle();
     let meter = &shared.meter;
@@ -250,12 +264,77 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
         Ordering::Relaxed,
     );
     tracing::debug!(
-        seq = *seq,
+        seq,
         counters = drained.counters(),
         adds = drained.adds,
         elapsed_ms = elapsed.as_secs_f64() * 1e3,
         "counter buffer: flush committed"
     );
+}
+
+/// Sends `drained` as flush `seq` to `sink`, retrying with backoff (the same
+/// flush, the same id) until the sink takes it: a delta is never dropped.
+async fn send_to_sink(shared: &Shared, sink: &dyn FlushSink, seq: u64, drained: &Drained) {
+    let tables = shared.pending.tables();
+    let mut deltas: Vec<FlushedDelta> = drained
+        .iter()
+        .filter(|(_, delta)| delta.total != 0 || delta.buckets.iter().any(|(_, d)| *d != 0))
+        .filter_map(|(id, delta)| {
+            let known = tables.iter().find(|t| t.name == id.table)?;
+            Some(FlushedDelta {
+                table: id.table.to_string(),
+                owner: id.owner.to_value(known.column),
+                key: id.key.to_string(),
+                delta: delta.total,
+                buckets: delta.buckets.clone(),
+            })
+        })
+        .collect();
+    // One order for every attempt, so a sink that splits a flush into
+    // messages splits it the same way each time.
+    deltas.sort_by(|a, b| {
+        (&a.table, SortOwner::of(&a.owner), &a.key).cmp(&(
+            &b.table,
+            SortOwner::of(&b.owner),
+            &b.key,
+        ))
+    });
+    if deltas.is_empty() {
+        return;
+    }
+    let flush = Flush {
+        writer: shared.writer.clone(),
+        seq,
+        deltas,
+    };
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let sent = tokio::time::timeout(ATTEMPT_TIMEOUT, sink.send(&flush))
+            .await
+            .unwrap_or_else(|_| Err(format!("sink timed out after {ATTEMPT_TIMEOUT:?}").into()));
+        match sent {
+            Ok(()) => {
+                Meter::bump(&shared.meter.flushes, 1);
+                shared.meter.set_error(None);
+                return;
+            }
+            Err(error) => {
+                Meter::bump(&shared.meter.failed_attempts, 1);
+                shared.meter.set_error(Some(error.to_string()));
+                let pause = backoff(attempt);
+                tracing::warn!(
+                    seq,
+                    attempt,
+                    counters = drained.counters(),
+                    retry_in_ms = pause.as_millis() as u64,
+                    %error,
+                    "counter buffer: the sink did not take the flush; it is kept and retried"
+                );
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
 }
 
 /// Applies `built` as flush number `seq`, retrying with backoff until it

@@ -4,6 +4,7 @@
 mod flusher;
 mod ledger;
 mod pending;
+mod sink;
 mod stats;
 
 use std::{
@@ -24,6 +25,7 @@ use tokio::{
 pub use ledger::FlushLedger;
 #[cfg(feature = "migration")]
 pub use ledger::migration::FlushLedgerMigration;
+pub use sink::{Flush, FlushSink, FlushedDelta, SinkFuture};
 pub use stats::BufferStats;
 
 use crate::{
@@ -71,6 +73,7 @@ struct Config {
     when_full: WhenFull,
     ledger: FlushLedger,
     retention: Duration,
+    sink: Option<sink::Sink>,
 }
 
 /// Longest time a [`WhenFull::Block`] add waits for room before it fails
@@ -130,6 +133,22 @@ impl BufferBuilder {
         self
     }
 
+    /// Sends each flush to `sink` (a message queue: `counter-mq`'s
+    /// `BufferSink`) instead of writing it to the database; the ledger is
+    /// then not used. Every flush is retried, with the same
+    /// [`Flush::id`], until the sink takes it, so a consumer that applies
+    /// ids once applies each flush once: thousands of adds per second cost
+    /// one message per flush interval.
+    ///
+    /// Reads through the buffer ([`CounterBuffer::get`]) count what is
+    /// pending and in flight, then the database: a flush the sink took but
+    /// no consumer applied yet is in neither, so such a read is low until
+    /// the consumer catches up.
+    pub fn sink(mut self, sink: Arc<dyn FlushSink>) -> Self {
+        self.config.sink = Some(sink::Sink(sink));
+        self
+    }
+
     /// How long the ledger row of a buffer that stopped flushing (a crashed
     /// process) is kept before another buffer prunes it (default 7 days).
     /// It must outlast any outage a buffer retries through: a flush retried
@@ -165,8 +184,11 @@ impl BufferBuilder {
         let dialect = Dialect::of(&db)?;
         let writer = uuid::Uuid::new_v4().to_string();
         let ledger = config.ledger.name().to_owned();
-        let probe = sql::ledger::last_flush(dialect, &ledger, &writer);
-        retry::run(&db, &ledger, || detach::query_one(&db, probe.clone())).await?;
+        if config.sink.is_none() {
+            // Fails now, by name, when the ledger's migration has not run.
+            let probe = sql::ledger::last_flush(dialect, &ledger, &writer);
+            retry::run(&db, &ledger, || detach::query_one(&db, probe.clone())).await?;
+        }
         let shards = std::thread::available_parallelism().map_or(8, |n| n.get() * 4);
         let (flushed, _) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -309,6 +331,7 @@ impl CounterBuffer {
                 when_full: WhenFull::Block,
                 ledger: FlushLedger::default(),
                 retention: Duration::from_secs(7 * 24 * 3600),
+                sink: None,
             },
         }
     }

@@ -6,6 +6,7 @@
 //! the retention check. Every test asserts totals = the sum over distinct
 //! ids and writes figures (lost and doubled must be 0; `.ci/run` checks).
 
+mod buffered;
 mod faults;
 mod flows;
 mod poison;

@@ -1,0 +1,234 @@
+//! A `CounterBuffer` flushing to a broker (`BufferSink`): many adds become a
+//! few messages, each flush applied once even when the broker dies in the
+//! middle and flushes are sent again.
+
+use std::{sync::Arc, time::Duration};
+
+use counter_core::{CounterBuffer, CounterTable, Counters, Window};
+use counter_mq::{BufferSink, nats::JetStreamPublisher};
+use counter_tests::{
+    TestDb, backend_test, figures,
+    mq::{
+        self, AmqpQueue, AnyPublisher, Broker, PrivateNats, jetstream, nats_source, stream_ready,
+        test_stream,
+    },
+};
+use sea_orm::DatabaseConnection;
+
+use super::consumer;
+
+const TASKS: i64 = 8;
+const ADDS_PER_TASK: i64 = 2_500;
+const OWNERS: i64 = 50;
+
+backend_test! {
+    /// 20,000 adds from 8 tasks to a buffer flushing every 20 ms through
+    /// each broker (JetStream killed and restarted half way); the consumer
+    /// applies every flush once: totals and the windowed key's hourly bucket
+    /// are exact, and the messages number about the flushes, not the adds.
+    async fn buffer_flushes_through_each_broker(t: TestDb) {
+        for broker in mq::BROKERS {
+            let table = format!("buffered_{broker}");
+            let posts = Counters::<i64>::new(
+                CounterTable::new(table.clone())
+                    .and_then(|t| t.with_slots(4))
+                    .and_then(|t| t.with_key_window("views", Window::Hour))
+                    .expect("a table"),
+            );
+            posts.create_table(&t.db).await.expect("create the table");
+            counter_mq::create_table(&t.db)
+                .await
+                .expect("create the dedup table");
+            let (stats, flushes, failed_flushes) = match broker {
+                Broker::Nats => {
+                    let Some(bin) = mq::nats_server(t.backend, "buffer_flushes") else {
+                        continue;
+                    };
+                    let server = Arc::new(PrivateNats::start(&bin));
+                    let js = jetstream(&[server.url()]).await;
+                    stream_ready(&js, &test_stream(1)).await;
+                    // A publisher that gives up quickly, so the outage fails
+                    // whole flushes, which the buffer sends again.
+                    let publisher = AnyPublisher::Nats(
+                        JetStreamPublisher::new(js.clone()).retry_for(Duration::from_millis(100)),
+                    );
+                    let (flushes, failed) =
+                        add_through(&t.db, &posts, publisher, Some(server.clone())).await;
+                    assert!(failed > 0, "the broker's outage failed no flush");
+                    let source = nats_source(&js, "COUNTERS").await;
+                    (
+                        consume_until_exact(
+                            &t.db,
+                            &posts,
+                            consumer(&t.db, &posts)
+                                .build(source)
+                                .await
+                                .expect("a consumer"),
+                        )
+                        .await,
+                        flushes,
+                        failed,
+                    )
+                }
+                Broker::Amqp => {
+                    let Some(url) = mq::amqp_url(t.backend, "buffer_flushes") else {
+                        continue;
+                    };
+                    let queue = AmqpQueue::new(&url, "buffered").await;
+                    let (flushes, failed) = add_through(
+                        &t.db,
+                        &posts,
+                        AnyPublisher::Amqp(queue.publisher().await),
+                        None,
+                    )
+                    .await;
+                    let source = queue.source(&url).await;
+                    let stats = consume_until_exact(
+                        &t.db,
+                        &posts,
+                        consumer(&t.db, &posts)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                    )
+                    .await;
+                    queue.delete().await;
+                    (stats, flushes, failed)
+                }
+            };
+            let (likes, views) = totals(&t.db, &posts).await;
+            let expected = TASKS * ADDS_PER_TASK / 2;
+            let now = chrono::Utc::now();
+            let series = posts
+                .series_many(
+                    &t.db,
+                    &(1..=OWNERS).collect::<Vec<_>>(),
+                    "views",
+                    now - chrono::Duration::hours(2),
+                    now + chrono::Duration::hours(1),
+                )
+                .await
+                .expect("a series");
+            let in_buckets: i64 = series
+                .values()
+                .flat_map(|s| s.iter().map(|(_, n)| *n))
+                .sum();
+            let lost = (2 * expected - likes - views).max(0) as u64;
+            let doubled = (likes + views - 2 * expected).max(0) as u64;
+            figures(
+                &format!("mq_buffer_sink_{broker}"),
+                t.backend,
+                &[
+                    ("adds", (TASKS * ADDS_PER_TASK) as u64),
+                    ("flushes", flushes),
+                    ("failed_flush_attempts", failed_flushes),
+                    ("messages", stats.messages),
+                    ("duplicates_skipped", stats.duplicates_skipped),
+                    ("lost", lost),
+                    ("doubled", doubled),
+                ],
+            );
+            assert_eq!(
+                (likes, views, in_buckets),
+                (expected, expected, expected),
+                "{broker}: {stats:?}"
+            );
+            assert!(
+                stats.messages <= 2 * flushes + 10,
+                "one message per flush (and table): {stats:?}, {flushes} flushes"
+            );
+            assert_eq!(stats.rejected, 0);
+        }
+        t.finish().await;
+    }
+}
+
+/// Adds from [`TASKS`] tasks to a buffer that flushes through `publisher`,
+/// killing and restarting `server` half way; returns (flushes, failed).
+async fn add_through(
+    db: &DatabaseConnection,
+    posts: &Counters<i64>,
+    publisher: AnyPublisher,
+    server: Option<Arc<PrivateNats>>,
+) -> (u64, u64) {
+    let buffer = CounterBuffer::builder(db)
+        .interval(Duration::from_millis(20))
+        .sink(Arc::new(BufferSink::new(publisher)))
+        .start()
+        .await
+        .expect("a buffer");
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (buffer, posts) = (buffer.clone(), posts.clone());
+            tokio::spawn(async move {
+                for i in 0..ADDS_PER_TASK {
+                    let key = if i % 2 == 0 { "likes" } else { "views" };
+                    buffer
+                        .add(&posts, (task * ADDS_PER_TASK + i) % OWNERS + 1, key, 1)
+                        .expect("an add");
+                    // About a second of adds, so the broker dies mid-way.
+                    if i % 25 == 0 {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    if let Some(server) = server {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::task::spawn_blocking(move || {
+            server.kill();
+            std::thread::sleep(Duration::from_millis(600));
+            server.restart();
+        })
+        .await
+        .expect("kill and restart");
+    }
+    for task in tasks {
+        task.await.expect("an adding task");
+    }
+    let stats = buffer.shutdown().await.expect("a clean shutdown");
+    assert_eq!(
+        (stats.adds, stats.pending_adds),
+        ((TASKS * ADDS_PER_TASK) as u64, 0)
+    );
+    (stats.flushes, stats.failed_attempts)
+}
+
+async fn totals(db: &DatabaseConnection, posts: &Counters<i64>) -> (i64, i64) {
+    let owners: Vec<i64> = (1..=OWNERS).collect();
+    let all = posts
+        .get_many(db, &owners, &["likes", "views"])
+        .await
+        .expect("totals");
+    let sum = |key: &str| {
+        all.values()
+            .map(|m| m.get(key).copied().unwrap_or(0))
+            .sum::<i64>()
+    };
+    (sum("likes"), sum("views"))
+}
+
+/// Runs `consumer` until the totals reach the adds (or a minute), then
+/// shuts it down.
+async fn consume_until_exact<S: counter_mq::Source + 'static>(
+    db: &DatabaseConnection,
+    posts: &Counters<i64>,
+    consumer: counter_mq::Consumer<S>,
+) -> counter_mq::ConsumerStats {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let expected = TASKS * ADDS_PER_TASK / 2;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while totals(db, posts).await != (expected, expected) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A moment for late duplicates, then a graceful stop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = stop.send(());
+    task.await
+        .expect("the consumer task")
+        .expect("the consumer")
+}
