@@ -207,8 +207,20 @@ mod migration {
     /// `Migrator` (its name follows the `mYYYYMMDD_HHMMSS_` convention, so
     /// it sorts among your own migrations):
     ///
-    /// ```ignore
-    /// vec![Box::new(m20220101_000001_create_table::Migration), Box::new(counter_mq::AppliedMessagesMigration)]
+    /// ```
+    /// use sea_orm_migration::{MigrationTrait, MigratorTrait, async_trait::async_trait};
+    ///
+    /// pub struct Migrator;
+    ///
+    /// #[async_trait]
+    /// impl MigratorTrait for Migrator {
+    ///     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+    ///         vec![
+    ///             // Box::new(m20220101_000001_create_post::Migration), ...
+    ///             Box::new(counter_mq::AppliedMessagesMigration),
+    ///         ]
+    ///     }
+    /// }
     /// ```
     #[derive(Debug, Clone, Copy, Default)]
     pub struct AppliedMessagesMigration;

@@ -53,7 +53,7 @@ pub struct Change {
 }
 
 /// A message: an id, a counter table and changes of that table. Build one
-/// with [`CounterMessage::new`] and [`CounterMessage::add`], or let a
+/// with [`CounterMessage::new`] and [`CounterMessage::push`], or let a
 /// [`Publish`](crate::Publish)er build it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterMessage {
@@ -93,10 +93,10 @@ impl CounterMessage {
         }
     }
 
-    /// Adds `delta` to `key` of `owner` (any owner serializable to JSON), at
-    /// `at` if given. Checked by the consumer, against the table it
-    /// registered; [`Publish::publish`](crate::Publish::publish) checks
-    /// against a handle before sending.
+    /// Adds a change. It is checked by the consumer, against the table it
+    /// registered (a message with a bad change is rejected whole);
+    /// [`Publish::publish`](crate::Publish::publish) checks one against a
+    /// handle before sending.
     pub fn push(&mut self, change: Change) -> &mut Self {
         self.changes.push(change);
         self
