@@ -123,6 +123,7 @@ fn quorum() -> FieldTable {
 /// acknowledged with one `basic.ack` (`multiple`) per half after its commit.
 #[derive(Debug)]
 pub struct AmqpSource {
+    channel: Channel,
     consumer: Consumer,
     settings: QueueSettings,
     source: String,
@@ -156,6 +157,7 @@ impl AmqpSource {
             )
             .await?;
         Ok(Self {
+            channel,
             consumer,
             source: settings.name.clone(),
             settings,
@@ -240,6 +242,17 @@ impl Source for AmqpSource {
             .await?;
         }
         Ok(())
+    }
+
+    async fn close(&mut self) {
+        // Unacknowledged deliveries of a closed channel are requeued at once.
+        if let Err(error) = self
+            .channel
+            .close(200, "counter consumer stopped".into())
+            .await
+        {
+            tracing::debug!(%error, "counter consumer: closing the channel failed");
+        }
     }
 
     async fn redelivery_horizon(&mut self) -> Result<Option<Duration>, MqError> {

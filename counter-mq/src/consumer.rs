@@ -274,6 +274,10 @@ impl<S: Source> Consumer<S> {
     /// and database failures do not end it: the batch is retried with
     /// backoff, its messages held (a broker may redeliver them to another
     /// consumer meanwhile; the dedup rows keep that exact).
+    ///
+    /// Stop it through `shutdown`, not by dropping the future: a future
+    /// dropped inside a transaction leaves its connection to the pool's
+    /// mercy (on MySQL, sqlx may strand it), and its batch to a redelivery.
     pub async fn run(
         mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,

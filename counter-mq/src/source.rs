@@ -55,6 +55,13 @@ pub trait Source: Send {
         deliveries: &[Self::Delivery],
     ) -> impl Future<Output = Result<(), MqError>> + Send;
 
+    /// Called once when the consumer stops: gives back whatever the broker
+    /// handed out ahead of the batches (a prefetch window) at once rather
+    /// than when the connection closes. Nothing by default.
+    fn close(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// How long after its first delivery the broker may still deliver a
     /// message (`None`: no bound). The dedup rows must outlive it.
     fn redelivery_horizon(

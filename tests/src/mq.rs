@@ -248,11 +248,11 @@ pub fn test_stream(replicas: usize) -> StreamSettings {
     }
 }
 
-/// Consumer settings for tests: redelivery one second after a missed
+/// Consumer settings for tests: redelivery `ack_wait` after a missed
 /// acknowledgement.
-pub fn test_consumer() -> ConsumerSettings {
+pub fn test_consumer(ack_wait: Duration) -> ConsumerSettings {
     ConsumerSettings {
-        ack_wait: Duration::from_secs(1),
+        ack_wait,
         ..ConsumerSettings::default()
     }
 }
@@ -524,9 +524,21 @@ pub async fn consume_until<S: Source + 'static>(
         .expect("the consumer ran")
 }
 
-/// A JetStream source on `js` with the test consumer settings.
+/// A JetStream source on `js` whose durable consumer (if this call
+/// creates it) redelivers after 10 s: longer than any batch takes on a
+/// loaded CI machine, so tests that count redeliveries exactly see none
+/// they did not cause.
 pub async fn nats_source(js: &Context, stream: &str) -> JetStreamSource {
-    JetStreamSource::new(js.clone(), stream, test_consumer())
+    JetStreamSource::new(js.clone(), stream, test_consumer(Duration::from_secs(10)))
+        .await
+        .expect("bind the durable consumer")
+}
+
+/// A JetStream source whose durable consumer (if this call creates it)
+/// redelivers one second after a missed acknowledgement: for tests that
+/// wait for redeliveries (and assert only bounds on them).
+pub async fn nats_source_redelivering(js: &Context, stream: &str) -> JetStreamSource {
+    JetStreamSource::new(js.clone(), stream, test_consumer(Duration::from_secs(1)))
         .await
         .expect("bind the durable consumer")
 }
