@@ -5,11 +5,16 @@
 //! duplicate detection of its own: the consumer's dedup table is the only
 //! one, so a message published twice is applied once.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use tokio::sync::Mutex;
 
 use futures_util::StreamExt;
 use lapin::{
-    BasicProperties, Channel, Connection, Consumer,
+    BasicProperties, Channel, Connection, ConnectionProperties, Consumer,
     message::Delivery,
     options::{
         BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions,
@@ -121,30 +126,33 @@ fn quorum() -> FieldTable {
 
 /// A RabbitMQ queue read with manual acknowledgements: a batch is
 /// acknowledged with one `basic.ack` (`multiple`) per half after its commit.
+///
+/// It owns its connection and makes a new one when the old one is lost (a
+/// broker restart, a network cut, RabbitMQ's `consumer_timeout` after a
+/// long database outage): the broker requeues what the old channel held,
+/// and the dedup table skips what was applied already.
 #[derive(Debug)]
 pub struct AmqpSource {
-    channel: Channel,
-    consumer: Consumer,
+    uri: String,
     settings: QueueSettings,
+    prefetch: u16,
     source: String,
+    link: Option<Link>,
 }
 
-impl AmqpSource {
-    /// Declares the queue of `settings` on a new channel of `connection`
-    /// and consumes it with `prefetch` unacknowledged messages in flight
-    /// (at least the consumer's batch size; 100 to 65,535).
-    pub async fn new(
-        connection: &Connection,
-        settings: QueueSettings,
-        prefetch: u16,
-    ) -> Result<Self, MqError> {
-        if prefetch < 100 {
-            return Err(MqError::InvalidSetting(format!(
-                "prefetch {prefetch} is below 100: batches could not fill"
-            )));
-        }
+/// One connection's channel and consumer.
+#[derive(Debug)]
+struct Link {
+    connection: Connection,
+    channel: Channel,
+    consumer: Consumer,
+}
+
+impl Link {
+    async fn open(uri: &str, settings: &QueueSettings, prefetch: u16) -> Result<Self, MqError> {
+        let connection = Connection::connect(uri, ConnectionProperties::default()).await?;
         let channel = connection.create_channel().await?;
-        declare_queue(&channel, &settings).await?;
+        declare_queue(&channel, settings).await?;
         channel
             .basic_qos(prefetch, BasicQosOptions::default())
             .await?;
@@ -157,10 +165,34 @@ impl AmqpSource {
             )
             .await?;
         Ok(Self {
+            connection,
             channel,
             consumer,
+        })
+    }
+}
+
+impl AmqpSource {
+    /// Connects to `uri`, declares the queue of `settings` and consumes it
+    /// with `prefetch` unacknowledged messages in flight (at least the
+    /// consumer's batch size; 100 to 65,535).
+    pub async fn connect(
+        uri: &str,
+        settings: QueueSettings,
+        prefetch: u16,
+    ) -> Result<Self, MqError> {
+        if prefetch < 100 {
+            return Err(MqError::InvalidSetting(format!(
+                "prefetch {prefetch} is below 100: batches could not fill"
+            )));
+        }
+        let link = Link::open(uri, &settings, prefetch).await?;
+        Ok(Self {
+            uri: uri.to_owned(),
             source: settings.name.clone(),
             settings,
+            prefetch,
+            link: Some(link),
         })
     }
 
@@ -169,6 +201,32 @@ impl AmqpSource {
     pub fn source_name(mut self, source: impl Into<String>) -> Self {
         self.source = source.into();
         self
+    }
+
+    /// The live link, made again if it was lost.
+    async fn link(&mut self) -> Result<&mut Link, MqError> {
+        let alive = self
+            .link
+            .as_ref()
+            .is_some_and(|l| l.channel.status().connected());
+        if !alive {
+            if self.link.take().is_some() {
+                tracing::warn!(queue = %self.settings.name, "counter consumer: the RabbitMQ channel was lost; connecting again");
+            }
+            self.link = Some(Link::open(&self.uri, &self.settings, self.prefetch).await?);
+        }
+        Ok(self.link.as_mut().expect("a link"))
+    }
+}
+
+/// `Ok(false)` from lapin's acker: the channel is gone, nothing was sent.
+fn settled(done: bool) -> Result<(), MqError> {
+    if done {
+        Ok(())
+    } else {
+        Err(MqError::Broker(
+            "the channel is closed: not settled (the broker requeues it)".into(),
+        ))
     }
 }
 
@@ -180,11 +238,13 @@ impl Source for AmqpSource {
     }
 
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Self::Delivery>, MqError> {
+        let link = self.link().await?;
         let mut deliveries = Vec::new();
         let mut deadline = Instant::now() + wait;
+        let mut lost = None;
         while deliveries.len() < max {
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.consumer.next()).await {
+            match tokio::time::timeout(left, link.consumer.next()).await {
                 Err(_elapsed) => break,
                 Ok(Some(Ok(delivery))) => {
                     if deliveries.is_empty() {
@@ -193,15 +253,28 @@ impl Source for AmqpSource {
                     }
                     deliveries.push(delivery);
                 }
-                Ok(Some(Err(e))) if deliveries.is_empty() => return Err(e.into()),
-                Ok(Some(Err(_))) => break,
-                Ok(None) if deliveries.is_empty() => {
-                    return Err(MqError::Broker("the consumer was cancelled".into()));
+                Ok(Some(Err(e))) => {
+                    lost = Some(MqError::from(e));
+                    break;
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    lost = Some(MqError::Broker("the consumer was cancelled".into()));
+                    break;
+                }
             }
         }
-        Ok(deliveries)
+        match lost {
+            // What came before is processed; its acknowledgements fail and
+            // the broker delivers it again, to be skipped.
+            Some(error) => {
+                self.link = None;
+                if deliveries.is_empty() {
+                    return Err(error);
+                }
+                Ok(deliveries)
+            }
+            None => Ok(deliveries),
+        }
     }
 
     fn payload<'a>(&self, delivery: &'a Self::Delivery) -> &'a [u8] {
@@ -220,38 +293,44 @@ impl Source for AmqpSource {
         // Every earlier delivery of this channel is settled already
         // (batches are processed in delivery order), so one `multiple`
         // acknowledgement covers exactly these.
-        if let Some(last) = deliveries.last() {
-            last.ack(BasicAckOptions { multiple: true }).await?;
+        match deliveries.last() {
+            Some(last) => settled(last.ack(BasicAckOptions { multiple: true }).await?),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     async fn reject(&mut self, delivery: &Self::Delivery) -> Result<(), MqError> {
-        delivery
-            .reject(BasicRejectOptions { requeue: false })
-            .await?;
-        Ok(())
+        settled(
+            delivery
+                .reject(BasicRejectOptions { requeue: false })
+                .await?,
+        )
     }
 
     async fn release(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
-        if let Some(last) = deliveries.last() {
-            last.nack(BasicNackOptions {
-                multiple: true,
-                requeue: true,
-            })
-            .await?;
+        match deliveries.last() {
+            Some(last) => settled(
+                last.nack(BasicNackOptions {
+                    multiple: true,
+                    requeue: true,
+                })
+                .await?,
+            ),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     async fn close(&mut self) {
         // Unacknowledged deliveries of a closed channel are requeued at once.
-        if let Err(error) = self
-            .channel
-            .close(200, "counter consumer stopped".into())
-            .await
-        {
-            tracing::debug!(%error, "counter consumer: closing the channel failed");
+        if let Some(link) = self.link.take() {
+            let _ = link
+                .channel
+                .close(200, "counter consumer stopped".into())
+                .await;
+            let _ = link
+                .connection
+                .close(200, "counter consumer stopped".into())
+                .await;
         }
     }
 
@@ -262,27 +341,29 @@ impl Source for AmqpSource {
 
 /// Publishes counter messages to a RabbitMQ queue (through the default
 /// exchange), persistent, and waits for the broker's confirm; retries with
-/// the same id until confirmed or `retry_for` has passed.
+/// the same id until confirmed or `retry_for` has passed, connecting again
+/// when the connection was lost.
 #[derive(Debug, Clone)]
 pub struct AmqpPublisher {
-    channel: Channel,
+    uri: String,
     queue: String,
     retry_for: Duration,
+    /// The connection and its confirm-mode channel, shared by clones.
+    link: Arc<Mutex<Option<(Connection, Channel)>>>,
 }
 
 impl AmqpPublisher {
-    /// A publisher to `queue` on a new channel of `connection`, in confirm
-    /// mode.
-    pub async fn new(connection: &Connection, queue: impl Into<String>) -> Result<Self, MqError> {
-        let channel = connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
-        Ok(Self {
-            channel,
+    /// A publisher to `queue` on a connection of its own to `uri`, in
+    /// confirm mode.
+    pub async fn connect(uri: &str, queue: impl Into<String>) -> Result<Self, MqError> {
+        let publisher = Self {
+            uri: uri.to_owned(),
             queue: queue.into(),
             retry_for: Duration::from_secs(60),
-        })
+            link: Arc::default(),
+        };
+        publisher.channel().await?;
+        Ok(publisher)
     }
 
     /// Gives up after retrying for `retry_for` (default one minute).
@@ -291,6 +372,22 @@ impl AmqpPublisher {
         self.retry_for = retry_for;
         self
     }
+
+    /// The live channel (a clone; publishes do not hold the lock), made
+    /// again if it was lost.
+    async fn channel(&self) -> Result<Channel, MqError> {
+        let mut link = self.link.lock().await;
+        if let Some((_, channel)) = link.as_ref().filter(|(_, c)| c.status().connected()) {
+            return Ok(channel.clone());
+        }
+        let connection = Connection::connect(&self.uri, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        *link = Some((connection, channel.clone()));
+        Ok(channel)
+    }
 }
 
 impl Publish for AmqpPublisher {
@@ -298,8 +395,8 @@ impl Publish for AmqpPublisher {
         let payload = message.encode()?;
         let deadline = Instant::now() + self.retry_for;
         retry_until(deadline, || async {
-            let confirm = self
-                .channel
+            let channel = self.channel().await?;
+            let confirm = channel
                 .basic_publish(
                     "".into(),
                     self.queue.as_str().into(),

@@ -82,6 +82,7 @@ async fn transaction(
     let mut batch = DeltaBatch::new();
     let mut seen = HashSet::with_capacity(new.len());
     let mut applied = Applied::default();
+    let mut duplicates = Vec::new();
     for message in messages {
         // An id twice in one batch (published twice, delivered together)
         // is applied once.
@@ -90,7 +91,16 @@ async fn transaction(
             applied.applied += 1;
         } else {
             applied.duplicates += 1;
+            if !new.contains(message.message.id()) {
+                duplicates.push(message.message.id());
+            }
         }
+    }
+    if !duplicates.is_empty() {
+        dedup::touch(&txn, source, &duplicates)
+            .await
+            .map_err(retry)?;
+        *statements += 1;
     }
     let report = batch.apply_in(&txn).await.map_err(|e| match e.kind() {
         ErrorKind::Overflow => Failed::Refused(Rejection::Overflow(e.to_string())),

@@ -13,7 +13,9 @@ use crate::{
 };
 
 /// Publishes each flush of a [`CounterBuffer`](counter_core::CounterBuffer)
-/// as messages of at most [`MAX_CHANGES`] changes, one table each, with ids
+/// as messages of at most [`MAX_CHANGES`] changes and about 512 KiB (half
+/// the consumer's limit, and under NATS's default 1 MB payload), one table
+/// each, with ids
 /// `<writer>:<seq>:<part>`: the same ids on every retry of a flush, so the
 /// consumer applies each part once however often it is sent.
 ///
@@ -55,12 +57,16 @@ impl<P: Publish + 'static> FlushSink for BufferSink<P> {
     }
 }
 
+/// The most encoded bytes of changes one message of a flush carries.
+const MAX_PART_BYTES: usize = 512 * 1024;
+
 /// The messages of `flush`: per table (in the flush's order), changes in
-/// chunks of [`MAX_CHANGES`]; a windowed key's delta as one change per
-/// bucket, at the bucket's start.
+/// chunks of at most [`MAX_CHANGES`] and [`MAX_PART_BYTES`]; a windowed
+/// key's delta as one change per bucket, at the bucket's start.
 pub(crate) fn messages_of(flush: &Flush) -> Result<Vec<CounterMessage>, MqError> {
     let id = flush.id();
     let mut messages: Vec<CounterMessage> = Vec::new();
+    let mut bytes = 0usize;
     for delta in flush.deltas() {
         let owner = json_of(&delta.owner)?;
         let mut changes = Vec::with_capacity(delta.buckets.len().max(1));
@@ -85,16 +91,23 @@ pub(crate) fn messages_of(flush: &Flush) -> Result<Vec<CounterMessage>, MqError>
             }
         }
         for change in changes {
-            let full = messages
-                .last()
-                .is_none_or(|m| m.table() != delta.table || m.changes().len() >= MAX_CHANGES);
+            // `[owner,"key",delta,at],`: the owner's JSON, the key, and at
+            // most 20 digits for each number and 8 characters of syntax.
+            let size = change.owner.to_string().len() + change.key.len() + 48;
+            let full = messages.last().is_none_or(|m| {
+                m.table() != delta.table
+                    || m.changes().len() >= MAX_CHANGES
+                    || bytes + size > MAX_PART_BYTES
+            });
             if full {
                 let part = messages.len();
                 messages.push(CounterMessage::with_id(
                     format!("{id}:{part}"),
                     &delta.table,
                 ));
+                bytes = 0;
             }
+            bytes += size;
             messages.last_mut().expect("a message").push(change);
         }
     }

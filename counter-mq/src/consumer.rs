@@ -141,8 +141,10 @@ impl ConsumerBuilder {
                 horizon,
             });
         }
-        // Fails early, and by name, when the migration has not run.
-        dedup::applied_count(&self.db, source.name()).await?;
+        // Fails early, and by name, when a migration has not run or the
+        // database cannot do what a batch needs.
+        dedup::probe(&self.db, source.name()).await?;
+        self.tables.probe(&self.db).await?;
         Ok(Consumer {
             db: self.db,
             tables: self.tables,
@@ -313,6 +315,7 @@ impl<S: Source> Consumer<S> {
                 }
             }
         }
+        self.source.close().await;
         let stats = self.stats();
         tracing::info!(
             ?stats,

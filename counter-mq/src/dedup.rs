@@ -13,7 +13,11 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait, Value,
+};
+
+use crate::error::MqError;
 
 /// The dedup table's name.
 pub const APPLIED_MESSAGES: &str = "counter_applied_messages";
@@ -26,7 +30,9 @@ pub(crate) const PRUNE_BATCH: u64 = 10_000;
 fn now(backend: DbBackend) -> &'static str {
     match backend {
         DbBackend::Postgres => "CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) AS BIGINT)",
-        DbBackend::MySql => "UNIX_TIMESTAMP()",
+        // Signed: `UNIX_TIMESTAMP()` is unsigned, and a cutoff before 1970
+        // (a retention of decades) would be out of range.
+        DbBackend::MySql => "CAST(UNIX_TIMESTAMP() AS SIGNED)",
         _ => "CAST(strftime('%s', 'now') AS INTEGER)",
     }
 }
@@ -45,28 +51,22 @@ fn create_statements(backend: DbBackend) -> [String; 2] {
             text(64),
             text(128)
         ),
-        match backend {
-            // MySQL has no `IF NOT EXISTS` for indexes; the table's own
-            // `IF NOT EXISTS` guards this statement (see `create_table`).
-            DbBackend::MySql => format!(
-                "CREATE INDEX {APPLIED_MESSAGES}_applied_at ON {APPLIED_MESSAGES} (applied_at)"
-            ),
-            _ => format!(
-                "CREATE INDEX IF NOT EXISTS {APPLIED_MESSAGES}_applied_at ON {APPLIED_MESSAGES} (applied_at)"
-            ),
-        },
+        // MariaDB has `IF NOT EXISTS` for indexes (10.1.4+); MySQL 8 has
+        // neither it nor the `RETURNING` a batch needs (see `probe`).
+        format!(
+            "CREATE INDEX IF NOT EXISTS {APPLIED_MESSAGES}_applied_at ON {APPLIED_MESSAGES} (applied_at)"
+        ),
     ]
 }
 
 /// Creates the dedup table and its index if missing (what the
 /// [`AppliedMessagesMigration`] runs).
+///
+/// Both statements are idempotent and probe nothing, so they also run inside
+/// the transaction sea-orm-migration wraps a PostgreSQL migration in.
 pub async fn create_table<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
-    let backend = db.get_database_backend();
-    let exists = table_exists(db).await?;
-    let [table, index] = create_statements(backend);
-    db.execute_unprepared(&table).await?;
-    if !exists || backend != DbBackend::MySql {
-        db.execute_unprepared(&index).await?;
+    for statement in create_statements(db.get_database_backend()) {
+        db.execute_unprepared(&statement).await?;
     }
     Ok(())
 }
@@ -78,12 +78,21 @@ pub async fn drop_table<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
         .map(drop)
 }
 
-async fn table_exists<C: ConnectionTrait>(db: &C) -> Result<bool, DbErr> {
-    let probe = format!("SELECT 1 FROM {APPLIED_MESSAGES} WHERE 1 = 0");
-    match db.execute_unprepared(&probe).await {
-        Ok(_) => Ok(true),
-        Err(_) => Ok(false),
-    }
+/// Checks, in a transaction rolled back, that the dedup table exists and
+/// that this database runs the batch's `INSERT ... RETURNING` (MySQL 8 has
+/// no `RETURNING`; MariaDB 10.5+, PostgreSQL and SQLite 3.35+ do): a
+/// consumer fails at start, by name, instead of retrying every batch.
+pub(crate) async fn probe(db: &DatabaseConnection, source: &str) -> Result<(), MqError> {
+    let txn = db.begin().await?;
+    let probed = record_new(&txn, source, &["counter-mq:probe"]).await;
+    txn.rollback().await?;
+    probed.map(drop).map_err(|error| {
+        MqError::Counter(counter_core::CounterError::from(DbErr::Custom(format!(
+            "the dedup table `{APPLIED_MESSAGES}` cannot take a batch ({error}): run \
+             `AppliedMessagesMigration` (or `counter_mq::create_table`); MySQL needs MariaDB \
+             10.5+ for `INSERT ... RETURNING`"
+        ))))
+    })
 }
 
 /// Records `ids` of `source` as applied and returns the ones that were new:
@@ -135,6 +144,42 @@ pub(crate) async fn record_new<C: ConnectionTrait>(
     rows.iter()
         .map(|row| row.try_get_by_index::<String>(0))
         .collect()
+}
+
+/// Sets `applied_at` of `ids` (duplicates just seen) to now: retention then
+/// counts from the last time an id was seen, so a publisher that keeps
+/// re-sending one id (a buffer retrying a flush through a long outage) keeps
+/// its row alive. One statement, only in batches that had duplicates.
+pub(crate) async fn touch<C: ConnectionTrait>(
+    db: &C,
+    source: &str,
+    ids: &[&str],
+) -> Result<(), DbErr> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let backend = db.get_database_backend();
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut values = vec![Value::from(source)];
+    let list: Vec<String> = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            values.push(Value::from(*id));
+            placeholder(backend, i + 2)
+        })
+        .collect();
+    let sql = format!(
+        "UPDATE {APPLIED_MESSAGES} SET applied_at = {} WHERE source = {} AND msg_id IN ({})",
+        now(backend),
+        placeholder(backend, 1),
+        list.join(",")
+    );
+    db.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await
+        .map(drop)
 }
 
 fn placeholder(backend: DbBackend, n: usize) -> String {
@@ -204,8 +249,8 @@ mod migration {
     };
 
     /// Creates (`up`) or drops (`down`) the dedup table. Add it to your
-    /// `Migrator` (its name follows the `mYYYYMMDD_HHMMSS_` convention, so
-    /// it sorts among your own migrations):
+    /// `Migrator`'s list (they run in list order; its name follows the
+    /// `mYYYYMMDD_HHMMSS_` convention of the rest):
     ///
     /// ```
     /// use sea_orm_migration::{MigrationTrait, MigratorTrait, async_trait::async_trait};

@@ -69,6 +69,10 @@ mod source;
 mod stats;
 mod tables;
 
+/// The NATS client, with the features this crate was tested with against
+/// nats-server 2.9 (a crate of your own that adds `async-nats` with its
+/// default features turns on APIs of servers 2.10+).
+pub use async_nats;
 pub use buffer_sink::BufferSink;
 pub use consumer::{Consumer, ConsumerBuilder, Retention};
 pub use dedup::{
@@ -77,6 +81,8 @@ pub use dedup::{
 pub use error::{MqError, Rejection};
 #[doc(hidden)]
 pub use fault::FaultPoint;
+/// The RabbitMQ client this crate uses.
+pub use lapin;
 pub use message::{Change, CounterMessage};
 pub use publish::{Publish, Sent};
 pub use source::Source;

@@ -11,14 +11,16 @@
 //! * `v`: the format version, `1`. A consumer rejects versions it does not
 //!   know instead of guessing.
 //! * `id`: 1 to 128 printable ASCII characters without spaces, unique per
-//!   event or per flush (a UUIDv7, or `<writer>:<seq>` from a buffered
-//!   publisher). The consumer applies each id once per source.
+//!   event or per flush (a UUIDv7, or `<writer>:<seq>:<part>` from a
+//!   buffered publisher). The consumer applies each id once per source: an
+//!   id names one message for good, and a later message reusing it is
+//!   skipped as a duplicate whatever it carries.
 //! * `t`: the counter table, one the consumer registered.
 //! * `d`: up to [`MAX_CHANGES`] changes `[owner, key, delta]` or
 //!   `[owner, key, delta, at]`: the owner as JSON of the table's owner type
 //!   (a number, or a string for string and UUID owners), the key, a delta in
 //!   `i64`, and for a windowed key the Unix second the event happened at
-//!   (its bucket; the consumer's clock when absent).
+//!   (its bucket; the consumer's clock when absent), 1970 to 9999.
 //!
 //! Subjects (JetStream) and routing keys (RabbitMQ) carry no meaning for
 //! the consumer: the table is in the message.
@@ -38,6 +40,9 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
 pub const MAX_CHANGES: usize = 10_000;
 /// The longest message id.
 pub const MAX_ID_LEN: usize = 128;
+/// The latest `at` a message may carry (the last second of year 9999);
+/// the earliest is 1970. A hostile time cannot make buckets centuries away.
+pub const MAX_AT: i64 = 253_402_300_799;
 
 /// One change: `delta` to `key` of `owner`, at a time for windowed keys.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,7 +186,13 @@ impl CounterMessage {
                         owner,
                         key,
                         delta,
-                        at: Some(DateTime::from_timestamp(at, 0).ok_or(Rejection::BadTime(at))?),
+                        at: Some(
+                            (0..=MAX_AT)
+                                .contains(&at)
+                                .then(|| DateTime::from_timestamp(at, 0))
+                                .flatten()
+                                .ok_or(Rejection::BadTime(at))?,
+                        ),
                     },
                 })
             })

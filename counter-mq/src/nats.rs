@@ -138,6 +138,17 @@ impl JetStreamSource {
             )
             .await
             .map_err(|e| MqError::Broker(format!("consumer {}: {e}", settings.durable)))?;
+        // An existing durable is used as it is: refuse one whose settings
+        // break the guarantees (no acknowledgements: a crash loses the
+        // batch; a delivery limit: an outage drops good messages).
+        let config = &consumer.cached_info().config;
+        if config.ack_policy != AckPolicy::Explicit || config.max_deliver > 0 {
+            return Err(MqError::InvalidSetting(format!(
+                "the existing durable consumer `{}` has ack policy {:?} and max_deliver {}: \
+                 counting needs explicit acknowledgements and unlimited deliveries",
+                settings.durable, config.ack_policy, config.max_deliver
+            )));
+        }
         Ok(Self {
             js,
             stream: stream.to_owned(),
@@ -155,9 +166,11 @@ impl Source for JetStreamSource {
     }
 
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Self::Delivery>, MqError> {
+        // `batch`, not `fetch`: `fetch` asks with `no_wait` and returns at
+        // once, so an idle consumer would poll the server in a loop.
         let mut batch = self
             .consumer
-            .fetch()
+            .batch()
             .max_messages(max)
             .expires(wait)
             .messages()

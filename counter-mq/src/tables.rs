@@ -5,11 +5,11 @@
 use std::{collections::HashMap, fmt, marker::PhantomData, sync::Arc};
 
 use counter_core::{CounterError, Counters, DeltaBatch, KeySpace, OwnerId, Untyped};
-use sea_orm::Value;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Value};
 use serde::de::DeserializeOwned;
 
 use crate::{
-    error::Rejection,
+    error::{MqError, Rejection},
     message::{Change, CounterMessage},
 };
 
@@ -43,7 +43,8 @@ impl Tables {
     }
 
     /// Accepts messages for `counters`' table, with its owner type, its keys
-    /// (an entity's handle takes only the entity's keys) and its windows.
+    /// (an entity's handle takes only the entity's keys) and its windows. A
+    /// second handle of the same table name replaces the first.
     pub fn with<I, S>(mut self, counters: &Counters<I, S>) -> Self
     where
         I: OwnerId + DeserializeOwned,
@@ -68,13 +69,37 @@ impl Tables {
         self.by_name.is_empty()
     }
 
+    /// Checks that every registered table (and its bucket table) exists, so
+    /// a consumer missing a migration fails at start, by name, instead of
+    /// retrying every batch.
+    pub(crate) async fn probe(&self, db: &DatabaseConnection) -> Result<(), MqError> {
+        let backend = db.get_database_backend();
+        for target in self.by_name.values() {
+            for table in target.tables() {
+                let quoted = match backend {
+                    DbBackend::MySql => format!("`{table}`"),
+                    _ => format!("\"{table}\""),
+                };
+                let probe = format!("SELECT 1 FROM {quoted} WHERE 1 = 0");
+                if let Err(error) = db.execute_unprepared(&probe).await {
+                    return Err(MqError::Counter(CounterError::from(DbErr::Custom(
+                        format!(
+                            "the counter table `{table}` cannot be read ({error}): run its migration"
+                        ),
+                    ))));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `message` checked against its table: a message that passes folds
     /// into any batch without error of its own making.
     pub(crate) fn check(&self, message: CounterMessage) -> Result<Checked, Rejection> {
         let target = self
             .by_name
             .get(message.table())
-            .ok_or_else(|| Rejection::UnknownTable(message.table().to_owned()))?
+            .ok_or_else(|| Rejection::UnknownTable(preview_str(message.table())))?
             .clone();
         let mut scratch = DeltaBatch::new();
         for change in message.changes() {
@@ -114,6 +139,8 @@ impl Checked {
 
 /// One registered table, type-erased.
 trait Target: Send + Sync {
+    /// The table and, for windowed keys, its bucket table.
+    fn tables(&self) -> Vec<String>;
     fn fold(&self, batch: &mut DeltaBatch, change: &Change) -> Result<(), Rejection>;
     fn owner_value(&self, owner: &serde_json::Value) -> Option<Value>;
 }
@@ -141,6 +168,13 @@ where
     I: OwnerId + DeserializeOwned,
     S: KeySpace,
 {
+    fn tables(&self) -> Vec<String> {
+        let table = self.counters.table();
+        std::iter::once(table.name().to_owned())
+            .chain(table.bucket_table())
+            .collect()
+    }
+
     fn fold(&self, batch: &mut DeltaBatch, change: &Change) -> Result<(), Rejection> {
         if !S::accepts(&change.key) {
             return Err(Rejection::BadKey {

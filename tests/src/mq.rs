@@ -87,11 +87,16 @@ pub struct PrivateNats {
 }
 
 impl PrivateNats {
-    /// Starts a standalone server and waits until it accepts connections.
+    /// Starts a standalone server and waits until it accepts connections
+    /// (on another port if the one picked was taken meanwhile).
     pub fn start(bin: &std::path::Path) -> Self {
-        let server = Self::new(bin, free_port(), Vec::new());
-        server.restart();
-        server
+        for _ in 0..5 {
+            let server = Self::new(bin, free_port(), Vec::new());
+            if server.try_start() {
+                return server;
+            }
+        }
+        panic!("no private nats-server could start on a free port");
     }
 
     fn new(bin: &std::path::Path, port: u16, cluster: Vec<String>) -> Self {
@@ -122,6 +127,17 @@ impl PrivateNats {
     /// Starts it again on the same port and store, and waits until it
     /// accepts connections.
     pub fn restart(&self) {
+        assert!(
+            self.try_start(),
+            "the private nats-server on {} exited at start; log:\n{}",
+            self.port,
+            std::fs::read_to_string(self.dir.join("nats.log")).unwrap_or_default()
+        );
+    }
+
+    /// Starts the process; whether it is running and answering (not another
+    /// process on its port: a server that cannot bind exits at once).
+    fn try_start(&self) -> bool {
         self.kill();
         let child = Command::new(&self.bin)
             .args([
@@ -152,6 +168,15 @@ impl PrivateNats {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut child = self.child.lock().unwrap();
+        let running = child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+        if !running {
+            child.take();
+        }
+        running
     }
 }
 
@@ -260,6 +285,7 @@ pub fn test_consumer(ack_wait: Duration) -> ConsumerSettings {
 /// A queue of the shared RabbitMQ for one test: a unique name, deleted
 /// (with its dead-letter queue) by [`AmqpQueue::delete`].
 pub struct AmqpQueue {
+    pub url: String,
     pub connection: lapin::Connection,
     pub settings: QueueSettings,
 }
@@ -277,24 +303,22 @@ impl AmqpQueue {
             .await
             .expect("declare the test queue");
         Self {
+            url: url.to_owned(),
             connection,
             settings,
         }
     }
 
-    /// A consumer source on a connection of its own (as another process
-    /// would have).
+    /// A consumer source on a connection of its own to `url` (as another
+    /// process would have; a test proxy's address to cut it).
     pub async fn source(&self, url: &str) -> AmqpSource {
-        let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-            .await
-            .expect("connect to RabbitMQ");
-        AmqpSource::new(&connection, self.settings.clone(), 1_000)
+        AmqpSource::connect(url, self.settings.clone(), 1_000)
             .await
             .expect("consume the test queue")
     }
 
     pub async fn publisher(&self) -> AmqpPublisher {
-        AmqpPublisher::new(&self.connection, self.settings.name.clone())
+        AmqpPublisher::connect(&self.url, self.settings.name.clone())
             .await
             .expect("a confirming publisher")
     }

@@ -468,7 +468,9 @@ impl CounterBuffer {
 
     /// The counter's total as this process sees it: stored, plus what this
     /// buffer holds for it (read-your-writes). Exact: a read that overlaps
-    /// a flush's drain or commit is repeated.
+    /// a flush's drain or commit is repeated. With a
+    /// [sink](BufferBuilder::sink), a flush the sink took is in neither
+    /// until its consumer applies it: the read is low meanwhile.
     ///
     /// Errors: those of [`Counters::get`]; [`BufferError::FlushInDoubt`] if
     /// no exact read could be made in 5 seconds (a flush's commit unresolved:
@@ -506,8 +508,9 @@ impl CounterBuffer {
     }
 
     /// Flushes now and returns once every delta added before the call has
-    /// committed. While the database is unreachable it waits (the flush is
-    /// being retried); wrap it in `tokio::time::timeout` to bound that.
+    /// committed (with a [sink](BufferBuilder::sink): was taken by it).
+    /// While the database (or the sink) is unreachable it waits (the flush
+    /// is being retried); wrap it in `tokio::time::timeout` to bound that.
     pub async fn flush(&self) -> Result<()> {
         let shared = self.shared();
         let target = shared.requests.fetch_add(1, Ordering::SeqCst) + 1;
@@ -538,7 +541,7 @@ impl CounterBuffer {
     /// Stops taking adds, flushes everything pending, waits for it to
     /// commit, and stops the flusher. Later adds fail with
     /// [`BufferError::Closed`]. Like [`CounterBuffer::flush`] it
-    /// waits out an unreachable database.
+    /// waits out an unreachable database or sink.
     pub async fn shutdown(&self) -> Result<BufferStats> {
         let shared = self.shared();
         shared.close();

@@ -5,7 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use counter_core::{CounterBuffer, CounterTable, Counters, Window};
-use counter_mq::{BufferSink, nats::JetStreamPublisher};
+use counter_mq::{BufferSink, Consumer, Tables, nats::JetStreamPublisher};
 use counter_tests::{
     TestDb, backend_test, figures,
     mq::{
@@ -226,6 +226,147 @@ async fn consume_until_exact<S: counter_mq::Source + 'static>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // A moment for late duplicates, then a graceful stop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = stop.send(());
+    task.await
+        .expect("the consumer task")
+        .expect("the consumer")
+}
+
+backend_test! {
+    /// One flush of 3,000 counters whose owners are 250-character strings
+    /// (about a megabyte of changes): it goes out as several messages under
+    /// the size limit (a single one would be rejected), each applied once.
+    async fn a_large_flush_goes_out_in_parts(t: TestDb) {
+        for broker in mq::BROKERS {
+            let table = format!("large_{broker}");
+            let posts = counter_tests::counters::<String>(&table, 2);
+            posts.create_table(&t.db).await.expect("create the table");
+            counter_mq::create_table(&t.db)
+                .await
+                .expect("create the dedup table");
+            let owners: Vec<String> = (0..3_000).map(|i| format!("{i:0>250}")).collect();
+            let (publisher, server, queue) = match broker {
+                Broker::Nats => {
+                    let Some(bin) = mq::nats_server(t.backend, "large_flush") else {
+                        continue;
+                    };
+                    let server = PrivateNats::start(&bin);
+                    let js = jetstream(&[server.url()]).await;
+                    stream_ready(&js, &test_stream(1)).await;
+                    (
+                        AnyPublisher::Nats(JetStreamPublisher::new(js)),
+                        Some(server),
+                        None,
+                    )
+                }
+                Broker::Amqp => {
+                    let Some(url) = mq::amqp_url(t.backend, "large_flush") else {
+                        continue;
+                    };
+                    let queue = AmqpQueue::new(&url, "large").await;
+                    (
+                        AnyPublisher::Amqp(queue.publisher().await),
+                        None,
+                        Some(queue),
+                    )
+                }
+            };
+            let buffer = CounterBuffer::builder(&t.db)
+                .interval(Duration::from_secs(3_600))
+                .flush_at(10_000)
+                .sink(Arc::new(BufferSink::new(publisher)))
+                .start()
+                .await
+                .expect("a buffer");
+            for owner in &owners {
+                buffer
+                    .add(&posts, owner.clone(), "views", 1)
+                    .expect("an add");
+            }
+            let flushed = buffer.shutdown().await.expect("a clean shutdown");
+            assert_eq!(
+                (flushed.flushes, flushed.failed_attempts),
+                (1, 0),
+                "{flushed:?}"
+            );
+            let stats = match (&server, &queue) {
+                (Some(server), _) => {
+                    let js = jetstream(&[server.url()]).await;
+                    let source = nats_source(&js, "COUNTERS").await;
+                    consume_parts(
+                        &t.db,
+                        Consumer::builder(t.db.clone(), Tables::new().with(&posts))
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                    )
+                    .await
+                }
+                (_, Some(queue)) => {
+                    let source = queue.source(&queue.url).await;
+                    consume_parts(
+                        &t.db,
+                        Consumer::builder(t.db.clone(), Tables::new().with(&posts))
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                    )
+                    .await
+                }
+                _ => unreachable!("a broker"),
+            };
+            if let Some(queue) = queue {
+                queue.delete().await;
+            }
+            let totals = posts
+                .get_many(&t.db, &owners, &["views"])
+                .await
+                .expect("totals");
+            let exact = owners.iter().filter(|o| totals[*o]["views"] == 1).count();
+            figures(
+                &format!("mq_buffer_parts_{broker}"),
+                t.backend,
+                &[
+                    ("counters", owners.len() as u64),
+                    ("messages", stats.messages),
+                    ("lost", (owners.len() - exact) as u64),
+                    ("doubled", 0),
+                ],
+            );
+            assert!(stats.messages >= 2, "one flush, several parts: {stats:?}");
+            assert_eq!(
+                (stats.applied, stats.rejected),
+                (stats.messages, 0),
+                "{stats:?}"
+            );
+            assert_eq!(exact, owners.len());
+        }
+        t.finish().await;
+    }
+}
+
+/// Runs `consumer` until the dedup table holds a row per message it saw and
+/// it has been idle for a moment.
+async fn consume_parts<S: counter_mq::Source + 'static>(
+    db: &DatabaseConnection,
+    consumer: Consumer<S>,
+) -> counter_mq::ConsumerStats {
+    let source = consumer.source_name().to_owned();
+    let stats = consumer.stats_handle();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = stats.get().messages;
+        let applied = counter_mq::applied_count(db, &source).await.unwrap_or(0);
+        if (seen >= 2 && applied == seen) || std::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _ = stop.send(());
     task.await

@@ -128,11 +128,8 @@ async fn child_consumer_process() {
             let _ = tokio::time::timeout(Duration::from_secs(60), consumer.run(shutdown)).await;
         }
         Broker::Amqp => {
-            let connection = lapin::Connection::connect(&spec.broker_url, Default::default())
-                .await
-                .expect("connect");
             let settings = counter_mq::amqp::QueueSettings::named(spec.queue.clone());
-            let source = counter_mq::amqp::AmqpSource::new(&connection, settings, 1_000)
+            let source = counter_mq::amqp::AmqpSource::connect(&spec.broker_url, settings, 1_000)
                 .await
                 .expect("consume");
             let consumer = builder.build(source).await.expect("the child's consumer");
@@ -347,6 +344,11 @@ backend_test! {
                 };
                 assert!(
                     expected_duplicates.contains(&stats.duplicates_skipped),
+                    "{broker} {point}: {stats:?}"
+                );
+                // Nothing is skipped that was not delivered before.
+                assert!(
+                    stats.duplicates_skipped <= stats.redeliveries,
                     "{broker} {point}: {stats:?}"
                 );
                 let tally = tally(&shared.db, &posts, &workload).await;
@@ -618,6 +620,72 @@ backend_test! {
                 ("messages", stats.messages),
                 ("replicas", 3),
                 ("nodes_killed", 1),
+                ("redeliveries", stats.redeliveries),
+                ("duplicates_skipped", stats.duplicates_skipped),
+                ("failed_attempts", stats.failed_attempts),
+            ],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    /// Every RabbitMQ connection, the consumer's and the publisher's, cut
+    /// twice while 3,000 messages are published and consumed (through the
+    /// test proxy): both connect again, the deliveries the dead channels
+    /// held come back and are skipped or applied, every total is exact.
+    async fn amqp_connections_cut(t: TestDb) {
+        let Some(url) = mq::amqp_url(t.backend, "amqp_connections_cut") else {
+            return t.finish().await;
+        };
+        let posts = tables(&t.db, "amqp_cut").await;
+        let workload = Workload::random("amqp_cut", 3_000, 60, 61, "ac");
+        let queue = AmqpQueue::new(&url, "cut").await;
+        let proxy = Proxy::start("127.0.0.1:5672").await.expect("a proxy");
+        let via = format!("amqp://guest:guest@{}/%2f", proxy.addr());
+        let publisher = AnyPublisher::Amqp(
+            counter_mq::amqp::AmqpPublisher::connect(&via, queue.settings.name.clone())
+                .await
+                .expect("a publisher through the proxy"),
+        );
+        let source = queue.source(&via).await;
+        let name = queue.settings.name.clone();
+        let run = consume_until_applied(
+            consumer(&t.db, &posts)
+                .build(source)
+                .await
+                .expect("a consumer"),
+            &t.db,
+            &name,
+            workload.distinct(),
+            Duration::from_secs(120),
+        );
+        let publish = workload.publish(&publisher, 16);
+        let cuts = async {
+            for third in [1, 2] {
+                let target = workload.distinct() as u64 * third / 3;
+                wait_until_async(|| async {
+                    counter_mq::applied_count(&t.db, &name).await.unwrap_or(0) >= target
+                })
+                .await;
+                proxy.cut_all();
+            }
+        };
+        let (stats, _, ()) = tokio::join!(run, publish, cuts);
+        queue.delete().await;
+        assert!(
+            proxy.connections() >= 4,
+            "both connections made again after each cut"
+        );
+        let tally = tally(&t.db, &posts, &workload).await;
+        report(
+            "mq_amqp_cut",
+            t.backend,
+            tally,
+            &[
+                ("messages", stats.messages),
+                ("connection_cuts", 2),
+                ("connections", proxy.connections()),
                 ("redeliveries", stats.redeliveries),
                 ("duplicates_skipped", stats.duplicates_skipped),
                 ("failed_attempts", stats.failed_attempts),

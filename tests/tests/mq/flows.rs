@@ -231,11 +231,8 @@ backend_test! {
                         .publish(&AnyPublisher::Amqp(queue.publisher().await), 32)
                         .await;
                     {
-                        let connection = lapin::Connection::connect(&url, Default::default())
-                            .await
-                            .expect("connect");
-                        let mut rogue = counter_mq::amqp::AmqpSource::new(
-                            &connection,
+                        let mut rogue = counter_mq::amqp::AmqpSource::connect(
+                            &url,
                             queue.settings.clone(),
                             300,
                         )
@@ -246,10 +243,8 @@ backend_test! {
                             .await
                             .expect("a fetch");
                         assert_eq!(taken.len(), 300);
-                        connection
-                            .close(0, "dies without acknowledging".into())
-                            .await
-                            .expect("close");
+                        // Its connection closes without acknowledging.
+                        rogue.close().await;
                     }
                     let source = queue.source(&url).await;
                     let name = queue.settings.name.clone();

@@ -246,10 +246,7 @@ backend_test! {
             forever.name = format!("{}.forever", forever.name);
             forever.message_ttl = None;
             forever.dead_letter_queue = None;
-            let connection = lapin::Connection::connect(&url, Default::default())
-                .await
-                .unwrap();
-            let unbounded = counter_mq::amqp::AmqpSource::new(&connection, forever.clone(), 500)
+            let unbounded = counter_mq::amqp::AmqpSource::connect(&url, forever.clone(), 500)
                 .await
                 .unwrap();
             let refused = consumer(&t.db, &posts).build(unbounded).await;
@@ -260,7 +257,7 @@ backend_test! {
                 ),
                 "{refused:?}"
             );
-            let unbounded = counter_mq::amqp::AmqpSource::new(&connection, forever.clone(), 500)
+            let unbounded = counter_mq::amqp::AmqpSource::connect(&url, forever.clone(), 500)
                 .await
                 .unwrap();
             consumer(&t.db, &posts)
@@ -268,7 +265,7 @@ backend_test! {
                 .build(unbounded)
                 .await
                 .expect("forever covers any horizon");
-            let channel = connection.create_channel().await.unwrap();
+            let channel = queue.connection.create_channel().await.unwrap();
             channel
                 .queue_delete(forever.name.as_str().into(), Default::default())
                 .await
@@ -387,5 +384,44 @@ impl Source for Idle {
 
     async fn redelivery_horizon(&mut self) -> Result<Option<Duration>, MqError> {
         Ok(Some(Duration::from_secs(60)))
+    }
+}
+
+backend_test! {
+    /// The dedup table's migration through a sea-orm-migration `Migrator`
+    /// (on PostgreSQL inside the transaction the migrator opens): up, down,
+    /// up again; a consumer then starts, and one whose counter table was
+    /// never migrated is refused at start, naming it.
+    async fn the_migration_runs_through_a_migrator(t: TestDb) {
+        use sea_orm_migration::{MigrationTrait, MigratorTrait};
+
+        struct Migrator;
+
+        #[sea_orm_migration::async_trait::async_trait]
+        impl MigratorTrait for Migrator {
+            fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+                vec![Box::new(counter_mq::AppliedMessagesMigration)]
+            }
+        }
+
+        Migrator::up(&t.db, None).await.expect("up");
+        Migrator::down(&t.db, None).await.expect("down");
+        Migrator::up(&t.db, None).await.expect("up again");
+        assert_eq!(counter_mq::applied_count(&t.db, "idle").await.unwrap(), 0);
+        let posts = counter_tests::counters::<i64>("migrated", 4);
+        let missing = consumer(&t.db, &posts).build(Idle).await;
+        assert!(
+            matches!(&missing, Err(MqError::Counter(e)) if e.to_string().contains("`migrated`")),
+            "{missing:?}"
+        );
+        posts
+            .create_table(&t.db)
+            .await
+            .expect("create the counter table");
+        consumer(&t.db, &posts)
+            .build(Idle)
+            .await
+            .expect("a consumer once migrated");
+        t.finish().await;
     }
 }
