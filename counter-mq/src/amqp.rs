@@ -30,6 +30,9 @@ use crate::{
     source::Source,
 };
 
+/// The longest one publish waits for its confirm before it is sent again.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Margin added to the queue's message TTL in the redelivery horizon (a
 /// publisher's retries of one id, clocks that disagree).
 const HORIZON_MARGIN: Duration = Duration::from_secs(3600);
@@ -213,20 +216,40 @@ impl AmqpSource {
             if self.link.take().is_some() {
                 tracing::warn!(queue = %self.settings.name, "counter consumer: the RabbitMQ channel was lost; connecting again");
             }
-            self.link = Some(Link::open(&self.uri, &self.settings, self.prefetch).await?);
+            let open = Link::open(&self.uri, &self.settings, self.prefetch);
+            self.link = Some(bounded("connect", open).await?);
         }
         Ok(self.link.as_mut().expect("a link"))
     }
 }
 
-/// `Ok(false)` from lapin's acker: the channel is gone, nothing was sent.
-fn settled(done: bool) -> Result<(), MqError> {
-    if done {
+/// Runs one exchange with the broker, bounded: a cut connection is not
+/// always noticed at once, and a wait on it would stall the consumer.
+async fn bounded<T>(
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, MqError>>,
+) -> Result<T, MqError> {
+    tokio::time::timeout(ATTEMPT_TIMEOUT, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(MqError::Broker(format!(
+                "{what}: no answer within {ATTEMPT_TIMEOUT:?}"
+            )))
+        })
+}
+
+/// Settles a delivery, bounded; `Ok(false)` from lapin's acker means the
+/// channel is gone and nothing was sent (the broker requeues the delivery).
+async fn settle(
+    what: &str,
+    work: impl std::future::Future<Output = lapin::Result<bool>>,
+) -> Result<(), MqError> {
+    if bounded(what, async { Ok(work.await?) }).await? {
         Ok(())
     } else {
-        Err(MqError::Broker(
-            "the channel is closed: not settled (the broker requeues it)".into(),
-        ))
+        Err(MqError::Broker(format!(
+            "{what}: the channel is closed (the broker requeues it)"
+        )))
     }
 }
 
@@ -294,28 +317,31 @@ impl Source for AmqpSource {
         // (batches are processed in delivery order), so one `multiple`
         // acknowledgement covers exactly these.
         match deliveries.last() {
-            Some(last) => settled(last.ack(BasicAckOptions { multiple: true }).await?),
+            Some(last) => settle("ack", last.ack(BasicAckOptions { multiple: true })).await,
             None => Ok(()),
         }
     }
 
     async fn reject(&mut self, delivery: &Self::Delivery) -> Result<(), MqError> {
-        settled(
-            delivery
-                .reject(BasicRejectOptions { requeue: false })
-                .await?,
+        settle(
+            "reject",
+            delivery.reject(BasicRejectOptions { requeue: false }),
         )
+        .await
     }
 
     async fn release(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
         match deliveries.last() {
-            Some(last) => settled(
-                last.nack(BasicNackOptions {
-                    multiple: true,
-                    requeue: true,
-                })
-                .await?,
-            ),
+            Some(last) => {
+                settle(
+                    "release",
+                    last.nack(BasicNackOptions {
+                        multiple: true,
+                        requeue: true,
+                    }),
+                )
+                .await
+            }
             None => Ok(()),
         }
     }
@@ -380,11 +406,16 @@ impl AmqpPublisher {
         if let Some((_, channel)) = link.as_ref().filter(|(_, c)| c.status().connected()) {
             return Ok(channel.clone());
         }
-        let connection = Connection::connect(&self.uri, ConnectionProperties::default()).await?;
-        let channel = connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
+        let (connection, channel) = bounded("connect", async {
+            let connection =
+                Connection::connect(&self.uri, ConnectionProperties::default()).await?;
+            let channel = connection.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            Ok((connection, channel))
+        })
+        .await?;
         *link = Some((connection, channel.clone()));
         Ok(channel)
     }
@@ -396,30 +427,53 @@ impl Publish for AmqpPublisher {
         let deadline = Instant::now() + self.retry_for;
         retry_until(deadline, || async {
             let channel = self.channel().await?;
-            let confirm = channel
+            let sent = self.publish_on(&channel, message, &payload).await;
+            if sent.is_err() {
+                // Whatever failed, the next attempt starts on a new
+                // connection: a cut socket is not always noticed at once.
+                self.link.lock().await.take();
+            }
+            sent
+        })
+        .await
+    }
+}
+
+impl AmqpPublisher {
+    async fn publish_on(
+        &self,
+        channel: &Channel,
+        message: &CounterMessage,
+        payload: &[u8],
+    ) -> Result<Sent, MqError> {
+        // A confirm takes milliseconds on a healthy broker; one that has not
+        // come in this long is abandoned and the message sent again.
+        let confirm = tokio::time::timeout(ATTEMPT_TIMEOUT, async {
+            channel
                 .basic_publish(
                     "".into(),
                     self.queue.as_str().into(),
                     BasicPublishOptions::default(),
-                    &payload,
+                    payload,
                     BasicProperties::default()
                         .with_delivery_mode(2)
                         .with_message_id(message.id().into())
                         .with_content_type("application/json".into()),
                 )
                 .await?
-                .await?;
-            if confirm.is_ack() {
-                Ok(Sent {
-                    id: message.id().to_owned(),
-                    duplicate: false,
-                })
-            } else {
-                Err(MqError::Broker(
-                    "the broker did not confirm the message".into(),
-                ))
-            }
+                .await
         })
         .await
+        .map_err(|_| MqError::Broker(format!("no confirm within {ATTEMPT_TIMEOUT:?}")))??;
+        if confirm.is_ack() {
+            Ok(Sent {
+                id: message.id().to_owned(),
+                duplicate: false,
+            })
+        } else {
+            Err(MqError::Broker(
+                "the broker did not confirm the message".into(),
+            ))
+        }
     }
 }
