@@ -112,15 +112,45 @@ pub(crate) async fn record_new<C: ConnectionTrait>(
     let mut sorted = ids.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
-    let mut sql = String::with_capacity(64 + sorted.len() * 48);
+    let (sql, values) = if backend == DbBackend::Postgres {
+        // One text and two parameters whatever the batch size: the server
+        // parses it once per connection, and the statement stays small (a
+        // statement over one TCP segment waits out a delayed ACK: sqlx 0.9
+        // leaves Nagle's algorithm on). The ids go as one string split on
+        // spaces, which no id contains (`check_id`).
+        let sql = format!(
+            "INSERT INTO {APPLIED_MESSAGES} (source, msg_id, applied_at) SELECT $1, id, {} \
+             FROM unnest(string_to_array($2, ' ')) WITH ORDINALITY AS t(id, n) ORDER BY n \
+             ON CONFLICT DO NOTHING RETURNING msg_id",
+            now(backend)
+        );
+        (
+            sql,
+            vec![Value::from(source), Value::from(sorted.join(" "))],
+        )
+    } else {
+        rows_insert(backend, source, &sorted)
+    };
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?;
+    rows.iter()
+        .map(|row| row.try_get_by_index::<String>(0))
+        .collect()
+}
+
+/// `INSERT IGNORE` (MySQL) or `INSERT ... ON CONFLICT DO NOTHING`
+/// (SQLite) of one row per id, returning the inserted ids.
+fn rows_insert(backend: DbBackend, source: &str, ids: &[&str]) -> (String, Vec<Value>) {
+    let mut sql = String::with_capacity(64 + ids.len() * 48);
     sql.push_str(match backend {
         DbBackend::MySql => "INSERT IGNORE INTO ",
         _ => "INSERT INTO ",
     });
     sql.push_str(APPLIED_MESSAGES);
     sql.push_str(" (source, msg_id, applied_at) VALUES ");
-    let mut values = Vec::with_capacity(sorted.len() * 2);
-    for (i, id) in sorted.iter().enumerate() {
+    let mut values = Vec::with_capacity(ids.len() * 2);
+    for (i, id) in ids.iter().enumerate() {
         if i > 0 {
             sql.push(',');
         }
@@ -138,12 +168,7 @@ pub(crate) async fn record_new<C: ConnectionTrait>(
         sql.push_str(" ON CONFLICT DO NOTHING");
     }
     sql.push_str(" RETURNING msg_id");
-    let rows = db
-        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?;
-    rows.iter()
-        .map(|row| row.try_get_by_index::<String>(0))
-        .collect()
+    (sql, values)
 }
 
 /// Sets `applied_at` of `ids` (duplicates just seen) to now: retention then

@@ -166,11 +166,13 @@ impl Source for JetStreamSource {
     }
 
     async fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Self::Delivery>, MqError> {
-        // `batch`, not `fetch`: `fetch` asks with `no_wait` and returns at
-        // once, so an idle consumer would poll the server in a loop.
+        // `fetch` returns what is waiting at once (up to `max`), or after
+        // `wait` when nothing is. (`batch`, which waits to fill, sometimes
+        // gets no expiry notice from nats-server 2.9 and then waits for the
+        // client's own timer, `wait` + 5 s: measured by mq-bench.)
         let mut batch = self
             .consumer
-            .batch()
+            .fetch()
             .max_messages(max)
             .expires(wait)
             .messages()
