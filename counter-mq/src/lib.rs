@@ -7,12 +7,14 @@
 //! an idempotency id and the consumer records the ids it applied in the
 //! same transaction as their deltas:
 //!
-//! 1. fetch up to 500 messages (or what came within 50 ms);
+//! 1. fetch up to 500 messages (what is waiting, or what arrives within
+//!    50 ms);
 //! 2. check each against the registered [`Tables`] (a malformed or hostile
 //!    message is rejected for good: terminated or dead-lettered, counted);
 //! 3. `BEGIN`; one `INSERT` of the batch's ids into
 //!    `counter_applied_messages` that returns the new ones; one sorted
-//!    multi-row upsert of the new messages' deltas; `COMMIT`;
+//!    multi-row upsert of the new messages' deltas; `COMMIT` (4 statements;
+//!    a batch with duplicates also refreshes their dedup rows);
 //! 4. tell a cache in front of the tables (`counter-redis`) which owners
 //!    changed, then acknowledge the batch.
 //!

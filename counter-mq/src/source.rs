@@ -16,9 +16,10 @@ pub trait Source: Send {
     /// characters.
     fn name(&self) -> &str;
 
-    /// The next deliveries: up to `max`, waiting at most `wait` for the
-    /// first and closing the batch `wait` after it (fewer when the queue is
-    /// idle). An empty batch is not an error.
+    /// The next deliveries: up to `max`, waiting at most `wait` when none
+    /// is there (JetStream hands over what is waiting at once; RabbitMQ's
+    /// batch closes `wait` after its first delivery). An empty batch is not
+    /// an error.
     fn fetch(
         &mut self,
         max: usize,

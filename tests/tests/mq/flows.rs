@@ -279,3 +279,109 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    /// A `counter-redis` cache in the consumer's process: owners read (and
+    /// cached) before their messages are applied read the new totals right
+    /// after, with no `invalidate` of the test's: every batch deletes its
+    /// owners after its commit.
+    async fn the_consumer_invalidates_cached_owners(t: TestDb) {
+        let Some(cache) = counter_tests::redis::shared_cache(t.backend, "mq_cache").await else {
+            return t.finish().await;
+        };
+        for broker in mq::BROKERS {
+            let table = format!("cached_{broker}");
+            let posts = tables(&t.db, &table).await;
+            let cached = cache.table(&posts);
+            let workload = Workload::random(&table, 300, 20, 71, &format!("c-{broker}"));
+            let owners: Vec<i64> = (1..=20).collect();
+            let mut keys: Vec<&str> = mq::KEYS.to_vec();
+            keys.push(mq::EVENTS);
+            cached
+                .get_many(&t.db, &owners, &keys)
+                .await
+                .expect("warm the cache");
+            let stats = match broker {
+                Broker::Nats => {
+                    let Some(bin) = mq::nats_server(t.backend, "mq_cache") else {
+                        continue;
+                    };
+                    let server = PrivateNats::start(&bin);
+                    let js = jetstream(&[server.url()]).await;
+                    stream_ready(&js, &test_stream(1)).await;
+                    workload
+                        .publish(
+                            &AnyPublisher::Nats(counter_mq::nats::JetStreamPublisher::new(
+                                js.clone(),
+                            )),
+                            32,
+                        )
+                        .await;
+                    let source = nats_source(&js, "COUNTERS").await;
+                    consume_until_applied(
+                        consumer(&t.db, &posts)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &t.db,
+                        "COUNTERS",
+                        workload.distinct(),
+                        Duration::from_secs(60),
+                    )
+                    .await
+                }
+                Broker::Amqp => {
+                    let Some(url) = mq::amqp_url(t.backend, "mq_cache") else {
+                        continue;
+                    };
+                    let queue = AmqpQueue::new(&url, "cached").await;
+                    workload
+                        .publish(&AnyPublisher::Amqp(queue.publisher().await), 32)
+                        .await;
+                    let source = queue.source(&url).await;
+                    let name = queue.settings.name.clone();
+                    let stats = consume_until_applied(
+                        consumer(&t.db, &posts)
+                            .build(source)
+                            .await
+                            .expect("a consumer"),
+                        &t.db,
+                        &name,
+                        workload.distinct(),
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                    queue.delete().await;
+                    stats
+                }
+            };
+            let through_cache = cached
+                .get_many(&t.db, &owners, &keys)
+                .await
+                .expect("a cached read");
+            let truth = posts
+                .get_many(&t.db, &owners, &keys)
+                .await
+                .expect("a database read");
+            let stale = owners
+                .iter()
+                .filter(|o| through_cache[*o] != truth[*o])
+                .count() as u64;
+            let tally = tally(&t.db, &posts, &workload).await;
+            report(
+                &format!("mq_cache_{broker}"),
+                t.backend,
+                tally,
+                &[
+                    ("messages", stats.messages),
+                    ("owners", owners.len() as u64),
+                    ("stale_reads", stale),
+                    ("invalidations", cache.stats().invalidations),
+                ],
+            );
+            assert_eq!(stale, 0, "{broker}: a cached read missed a committed batch");
+        }
+        t.finish().await;
+    }
+}
