@@ -566,3 +566,121 @@ pub async fn nats_source_redelivering(js: &Context, stream: &str) -> JetStreamSo
         .await
         .expect("bind the durable consumer")
 }
+
+/// One broker set up for a test: a private nats-server with the test
+/// stream `COUNTERS`, or a queue of its own on the shared RabbitMQ. Tests
+/// written once for both brokers open one of each.
+pub enum Bus {
+    Nats { server: PrivateNats, js: Context },
+    Amqp { queue: AmqpQueue },
+}
+
+impl Bus {
+    /// `broker` for the test `label`, or `None` (the test says it skipped)
+    /// when that broker is not configured.
+    pub async fn open(broker: Broker, backend: Backend, label: &str) -> Option<Bus> {
+        Some(match broker {
+            Broker::Nats => {
+                let server = PrivateNats::start(&nats_server(backend, label)?);
+                let js = jetstream(&[server.url()]).await;
+                stream_ready(&js, &test_stream(1)).await;
+                Bus::Nats { server, js }
+            }
+            Broker::Amqp => Bus::Amqp {
+                queue: AmqpQueue::new(&amqp_url(backend, label)?, label).await,
+            },
+        })
+    }
+
+    /// A publisher (retrying for a minute).
+    pub async fn publisher(&self) -> AnyPublisher {
+        match self {
+            Bus::Nats { js, .. } => AnyPublisher::Nats(JetStreamPublisher::new(js.clone())),
+            Bus::Amqp { queue } => AnyPublisher::Amqp(queue.publisher().await),
+        }
+    }
+
+    /// Publishes `bytes` as they are, bypassing the message checks (poison).
+    pub async fn publish_raw(&self, table: &str, bytes: &[u8]) {
+        match self {
+            Bus::Nats { js, .. } => {
+                js.publish(format!("counters.{table}"), bytes.to_vec().into())
+                    .await
+                    .expect("publish")
+                    .await
+                    .expect("stored");
+            }
+            Bus::Amqp { queue } => {
+                let channel = queue.connection.create_channel().await.expect("a channel");
+                channel
+                    .basic_publish(
+                        "".into(),
+                        queue.settings.name.as_str().into(),
+                        Default::default(),
+                        bytes,
+                        Default::default(),
+                    )
+                    .await
+                    .expect("publish")
+                    .await
+                    .expect("published");
+            }
+        }
+    }
+
+    /// The dedup scope of its consumers.
+    pub fn source_name(&self) -> String {
+        match self {
+            Bus::Nats { .. } => "COUNTERS".to_owned(),
+            Bus::Amqp { queue } => queue.settings.name.clone(),
+        }
+    }
+
+    /// Runs a consumer built by `builder` on this broker until `ids` rows are
+    /// in the dedup table and `deliveries` messages were received (or
+    /// `limit`), then stops it gracefully.
+    pub async fn consume(
+        &self,
+        builder: counter_mq::ConsumerBuilder,
+        db: &DatabaseConnection,
+        ids: usize,
+        deliveries: usize,
+        limit: Duration,
+    ) -> ConsumerStats {
+        let source = self.source_name();
+        match self {
+            Bus::Nats { js, .. } => {
+                let consumer = builder.build(nats_source(js, &source).await).await;
+                consume_until(
+                    consumer.expect("a consumer"),
+                    db,
+                    &source,
+                    ids,
+                    deliveries,
+                    limit,
+                )
+                .await
+            }
+            Bus::Amqp { queue } => {
+                let consumer = builder.build(queue.source(&queue.url).await).await;
+                consume_until(
+                    consumer.expect("a consumer"),
+                    db,
+                    &source,
+                    ids,
+                    deliveries,
+                    limit,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Deletes what the test made on a shared broker; stops a private one.
+    pub async fn finish(self) {
+        match self {
+            Bus::Nats { server, .. } => drop(server),
+            Bus::Amqp { queue } => queue.delete().await,
+        }
+    }
+}

@@ -5,16 +5,15 @@
 
 use std::time::Duration;
 
-use counter_mq::{MqError, Retention, Source, nats::JetStreamPublisher};
+use counter_mq::{MqError, Retention, Source};
 use counter_tests::{
     TestDb, backend_test,
     mq::{
-        self, AmqpQueue, AnyPublisher, Broker, PrivateNats, Workload, jetstream, nats_source,
+        self, AmqpQueue, AnyPublisher, Broker, Bus, PrivateNats, Workload, jetstream, nats_source,
         stream_ready, tally, test_stream,
     },
     raw,
 };
-use lapin::{BasicProperties, options::BasicPublishOptions};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
 use super::{consumer, report, tables};
@@ -68,35 +67,30 @@ backend_test! {
             fill_slots(&t.db, &table).await;
             let workload = Workload::random(&table, 500, 30, 51, &format!("ok-{broker}"));
             let bad = poison(&table, broker == Broker::Amqp);
-            let stats = match broker {
-                Broker::Nats => {
-                    let Some(bin) = mq::nats_server(t.backend, "poison") else {
-                        continue;
-                    };
-                    let server = PrivateNats::start(&bin);
-                    let js = jetstream(&[server.url()]).await;
-                    stream_ready(&js, &test_stream(1)).await;
-                    let publisher = AnyPublisher::Nats(JetStreamPublisher::new(js.clone()));
-                    let (first, rest) = workload.messages.split_at(250);
-                    publish_all(&publisher, first).await;
-                    for bytes in &bad {
-                        js.publish(format!("counters.{table}"), bytes.clone().into())
-                            .await
-                            .expect("publish")
-                            .await
-                            .expect("stored");
-                    }
-                    publish_all(&publisher, rest).await;
-                    let source = nats_source(&js, "COUNTERS").await;
-                    let consumer = consumer(&t.db, &posts)
-                        .build(source)
-                        .await
-                        .expect("a consumer");
-                    let stats = run_until_seen(consumer, workload.messages.len() + bad.len()).await;
-                    let mut durable = js
-                        .get_stream("COUNTERS")
-                        .await
-                        .unwrap()
+            let Some(bus) = Bus::open(broker, t.backend, "poison").await else {
+                continue;
+            };
+            let publisher = bus.publisher().await;
+            let (first, rest) = workload.messages.split_at(250);
+            publish_all(&publisher, first).await;
+            for bytes in &bad {
+                bus.publish_raw(&table, bytes).await;
+            }
+            publish_all(&publisher, rest).await;
+            let deliveries = workload.messages.len() + bad.len();
+            let stats = bus
+                .consume(
+                    consumer(&t.db, &posts),
+                    &t.db,
+                    workload.distinct(),
+                    deliveries,
+                    Duration::from_secs(60),
+                )
+                .await;
+            match &bus {
+                Bus::Nats { js, .. } => {
+                    let stream = js.get_stream("COUNTERS").await.unwrap();
+                    let mut durable = stream
                         .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
                             "counter-writer",
                         )
@@ -108,36 +102,8 @@ backend_test! {
                         (0, 0),
                         "nothing left to redeliver"
                     );
-                    stats
                 }
-                Broker::Amqp => {
-                    let Some(url) = mq::amqp_url(t.backend, "poison") else {
-                        continue;
-                    };
-                    let queue = AmqpQueue::new(&url, "poison").await;
-                    let publisher = AnyPublisher::Amqp(queue.publisher().await);
-                    let (first, rest) = workload.messages.split_at(250);
-                    publish_all(&publisher, first).await;
-                    let channel = queue.connection.create_channel().await.unwrap();
-                    for bytes in &bad {
-                        channel
-                            .basic_publish(
-                                "".into(),
-                                queue.settings.name.as_str().into(),
-                                BasicPublishOptions::default(),
-                                bytes,
-                                BasicProperties::default(),
-                            )
-                            .await
-                            .unwrap();
-                    }
-                    publish_all(&publisher, rest).await;
-                    let source = queue.source(&url).await;
-                    let consumer = consumer(&t.db, &posts)
-                        .build(source)
-                        .await
-                        .expect("a consumer");
-                    let stats = run_until_seen(consumer, workload.messages.len() + bad.len()).await;
+                Bus::Amqp { queue } => {
                     let dead = queue.settings.dead_letter_queue.clone().unwrap();
                     let mut in_dead = 0;
                     for _ in 0..100 {
@@ -153,10 +119,9 @@ backend_test! {
                         "every poison message dead-lettered"
                     );
                     assert_eq!(queue.depth(&queue.settings.name).await, 0);
-                    queue.delete().await;
-                    stats
                 }
-            };
+            }
+            bus.finish().await;
             assert_eq!(stats.rejected as usize, bad.len(), "{broker}: {stats:?}");
             assert_eq!(
                 posts.get(&t.db, FULL_OWNER, "likes").await.unwrap(),
@@ -184,27 +149,6 @@ async fn publish_all(publisher: &AnyPublisher, messages: &[counter_mq::CounterMe
     for m in messages {
         publisher.send(m).await.expect("published");
     }
-}
-
-/// Runs `consumer` until it has seen `deliveries` messages (or a minute).
-async fn run_until_seen<S: Source + 'static>(
-    consumer: counter_mq::Consumer<S>,
-    deliveries: usize,
-) -> counter_mq::ConsumerStats {
-    let stats = consumer.stats_handle();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(consumer.run(async move {
-        let _ = stopped.await;
-    }));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while (stats.get().messages as usize) < deliveries && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Let the last batch commit and its rejections settle.
-    let _ = stop.send(());
-    task.await
-        .expect("the consumer task")
-        .expect("the consumer")
 }
 
 backend_test! {
