@@ -208,18 +208,17 @@ impl AmqpSource {
 
     /// The live link, made again if it was lost.
     async fn link(&mut self) -> Result<&mut Link, MqError> {
-        let alive = self
-            .link
-            .as_ref()
-            .is_some_and(|l| l.channel.status().connected());
-        if !alive {
-            if self.link.take().is_some() {
-                tracing::warn!(queue = %self.settings.name, "counter consumer: the RabbitMQ channel was lost; connecting again");
+        let link = match self.link.take() {
+            Some(link) if link.channel.status().connected() => link,
+            lost => {
+                if lost.is_some() {
+                    tracing::warn!(queue = %self.settings.name, "counter consumer: the RabbitMQ channel was lost; connecting again");
+                }
+                let open = Link::open(&self.uri, &self.settings, self.prefetch);
+                bounded("connect", open).await?
             }
-            let open = Link::open(&self.uri, &self.settings, self.prefetch);
-            self.link = Some(bounded("connect", open).await?);
-        }
-        Ok(self.link.as_mut().expect("a link"))
+        };
+        Ok(self.link.insert(link))
     }
 }
 

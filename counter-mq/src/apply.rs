@@ -3,7 +3,10 @@
 
 use std::collections::HashSet;
 
-use counter_core::{DeltaBatch, ErrorKind, observe};
+use counter_core::{
+    DeltaBatch, ErrorKind,
+    observe::{self, Touched},
+};
 use sea_orm::{DatabaseConnection, TransactionTrait};
 
 use crate::{
@@ -48,7 +51,11 @@ pub(crate) async fn apply_batch(
     messages: &[Checked],
     fault: &Fault,
 ) -> Result<Applied, Failed> {
-    let ((result, statements), touched) = observe::scope(async {
+    // The scope keeps the batch write from reporting its owners as written
+    // outside a transaction; what it collected is a subset of the owners of
+    // `messages`, which are reported once, below, duplicates included (the
+    // batch that applied a duplicate may have died before telling the cache).
+    let ((result, statements), _collected) = observe::scope(async {
         let mut statements = 0u64;
         let result = transaction(db, source, messages, fault, &mut statements).await;
         (result, statements)
@@ -56,9 +63,7 @@ pub(crate) async fn apply_batch(
     .await;
     let mut applied = result?;
     applied.statements = statements;
-    // Owners of duplicates: the batch that applied them may have died
-    // before telling the cache.
-    let mut touched = touched;
+    let mut touched = Touched::new();
     for message in messages {
         touched.touch(message.message.table(), message.owners());
     }

@@ -66,6 +66,8 @@ const MAX_PART_BYTES: usize = 512 * 1024;
 pub(crate) fn messages_of(flush: &Flush) -> Result<Vec<CounterMessage>, MqError> {
     let id = flush.id();
     let mut messages: Vec<CounterMessage> = Vec::new();
+    // The part being filled, and the encoded bytes of its changes.
+    let mut current: Option<CounterMessage> = None;
     let mut bytes = 0usize;
     for delta in flush.deltas() {
         let owner = json_of(&delta.owner)?;
@@ -94,23 +96,27 @@ pub(crate) fn messages_of(flush: &Flush) -> Result<Vec<CounterMessage>, MqError>
             // `[owner,"key",delta,at],`: the owner's JSON, the key, and at
             // most 20 digits for each number and 8 characters of syntax.
             let size = change.owner.to_string().len() + change.key.len() + 48;
-            let full = messages.last().is_none_or(|m| {
+            let full = current.as_ref().is_none_or(|m| {
                 m.table() != delta.table
                     || m.changes().len() >= MAX_CHANGES
                     || bytes + size > MAX_PART_BYTES
             });
             if full {
+                messages.extend(current.take());
                 let part = messages.len();
-                messages.push(CounterMessage::with_id(
+                bytes = 0;
+                current = Some(CounterMessage::with_id(
                     format!("{id}:{part}"),
                     &delta.table,
                 ));
-                bytes = 0;
             }
             bytes += size;
-            messages.last_mut().expect("a message").push(change);
+            if let Some(message) = current.as_mut() {
+                message.push(change);
+            }
         }
     }
+    messages.extend(current);
     Ok(messages)
 }
 

@@ -17,12 +17,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use async_nats::jetstream::{self, Context};
 use counter_core::Counters;
 use counter_mq::{
     Change, ConsumerStats, CounterMessage, MqError, Publish, Sent, Source,
     amqp::{self, AmqpPublisher, AmqpSource, QueueSettings},
     nats::{self, ConsumerSettings, JetStreamPublisher, JetStreamSource, StreamSettings},
+};
+use counter_mq::{
+    async_nats::{
+        self,
+        jetstream::{self, Context},
+    },
+    lapin,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::DatabaseConnection;
@@ -527,20 +533,37 @@ pub async fn consume_until<S: Source + 'static>(
     deliveries: usize,
     limit: Duration,
 ) -> ConsumerStats {
-    let seen = consumer.stats_handle();
+    run_until(consumer, limit, Duration::ZERO, |stats| async move {
+        let applied = counter_mq::applied_count(db, source).await.unwrap_or(0);
+        applied as usize >= ids && stats.messages as usize >= deliveries
+    })
+    .await
+}
+
+/// Runs `consumer` until `done` (given its counters, asked every 50 ms)
+/// holds, it stops on its own, or `limit` passes; then lets it run `linger`
+/// more (for late duplicates) and stops it gracefully.
+pub async fn run_until<S, F, Fut>(
+    consumer: counter_mq::Consumer<S>,
+    limit: Duration,
+    linger: Duration,
+    mut done: F,
+) -> ConsumerStats
+where
+    S: Source + 'static,
+    F: FnMut(ConsumerStats) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let stats = consumer.stats_handle();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(consumer.run(async move {
         let _ = stopped.await;
     }));
     let deadline = Instant::now() + limit;
-    loop {
-        let applied = counter_mq::applied_count(db, source).await.unwrap_or(0);
-        let done = applied as usize >= ids && seen.get().messages as usize >= deliveries;
-        if done || Instant::now() >= deadline || handle.is_finished() {
-            break;
-        }
+    while !done(stats.get()).await && Instant::now() < deadline && !handle.is_finished() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    tokio::time::sleep(linger).await;
     let _ = stop.send(());
     handle
         .await

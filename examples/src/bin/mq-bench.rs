@@ -58,12 +58,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use async_nats::jetstream;
 use clap::{Parser, ValueEnum};
 use counter_core::{
     CounterTable, Counters,
     observe::{self, CommitObserver, ObserverFuture},
 };
+use counter_mq::async_nats::{self, jetstream};
 use counter_mq::{
     Change, Consumer, ConsumerStats, CounterMessage, MqError, Publish, Retention, Source,
     StatsHandle, Tables,
@@ -523,7 +523,7 @@ async fn with_amqp(
 ) -> Result<Figures, BoxError> {
     let url = &ctx.args.amqp_url;
     // Declares the queues before anything is published, and deletes them.
-    let control = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+    let control = counter_mq::lapin::Connection::connect(url, Default::default())
         .await
         .map_err(|e| format!("connecting to RabbitMQ at {url}: {e}"))?;
     let queues = [batched, naive].map(|name| QueueSettings {

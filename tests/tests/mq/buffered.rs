@@ -240,21 +240,15 @@ async fn consume_until_exact<S: counter_mq::Source + 'static>(
     posts: &Counters<i64>,
     consumer: counter_mq::Consumer<S>,
 ) -> counter_mq::ConsumerStats {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(consumer.run(async move {
-        let _ = stopped.await;
-    }));
     let expected = TASKS * ADDS_PER_TASK / 2;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while totals(db, posts).await != (expected, expected) && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // A moment for late duplicates, then a graceful stop.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = stop.send(());
-    task.await
-        .expect("the consumer task")
-        .expect("the consumer")
+    // 300 ms more for late duplicates, then a graceful stop.
+    mq::run_until(
+        consumer,
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        |_| async move { totals(db, posts).await == (expected, expected) },
+    )
+    .await
 }
 
 backend_test! {
@@ -377,23 +371,15 @@ async fn consume_parts<S: counter_mq::Source + 'static>(
     consumer: Consumer<S>,
 ) -> counter_mq::ConsumerStats {
     let source = consumer.source_name().to_owned();
-    let stats = consumer.stats_handle();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(consumer.run(async move {
-        let _ = stopped.await;
-    }));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let seen = stats.get().messages;
-        let applied = counter_mq::applied_count(db, &source).await.unwrap_or(0);
-        if (seen >= 2 && applied == seen) || std::time::Instant::now() >= deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = stop.send(());
-    task.await
-        .expect("the consumer task")
-        .expect("the consumer")
+    let source = source.as_str();
+    mq::run_until(
+        consumer,
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        |stats| async move {
+            let applied = counter_mq::applied_count(db, source).await.unwrap_or(0);
+            stats.messages >= 2 && applied == stats.messages
+        },
+    )
+    .await
 }

@@ -91,7 +91,7 @@ backend_test! {
                 Bus::Nats { js, .. } => {
                     let stream = js.get_stream("COUNTERS").await.unwrap();
                     let mut durable = stream
-                        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(
+                        .get_consumer::<counter_mq::async_nats::jetstream::consumer::pull::Config>(
                             "counter-writer",
                         )
                         .await
@@ -219,7 +219,7 @@ backend_test! {
         // Pruning, through a source that never delivers.
         let old = 12_500;
         insert_rows(&t.db, "idle", old, 0).await;
-        insert_rows(&t.db, "idle", 100, now(&t.db).await).await;
+        insert_rows(&t.db, "idle", 100, now()).await;
         insert_rows(&t.db, "other", 50, 0).await;
         let consumer = consumer(&t.db, &posts)
             .prune_every(Duration::from_secs(1))
@@ -251,21 +251,16 @@ async fn consume_until_pruned(
     consumer: counter_mq::Consumer<Idle>,
     rows: usize,
 ) -> counter_mq::ConsumerStats {
-    let stats = consumer.stats_handle();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(consumer.run(async move {
-        let _ = stopped.await;
-    }));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while (stats.get().pruned as usize) < rows && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = stop.send(());
-    task.await.unwrap().unwrap()
+    mq::run_until(
+        consumer,
+        Duration::from_secs(30),
+        Duration::ZERO,
+        |stats| async move { stats.pruned as usize >= rows },
+    )
+    .await
 }
 
-async fn now(db: &DatabaseConnection) -> i64 {
-    let _ = db;
+fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
