@@ -363,7 +363,7 @@ impl DeltaBatch {
                 .into_iter()
                 .filter(|(_, pending)| pending.delta != 0)
                 .map(|((sort, key), pending)| UpsertRow {
-                    slot: t.table.next_slot(&sort, &key),
+                    slot: t.table.next_slot_on(Some(dialect), &sort, &key),
                     owner: pending.owner,
                     key,
                     bucket: None,
@@ -379,7 +379,7 @@ impl DeltaBatch {
                 .into_iter()
                 .filter(|(_, pending)| pending.delta != 0)
                 .map(|((sort, key, bucket), pending)| UpsertRow {
-                    slot: t.table.next_bucket_slot(&sort, &key),
+                    slot: t.table.next_bucket_slot(Some(dialect), &sort, &key),
                     owner: pending.owner,
                     key,
                     bucket: Some(bucket),

@@ -18,7 +18,8 @@ use sea_orm::{
 };
 
 use crate::{
-    CounterTable, Counters, EntityCounters, OwnerTable, SlotStrategy, SlottedCounter, Window,
+    CounterTable, Counters, EntityCounters, OwnerTable, SlotPolicy, SlotStrategy, Slots,
+    SlottedCounter, Window,
 };
 
 /// What a `counter_table!` declared, checked at compile time. Not public API:
@@ -29,8 +30,8 @@ pub struct Declaration {
     pub table: &'static str,
     pub owner_table: &'static str,
     pub owner_column: &'static str,
-    pub slots: u16,
-    pub key_slots: &'static [(&'static str, u16)],
+    pub slots: DeclaredSlots,
+    pub key_slots: &'static [(&'static str, DeclaredSlots)],
     pub key_windows: &'static [(&'static str, Window)],
     pub cascade: bool,
     pub slot_strategy: Option<SlotStrategy>,
@@ -47,9 +48,9 @@ impl Declaration {
     /// entity's `schema_name`).
     pub(crate) fn table_in(&self, schema: Option<Cow<'static, str>>) -> CounterTable {
         let build = || -> crate::Result<CounterTable> {
-            let mut table = CounterTable::new(self.table)?.with_slots(self.slots)?;
+            let mut table = CounterTable::new(self.table)?.with_slot_policy(self.slots.policy()?);
             for &(key, slots) in self.key_slots {
-                table = table.with_key_slots(key, slots)?;
+                table = table.with_key_slot_policy(key, slots.policy()?)?;
             }
             for &(key, window) in self.key_windows {
                 table = table.with_key_window(key, window)?;
@@ -82,6 +83,24 @@ impl Declaration {
 /// migration crate has no entity); an entity with other names is reported
 /// here, once, as an error in the log: its counters work, but the
 /// declaration's `cascade` references another table than the entity's.
+/// A `slots` option as the macros checked it: `slots = 64` or
+/// `slots = adaptive(1..=256)`.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum DeclaredSlots {
+    Fixed(u16),
+    Adaptive(u16, u16),
+}
+
+impl DeclaredSlots {
+    fn policy(self) -> crate::Result<SlotPolicy> {
+        match self {
+            Self::Fixed(n) => Ok(SlotPolicy::Fixed(Slots::new(n)?)),
+            Self::Adaptive(min, max) => SlotPolicy::adaptive(min..=max),
+        }
+    }
+}
+
 #[doc(hidden)]
 pub fn declared_counters<E: SlottedCounter>(declaration: &Declaration) -> EntityCounters<E> {
     let entity = E::default();

@@ -9,7 +9,7 @@ use sea_orm::{
 
 use crate::{
     CountSet, CounterTable, Counters, KeySet, OwnerId, Result, SlotStrategy, Window,
-    declaration::Declaration,
+    declaration::{Declaration, DeclaredSlots},
 };
 
 /// The typed handle of an entity's counters: `post::Entity::counters()`.
@@ -169,8 +169,8 @@ impl<E: SlottedCounter> Counters<E::OwnerId, E> {
 #[doc(hidden)]
 pub fn derived_counters<E: SlottedCounter>(
     table: &'static str,
-    slots: u16,
-    key_slots: &'static [(&'static str, u16)],
+    slots: DeclaredSlots,
+    key_slots: &'static [(&'static str, DeclaredSlots)],
     key_windows: &'static [(&'static str, Window)],
     owner_column: &'static str,
     cascade: bool,

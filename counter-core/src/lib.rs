@@ -68,6 +68,7 @@ mod declaration;
 mod detach;
 mod entity;
 mod error;
+mod heat;
 mod key;
 pub mod limits;
 #[cfg(feature = "loco")]
@@ -115,8 +116,8 @@ pub use reconcile::{Drift, Reconcile, ReconcileReport, RowsOf, Truth};
 pub use schema::migration::{
     BackfillMigration, CascadeMigration, CounterTableMigration, CounterTableUpgrade,
 };
-pub use slots::Slots;
-pub use strategy::SlotStrategy;
+pub use slots::{SlotPolicy, Slots};
+pub use strategy::{SlotStrategy, Writer};
 pub use table::{CounterTable, Counters, OwnerTable, validate_table_name};
 pub use typed::{CountSet, KeyOf, KeySet, KeySpace, Untyped};
 pub use window::Window;
@@ -284,7 +285,9 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private_0_1_0 {
     pub use crate::cache::{cache_amount, cache_delta, cache_parent, cache_when, recount_cache};
-    pub use crate::declaration::{Declaration, declared_counters, owner_relation, primary_key_of};
+    pub use crate::declaration::{
+        Declaration, DeclaredSlots, declared_counters, owner_relation, primary_key_of,
+    };
     pub use crate::entity::derived_counters;
     pub use crate::error::unknown_key;
     #[cfg(feature = "serde")]

@@ -1,6 +1,11 @@
 //! How many rows one counter is spread over.
 
-use crate::error::{CounterError, Result};
+use std::ops::RangeInclusive;
+
+use crate::{
+    error::{CounterError, Result},
+    heat,
+};
 
 /// A slot count in `1..=1024`.
 ///
@@ -45,6 +50,90 @@ impl Default for Slots {
     }
 }
 
+/// How many slots a key's writes spread over: always the same number, or
+/// as many as each counter's contention calls for.
+///
+/// A read sums the rows that exist, so the two are read alike, and a key
+/// can switch from one to the other without a migration.
+///
+/// ```
+/// use counter_core::{CounterTable, SlotPolicy, Slots};
+///
+/// let table = CounterTable::new("post_counters")?
+///     .with_key_slot_policy("views", SlotPolicy::adaptive(1..=256)?)?;
+/// assert_eq!(table.slot_policy_for("views"), SlotPolicy::adaptive(1..=256)?);
+/// assert_eq!(table.slots_for("views").get(), 256); // the ceiling
+/// assert_eq!(table.slot_policy_for("likes"), SlotPolicy::Fixed(Slots::DEFAULT));
+/// # Ok::<(), counter_core::CounterError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SlotPolicy {
+    /// Every counter of the key spreads its writes over this many slots:
+    /// up to that many rows each, contended or not.
+    Fixed(Slots),
+    /// Each counter starts on `min` slots (one row, with `min` 1) and grows,
+    /// doubling up to `max`, while its writes contend; it shrinks back
+    /// when they stop. Contention is what this process sees: writes of the
+    /// counter in flight at once, and writes slowed by lock waits (other
+    /// processes', other nodes', retried conflicts). Each process adapts on
+    /// its own, nothing is stored or shared, and the rows a counter grew
+    /// are folded back into one by [`Counters::compact`](crate::Counters::compact).
+    /// Cold counters stay one row each, so a batch read of many of them
+    /// sums one row per counter.
+    ///
+    /// Build it with [`SlotPolicy::adaptive`].
+    Adaptive {
+        /// The slots a cold counter uses.
+        min: Slots,
+        /// The most slots a hot counter uses.
+        max: Slots,
+    },
+}
+
+impl SlotPolicy {
+    /// Adaptive slots in `range`, e.g. `1..=256` (see
+    /// [`SlotPolicy::Adaptive`]). Both ends are slot counts; the start may
+    /// not exceed the end.
+    pub fn adaptive(range: RangeInclusive<u16>) -> Result<Self> {
+        let max = Slots::new(*range.end())?;
+        CounterError::check_range("adaptive slot minimum", *range.start(), 1, max.get())?;
+        let min = Slots::new(*range.start())?;
+        Ok(Self::Adaptive { min, max })
+    }
+
+    /// The most slots a counter of this policy uses.
+    pub fn ceiling(self) -> Slots {
+        match self {
+            Self::Fixed(slots) => slots,
+            Self::Adaptive { max, .. } => max,
+        }
+    }
+
+    /// The adaptive range, if adaptive.
+    pub(crate) fn heat_range(self) -> Option<heat::Range> {
+        match self {
+            Self::Fixed(_) => None,
+            Self::Adaptive { min, max } => Some(heat::Range {
+                min: min.get(),
+                max: max.get(),
+            }),
+        }
+    }
+}
+
+impl From<Slots> for SlotPolicy {
+    fn from(slots: Slots) -> Self {
+        Self::Fixed(slots)
+    }
+}
+
+impl Default for SlotPolicy {
+    fn default() -> Self {
+        Self::Fixed(Slots::DEFAULT)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +144,23 @@ mod tests {
         assert!(Slots::new(1024i64).is_ok());
         assert!(Slots::new(-1i32).is_err());
         assert!(Slots::new(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn adaptive_ranges_are_checked() {
+        assert!(SlotPolicy::adaptive(1..=1024).is_ok());
+        assert!(SlotPolicy::adaptive(4..=4).is_ok());
+        assert!(SlotPolicy::adaptive(0..=16).is_err());
+        assert!(SlotPolicy::adaptive(1..=1025).is_err());
+        let (min, max) = (9, 8);
+        assert!(matches!(
+            SlotPolicy::adaptive(min..=max),
+            Err(CounterError::OutOfRange {
+                value: 9,
+                max: 8,
+                ..
+            })
+        ));
+        assert_eq!(SlotPolicy::adaptive(1..=64).unwrap().ceiling().get(), 64);
     }
 }

@@ -8,7 +8,10 @@ use std::{
     },
 };
 
-use crate::slots::Slots;
+use crate::{
+    error::{CounterError, Result},
+    slots::Slots,
+};
 
 /// How a write picks one of a counter's slots.
 ///
@@ -68,13 +71,104 @@ impl SlotStrategy {
     /// # Ok::<(), counter_core::CounterError>(())
     /// ```
     pub fn pick(self, slots: Slots, counter: impl Hash) -> i16 {
-        let n = u32::from(slots.get());
-        let slot = match self {
-            SlotStrategy::Rotating => ROTORS.next(&counter) % n,
-            SlotStrategy::Random => rand::random_range(0..n),
+        self.pick_among(slots.get(), None, &counter)
+    }
+
+    /// The slot for the next write of `counter` among the first `width`
+    /// slots, within `writer`'s share of them if there is a writer.
+    pub(crate) fn pick_among(self, width: u16, writer: Option<Writer>, counter: &impl Hash) -> i16 {
+        let width = u32::from(width.max(1));
+        let (first, step, choices) = match writer {
+            Some(w) => w.share(width),
+            None => (0, 1, width),
+        };
+        let turn = match self {
+            SlotStrategy::Rotating => ROTORS.next(counter) % choices,
+            SlotStrategy::Random => rand::random_range(0..choices),
         };
         // `Slots::MAX` (1024) fits in an i16, so the cast cannot truncate.
-        slot as i16
+        (first + step * turn) as i16
+    }
+}
+
+/// One of several writers (processes, or a cluster's nodes) that write
+/// the same counters: each takes its own share of a counter's slots, so
+/// two writers never wait for each other's rows.
+///
+/// Within one process the [`SlotStrategy`] keeps concurrent writes apart;
+/// across processes the only spread is their random starting points, and
+/// on a multi-primary cluster (Galera) a collision is worse than a wait:
+/// two nodes that write one row at once both run their transaction to
+/// the end and one of them fails certification and is retried. With
+/// `Writer::new(i, n)` writer `i` of `n` writes only the slots `s` with
+/// `s % n == i`, so `n` writers of a counter with at least `n` slots never
+/// share a row; a counter narrower than `n` slots (a cold adaptive counter
+/// on one row) is shared, as it must be.
+///
+/// Give each process (or each node's pool) its own index, e.g. from a
+/// StatefulSet ordinal or the node it writes to, and one count for all:
+/// process-wide with [`Writer::install`], or per table with
+/// [`CounterTable::with_writer`](crate::CounterTable::with_writer). Reads
+/// are unaffected, and a writer with a wrong index only costs speed.
+///
+/// ```
+/// use counter_core::{CounterTable, Writer};
+///
+/// let table = CounterTable::new("post_counters")?.with_slots(8)?.with_writer(Writer::new(1, 4)?);
+/// let mut slots: Vec<i16> = (0..4).map(|_| table.next_slot(&7_i64, "likes")).collect();
+/// slots.sort();
+/// assert_eq!(slots, [1, 1, 5, 5]); // writer 1 of 4: slots 1 and 5 of 8
+/// # Ok::<(), counter_core::CounterError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Writer {
+    index: u16,
+    count: u16,
+}
+
+/// The process's writer, packed as `index << 16 | count` (0: none).
+static PROCESS_WRITER: AtomicU32 = AtomicU32::new(0);
+
+impl Writer {
+    /// Writer `index` of `count` (`index < count <= 1024`).
+    pub fn new(index: u16, count: u16) -> Result<Self> {
+        CounterError::check_range("writer count", count, 1, Slots::MAX)?;
+        CounterError::check_range("writer index", index, 0, count - 1)?;
+        Ok(Self { index, count })
+    }
+
+    /// This writer's index.
+    pub fn index(self) -> u16 {
+        self.index
+    }
+
+    /// The number of writers.
+    pub fn count(self) -> u16 {
+        self.count
+    }
+
+    /// Makes this the writer of every table of the process that names none
+    /// of its own; call it once at start-up.
+    pub fn install(self) {
+        let packed = u32::from(self.index) << 16 | u32::from(self.count);
+        PROCESS_WRITER.store(packed, Ordering::Relaxed);
+    }
+
+    /// The writer [`Writer::install`]ed, if any.
+    pub fn installed() -> Option<Self> {
+        let packed = PROCESS_WRITER.load(Ordering::Relaxed);
+        let (index, count) = ((packed >> 16) as u16, packed as u16);
+        (count > 0).then_some(Self { index, count })
+    }
+
+    /// This writer's slots among the first `width`: `(first, step, how
+    /// many)`. Narrower than the writers, every writer shares one slot.
+    fn share(self, width: u32) -> (u32, u32, u32) {
+        let (index, count) = (u32::from(self.index), u32::from(self.count));
+        if index >= width {
+            return (index % width, 1, 1);
+        }
+        (index, count, (width - index).div_ceil(count))
     }
 }
 
@@ -127,6 +221,38 @@ mod tests {
         }
         // Any window of 64 successive writes of one counter uses 64 rows.
         assert!(hits.iter().all(|&h| h == 10), "{hits:?}");
+    }
+
+    #[test]
+    fn writers_take_disjoint_shares_that_cover_the_slots() {
+        for (count, width) in [(3u16, 64u16), (3, 3), (4, 10), (5, 2), (1, 16), (7, 1)] {
+            let mut owner = vec![Vec::new(); usize::from(width)];
+            for index in 0..count {
+                let writer = Writer::new(index, count).unwrap();
+                for _ in 0..width * 4 {
+                    let slot =
+                        SlotStrategy::Rotating.pick_among(width, Some(writer), &("t", index));
+                    assert!((0..width as i16).contains(&slot), "{count} {width} {slot}");
+                    if !owner[slot as usize].contains(&index) {
+                        owner[slot as usize].push(index);
+                    }
+                }
+            }
+            // Every slot is used; shared only when there are fewer slots than writers.
+            assert!(
+                owner.iter().all(|w| !w.is_empty()),
+                "{count} {width} {owner:?}"
+            );
+            if width >= count {
+                assert!(
+                    owner.iter().all(|w| w.len() == 1),
+                    "{count} {width} {owner:?}"
+                );
+            }
+        }
+        assert!(Writer::new(3, 3).is_err());
+        assert!(Writer::new(0, 0).is_err());
+        assert!(Writer::new(0, 1025).is_err());
     }
 
     #[test]

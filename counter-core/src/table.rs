@@ -4,10 +4,12 @@ use std::{borrow::Cow, collections::HashMap, marker::PhantomData, sync::Arc};
 
 use crate::{
     error::{CounterError, Result, preview},
+    heat::{Flight, HEAT},
     key::validate_key,
     owner::OwnerId,
-    slots::Slots,
-    strategy::SlotStrategy,
+    slots::{SlotPolicy, Slots},
+    sql::Dialect,
+    strategy::{SlotStrategy, Writer},
     typed::{KeySpace, Untyped},
     window::Window,
 };
@@ -38,11 +40,13 @@ pub struct CounterTable {
 #[derive(Debug, Clone)]
 struct TableConfig {
     name: Cow<'static, str>,
-    slots: Slots,
-    key_slots: HashMap<String, Slots>,
+    slots: SlotPolicy,
+    key_slots: HashMap<String, SlotPolicy>,
     /// Keys also counted in time buckets, and their window.
     key_windows: HashMap<String, Window>,
     strategy: SlotStrategy,
+    /// This table's share of the slots, if not the process's.
+    writer: Option<Writer>,
     /// The owner table, when known.
     owner: Option<OwnerTable>,
     /// Whether the table references `owner` with `ON DELETE CASCADE`.
@@ -77,10 +81,11 @@ impl CounterTable {
         Ok(Self {
             inner: Arc::new(TableConfig {
                 name,
-                slots: Slots::DEFAULT,
+                slots: SlotPolicy::default(),
                 key_slots: HashMap::new(),
                 key_windows: HashMap::new(),
                 strategy: SlotStrategy::default(),
+                writer: None,
                 owner: None,
                 cascade: false,
             }),
@@ -88,19 +93,46 @@ impl CounterTable {
     }
 
     /// Sets the slot count of every key that has none of its own.
-    pub fn with_slots(mut self, slots: impl TryInto<i64> + Copy) -> Result<Self> {
-        Arc::make_mut(&mut self.inner).slots = Slots::new(slots)?;
+    pub fn with_slots(self, slots: impl TryInto<i64> + Copy) -> Result<Self> {
+        let slots = Slots::new(slots)?;
+        Ok(self.with_slot_policy(SlotPolicy::Fixed(slots)))
+    }
+
+    /// The default [`SlotPolicy`] of the table's keys: e.g.
+    /// `SlotPolicy::adaptive(1..=256)?` for counters that start on one row
+    /// and grow only where writes contend.
+    pub fn with_slot_policy(mut self, policy: SlotPolicy) -> Self {
+        Arc::make_mut(&mut self.inner).slots = policy;
+        self
+    }
+
+    /// The [`SlotPolicy`] of `key`, overriding the table's.
+    pub fn with_key_slot_policy(mut self, key: &str, policy: SlotPolicy) -> Result<Self> {
+        validate_key(key)?;
+        Arc::make_mut(&mut self.inner)
+            .key_slots
+            .insert(key.to_owned(), policy);
         Ok(self)
     }
 
+    /// Writes of this table take `writer`'s share of each counter's slots
+    /// (see [`Writer`]), instead of the process's ([`Writer::install`]).
+    pub fn with_writer(mut self, writer: Writer) -> Self {
+        Arc::make_mut(&mut self.inner).writer = Some(writer);
+        self
+    }
+
+    /// The writer whose share of the slots this table's writes take: its
+    /// own, else the process's, if any.
+    pub fn writer(&self) -> Option<Writer> {
+        self.inner.writer.or_else(Writer::installed)
+    }
+
     /// Sets the slot count of one key.
-    pub fn with_key_slots(mut self, key: &str, slots: impl TryInto<i64> + Copy) -> Result<Self> {
+    pub fn with_key_slots(self, key: &str, slots: impl TryInto<i64> + Copy) -> Result<Self> {
         validate_key(key)?;
         let slots = Slots::new(slots)?;
-        Arc::make_mut(&mut self.inner)
-            .key_slots
-            .insert(key.to_owned(), slots);
-        Ok(self)
+        self.with_key_slot_policy(key, SlotPolicy::Fixed(slots))
     }
 
     /// Counts `key` in time buckets too, of `window`'s width: see [`Window`].
@@ -213,13 +245,25 @@ impl CounterTable {
         &self.inner.name
     }
 
-    /// The default slot count.
+    /// The default slot count: the most slots a key's counters use unless
+    /// the key sets its own.
     pub fn slots(&self) -> Slots {
+        self.inner.slots.ceiling()
+    }
+
+    /// The most slots a counter of `key` uses: its fixed count, or the top
+    /// of its adaptive range.
+    pub fn slots_for(&self, key: &str) -> Slots {
+        self.slot_policy_for(key).ceiling()
+    }
+
+    /// The table's default [`SlotPolicy`].
+    pub fn slot_policy(&self) -> SlotPolicy {
         self.inner.slots
     }
 
-    /// The slot count used for writes to `key`.
-    pub fn slots_for(&self, key: &str) -> Slots {
+    /// The [`SlotPolicy`] of `key`.
+    pub fn slot_policy_for(&self, key: &str) -> SlotPolicy {
         self.inner
             .key_slots
             .get(key)
@@ -244,19 +288,84 @@ impl CounterTable {
     /// # Ok::<(), counter_core::CounterError>(())
     /// ```
     pub fn next_slot(&self, owner: &impl std::hash::Hash, key: &str) -> i16 {
-        self.inner
-            .strategy
-            .pick(self.slots_for(key), (self.name(), owner, key))
+        self.next_slot_on(None, owner, key)
+    }
+
+    /// [`CounterTable::next_slot`] of a write on `dialect`: SQLite's
+    /// adaptive counters never widen (see [`CounterTable::begin_write`]).
+    pub(crate) fn next_slot_on(
+        &self,
+        dialect: Option<Dialect>,
+        owner: &impl std::hash::Hash,
+        key: &str,
+    ) -> i16 {
+        let width = self.width(dialect, owner, key);
+        self.pick(width, (self.name(), owner, key))
     }
 
     /// The slot the next bucket write of `(owner, key)` goes to: a rotor of
     /// its own, so the table's and the bucket table's rows both take every
-    /// slot in turn.
-    pub(crate) fn next_bucket_slot(&self, owner: &impl std::hash::Hash, key: &str) -> i16 {
-        self.inner.strategy.pick(
-            self.slots_for(key),
-            ((self.name(), BUCKET_TABLE_SUFFIX), owner, key),
-        )
+    /// slot in turn; as wide as the counter's total.
+    pub(crate) fn next_bucket_slot(
+        &self,
+        dialect: Option<Dialect>,
+        owner: &impl std::hash::Hash,
+        key: &str,
+    ) -> i16 {
+        let width = self.width(dialect, owner, key);
+        self.pick(width, ((self.name(), BUCKET_TABLE_SUFFIX), owner, key))
+    }
+
+    /// How many slots the next write of `(owner, key)` chooses among: the
+    /// key's fixed count, or the counter's width now if it is adaptive.
+    fn width(&self, dialect: Option<Dialect>, owner: &impl std::hash::Hash, key: &str) -> u16 {
+        let policy = self.slot_policy_for(key);
+        match (policy.heat_range(), dialect) {
+            (Some(range), Some(Dialect::Sqlite)) => range.min,
+            (Some(range), _) => HEAT.width(HEAT.fingerprint((self.name(), owner, key)), range),
+            (None, _) => policy.ceiling().get(),
+        }
+    }
+
+    /// A single write of `(owner, key)` on `dialect` starting: followed
+    /// while in flight if the key is adaptive, so that concurrent writes
+    /// widen the counter. Pick its slot (and its retries' slots) with
+    /// [`CounterTable::slot_in_flight`].
+    ///
+    /// Not on SQLite, where every write takes the database's one write
+    /// lock: more rows would never let two writes run at once, so adaptive
+    /// counters stay at their minimum there.
+    pub(crate) fn begin_write(
+        &self,
+        dialect: Dialect,
+        owner: &impl std::hash::Hash,
+        key: &str,
+    ) -> Option<Flight<'static>> {
+        let range = self.slot_policy_for(key).heat_range()?;
+        if dialect == Dialect::Sqlite {
+            return None;
+        }
+        Some(HEAT.begin(HEAT.fingerprint((self.name(), owner, key)), range))
+    }
+
+    /// The slot of a write begun with [`CounterTable::begin_write`].
+    pub(crate) fn slot_in_flight(
+        &self,
+        dialect: Dialect,
+        flight: Option<&Flight<'_>>,
+        owner: &impl std::hash::Hash,
+        key: &str,
+    ) -> i16 {
+        match flight {
+            Some(flight) => self.pick(flight.width(), (self.name(), owner, key)),
+            None => self.next_slot_on(Some(dialect), owner, key),
+        }
+    }
+
+    fn pick(&self, width: u16, counter: impl std::hash::Hash) -> i16 {
+        self.inner
+            .strategy
+            .pick_among(width, self.writer(), &counter)
     }
 }
 

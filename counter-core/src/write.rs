@@ -8,7 +8,7 @@ use crate::{
     error::Result,
     key::validate_key,
     observe::Touched,
-    owner::OwnerId,
+    owner::{OwnerId, SortOwner},
     retry,
     sql::{self, Dialect, UpsertRow},
     typed::{KeyOf, KeySpace},
@@ -77,19 +77,27 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         }
         let dialect = Dialect::of(db)?;
         let table = self.table().name();
-        let touched = Touched::of(table, [owner.clone().into()]);
-        let row = UpsertRow {
-            slot: self.table().next_slot(&owner, key),
-            owner: owner.into(),
-            key: key.to_owned(),
-            bucket: None,
-            delta,
-        };
-        let stmt = sql::add_one(dialect, table, row);
+        let owner = owner.into();
+        let touched = Touched::of(table, [owner.clone()]);
+        let counter = SortOwner::of(&owner);
+        // Followed while in flight when the key is adaptive (see `heat`).
+        let flight = self.table().begin_write(dialect, &counter, key);
+        // Each attempt takes a slot of its own: a retried conflict was a
+        // collision, which the same row would repeat.
         retry::run(db, table, || {
-            detach::execute_observed(db, stmt.clone(), &touched)
+            let row = UpsertRow {
+                slot: self
+                    .table()
+                    .slot_in_flight(dialect, flight.as_ref(), &counter, key),
+                owner: owner.clone(),
+                key: key.to_owned(),
+                bucket: None,
+                delta,
+            };
+            detach::execute_observed(db, sql::add_one(dialect, table, row), &touched)
         })
         .await?;
+        drop(flight);
         Ok(())
     }
 

@@ -23,7 +23,7 @@ use syn::DeriveInput;
 use crate::{
     counter::{
         self,
-        attr::{self, Window},
+        attr::{self, SlotCount, Window},
         model,
     },
     diagnostics::Checked,
@@ -51,6 +51,20 @@ const SLOTS: &[&str] = &[
     "true",
     "x",
     "(8)",
+    "adaptive(1..=256)",
+    "adaptive(4..=4)",
+    "adaptive(1..=1024)",
+    "adaptive(0..=8)",
+    "adaptive(2..=1025)",
+    "adaptive(9..=8)",
+    "adaptive(1..8)",
+    "adaptive(..=8)",
+    "adaptive(1..)",
+    "adaptive(1, 8)",
+    "adaptive()",
+    "adaptive(x..=8)",
+    "adaptive",
+    "Adaptive(1..=8)",
     "{ 8 }",
     "8 + 8",
     "'c'",
@@ -477,13 +491,29 @@ fn written(input: &DeriveInput) -> Result<Vec<String>, String> {
     Ok(keys)
 }
 
+/// A slot count the derive may accept.
+fn valid_slots(slots: SlotCount) -> bool {
+    match slots {
+        SlotCount::Fixed(n) => (1..=1024).contains(&n),
+        SlotCount::Adaptive(min, max) => 1 <= min && min <= max && max <= 1024,
+    }
+}
+
+/// counter-core's policy for `slots`.
+fn policy(slots: SlotCount) -> counter_core::Result<counter_core::SlotPolicy> {
+    match slots {
+        SlotCount::Fixed(n) => counter_core::Slots::new(n).map(counter_core::SlotPolicy::Fixed),
+        SlotCount::Adaptive(min, max) => counter_core::SlotPolicy::adaptive(min..=max),
+    }
+}
+
 /// The derive on `input`: no panic, and either a model counter-core accepts
 /// or errors with messages.
 fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
     match model::build(input) {
         Checked::Skip => prop_assert_eq!(input.ident.to_string(), "ModelEx"),
         Checked::Valid(model) => {
-            prop_assert!((1..=1024).contains(&model.slots), "slots {}", model.slots);
+            prop_assert!(valid_slots(model.slots), "slots {}", model.slots);
             prop_assert!(!model.keys.is_empty());
             let written = written(input).map_err(TestCaseError::fail)?;
             let keys: Vec<&str> = model.keys.iter().map(|k| k.name.as_str()).collect();
@@ -503,7 +533,7 @@ fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
                 owner_table
             );
             let mut config = counter_core::CounterTable::new(model.table.clone())
-                .and_then(|t| t.with_slots(model.slots))
+                .and_then(|t| Ok(t.with_slot_policy(policy(model.slots)?)))
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             for (i, key) in model.keys.iter().enumerate() {
                 prop_assert!(
@@ -520,9 +550,9 @@ fn check(input: &DeriveInput) -> Result<(), TestCaseError> {
                     key.name
                 );
                 if let Some(slots) = key.slots {
-                    prop_assert!((1..=1024).contains(&slots), "{}: {} slots", key.name, slots);
-                    config = config
-                        .with_key_slots(&key.name, slots)
+                    prop_assert!(valid_slots(slots), "{}: {} slots", key.name, slots);
+                    config = policy(slots)
+                        .and_then(|policy| config.with_key_slot_policy(&key.name, policy))
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 }
                 if let Some(window) = key.window {

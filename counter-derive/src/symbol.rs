@@ -26,6 +26,8 @@ pub(crate) const CRATE: Symbol = Symbol("crate");
 pub(crate) const KEYS: Symbol = Symbol("keys");
 /// `slots = N`, also a key option: `views(slots = 64)`.
 pub(crate) const SLOTS: Symbol = Symbol("slots");
+/// `slots = adaptive(1..=256)`: a slot count that grows with contention.
+pub(crate) const ADAPTIVE: Symbol = Symbol("adaptive");
 /// `table = "name"`.
 pub(crate) const TABLE: Symbol = Symbol("table");
 /// `slot_strategy = "random"`.

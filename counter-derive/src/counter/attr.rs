@@ -13,8 +13,8 @@ use crate::{
     options::{Options, option_value, parse_crate, skip_value, string_value},
     root::Root,
     symbol::{
-        CASCADE, COUNTER, CRATE, KEYS, OWNER, OWNER_COLUMN, OWNER_ID, SLOT_STRATEGY, SLOTS, Symbol,
-        TABLE, WINDOW,
+        ADAPTIVE, CASCADE, COUNTER, CRATE, KEYS, OWNER, OWNER_COLUMN, OWNER_ID, SLOT_STRATEGY,
+        SLOTS, Symbol, TABLE, WINDOW,
     },
 };
 
@@ -72,7 +72,7 @@ pub(crate) struct CounterAttr {
     /// Where the first `#[counter]` attribute is, for errors about what it lacks.
     pub span: Option<Span>,
     pub keys: Option<Vec<KeyAttr>>,
-    pub slots: Option<u16>,
+    pub slots: Option<SlotCount>,
     pub table: Option<LitStr>,
     pub slot_strategy: Option<SlotStrategy>,
     pub cascade: bool,
@@ -96,6 +96,23 @@ pub(crate) enum SlotStrategy {
     Random,
 }
 
+/// `slots = 64` or `slots = adaptive(1..=256)`: counter-core's
+/// `SlotPolicy`, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotCount {
+    Fixed(u16),
+    Adaptive(u16, u16),
+}
+
+impl std::fmt::Display for SlotCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fixed(n) => write!(f, "{n}"),
+            Self::Adaptive(min, max) => write!(f, "{ADAPTIVE}({min}..={max})"),
+        }
+    }
+}
+
 /// `window = hour` or `day`: counter-core's `Window` variant of that name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Window {
@@ -115,7 +132,7 @@ pub(crate) struct KeyAttr {
 /// What a key's parentheses said.
 #[derive(Default)]
 pub(crate) struct KeyOptions {
-    pub slots: Option<u16>,
+    pub slots: Option<SlotCount>,
     pub window: Option<Window>,
 }
 
@@ -274,25 +291,101 @@ fn parse_window(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Opti
     Ok(window)
 }
 
-/// `slots = N`: an integer literal in `1..=1024`.
-fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<u16>> {
-    let Some(expr) = option_value(meta, &format!("`{SLOTS} = 64`"), errors)? else {
+/// `slots = N`, an integer literal in `1..=1024`, or `slots =
+/// adaptive(MIN..=MAX)`, two such literals with `MIN <= MAX`.
+fn parse_slots(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<Option<SlotCount>> {
+    let example = format!("`{SLOTS} = 64` or `{SLOTS} = {ADAPTIVE}(1..=256)`");
+    let Some(expr) = option_value(meta, &example, errors)? else {
         return Ok(None);
     };
-    let parsed = match &expr {
+    if let Expr::Call(call) = &expr
+        && matches!(&*call.func, Expr::Path(p) if p.path == ADAPTIVE)
+    {
+        return Ok(parse_adaptive(call, errors));
+    }
+    let problem = match slot_count(&expr) {
+        Ok(n) => return Ok(Some(SlotCount::Fixed(n))),
+        Err(problem) => problem,
+    };
+    let message = match problem {
+        SlotProblem::Zero => format!("{SLOTS} must be at least 1"),
+        SlotProblem::TooMany(n) => format!("{n} {SLOTS} is too many: at most {MAX_SLOTS}"),
+        SlotProblem::NotALiteral => format!(
+            "{SLOTS} must be an integer literal from 1 to {MAX_SLOTS}, or `{ADAPTIVE}(1..=256)`"
+        ),
+    };
+    errors.at(expr.span(), message);
+    Ok(None)
+}
+
+/// Why an expression is not a slot count.
+enum SlotProblem {
+    Zero,
+    TooMany(u64),
+    NotALiteral,
+}
+
+/// An integer literal in `1..=1024`.
+fn slot_count(expr: &Expr) -> Result<u16, SlotProblem> {
+    let parsed = match expr {
         Expr::Lit(ExprLit {
             lit: Lit::Int(int), ..
         }) => int.base10_parse::<u64>().ok(),
         _ => None,
     };
-    let message = match parsed {
-        Some(n) if (1..=MAX_SLOTS).contains(&n) => return Ok(u16::try_from(n).ok()),
-        Some(0) => format!("{SLOTS} must be at least 1"),
-        Some(n) => format!("{n} {SLOTS} is too many: at most {MAX_SLOTS}"),
-        None => format!("{SLOTS} must be an integer literal from 1 to {MAX_SLOTS}"),
+    match parsed {
+        Some(0) => Err(SlotProblem::Zero),
+        Some(n) if n <= MAX_SLOTS => Ok(n as u16),
+        Some(n) => Err(SlotProblem::TooMany(n)),
+        None => Err(SlotProblem::NotALiteral),
+    }
+}
+
+/// `adaptive(MIN..=MAX)`.
+fn parse_adaptive(call: &syn::ExprCall, errors: &mut Errors) -> Option<SlotCount> {
+    let shape = format!("`{ADAPTIVE}` takes one range of slot counts: `{ADAPTIVE}(1..=256)`");
+    let range = match (call.args.len(), call.args.first()) {
+        (1, Some(Expr::Range(range))) => range,
+        _ => {
+            errors.at(call.span(), shape);
+            return None;
+        }
     };
-    errors.at(expr.span(), message);
-    Ok(None)
+    let (Some(start), Some(end), syn::RangeLimits::Closed(_)) =
+        (&range.start, &range.end, range.limits)
+    else {
+        errors.at(range.span(), shape);
+        return None;
+    };
+    let mut bound = |expr: &Expr| match slot_count(expr) {
+        Ok(n) => Some(n),
+        Err(SlotProblem::Zero) => {
+            errors.at(expr.span(), format!("{SLOTS} must be at least 1"));
+            None
+        }
+        Err(SlotProblem::TooMany(n)) => {
+            errors.at(
+                expr.span(),
+                format!("{n} {SLOTS} is too many: at most {MAX_SLOTS}"),
+            );
+            None
+        }
+        Err(SlotProblem::NotALiteral) => {
+            let message =
+                format!("an adaptive range's ends are integer literals from 1 to {MAX_SLOTS}");
+            errors.at(expr.span(), message);
+            None
+        }
+    };
+    let (min, max) = (bound(start)?, bound(end)?);
+    if min > max {
+        errors.at(
+            range.span(),
+            format!("an adaptive range starts at most at its end, not {min}..={max}"),
+        );
+        return None;
+    }
+    Some(SlotCount::Adaptive(min, max))
 }
 
 /// `table = "name"`: a string literal holding a valid table name.

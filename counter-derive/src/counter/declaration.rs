@@ -14,10 +14,10 @@ use quote::quote;
 use syn::{Attribute, ItemMod, LitStr, spanned::Spanned};
 
 use super::{
-    attr::{self, Form, SlotStrategy},
+    attr::{self, Form, SlotCount, SlotStrategy},
     expand::{
         Relation, companion_entity, counts_struct, key_enum, key_slots, key_windows, owner_type,
-        slot_strategy,
+        slot_count, slot_strategy,
     },
     model::{DEFAULT_SLOTS, Key, check_bucket_table, counter_table, validate_keys},
 };
@@ -35,7 +35,7 @@ pub(crate) struct Declaration {
     item: ItemMod,
     root: Root,
     table: String,
-    slots: u16,
+    slots: SlotCount,
     keys: Vec<Key>,
     slot_strategy: Option<SlotStrategy>,
     cascade: bool,
@@ -147,9 +147,9 @@ fn expand(d: &Declaration) -> TokenStream {
     let owner_table = &d.owner_table;
     let owner_column = &d.owner_column;
     let owner = owner_type(&private, d.owner);
-    let slots = d.slots;
+    let slots = slot_count(root, d.slots);
     let cascade = d.cascade;
-    let key_slots = key_slots(&d.keys);
+    let key_slots = key_slots(root, &d.keys);
     let key_windows = key_windows(root, &d.keys);
     let strategy = slot_strategy(root, d.slot_strategy);
     let relation = if d.cascade {
@@ -230,7 +230,7 @@ fn fallback(Fallback { item, root, keys }: &Fallback) -> TokenStream {
                 table: "",
                 owner_table: "",
                 owner_column: "",
-                slots: 1,
+                slots: #private::DeclaredSlots::Fixed(1),
                 key_slots: &[],
                 key_windows: &[],
                 cascade: false,

@@ -6,7 +6,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::{
-    attr::{SlotStrategy, Window},
+    attr::{SlotCount, SlotStrategy, Window},
     model::{CounterModel, Key},
 };
 use crate::{entity::OwnerKind, root::Root};
@@ -56,8 +56,8 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
     let owner = &model.primary_key.ty;
     let field = &model.primary_key.field;
     let column = &model.primary_key.column;
-    let slots = model.slots;
-    let key_slots = key_slots(&model.keys);
+    let slots = slot_count(root, model.slots);
+    let key_slots = key_slots(root, &model.keys);
     let key_windows = key_windows(root, &model.keys);
     let cascade = model.cascade;
     let strategy = slot_strategy(root, model.slot_strategy);
@@ -91,13 +91,26 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
     }
 }
 
-/// `[("views", 64u16)]`: the keys with a slot count of their own.
-pub(super) fn key_slots(keys: &[Key]) -> TokenStream {
+/// `[("views", ..DeclaredSlots::Fixed(64u16))]`: the keys with a slot
+/// count of their own.
+pub(super) fn key_slots(root: &Root, keys: &[Key]) -> TokenStream {
     let pairs = keys.iter().filter_map(|k| {
         let name = &k.name;
-        k.slots.map(|slots| quote!((#name, #slots)))
+        k.slots.map(|slots| {
+            let slots = slot_count(root, slots);
+            quote!((#name, #slots))
+        })
     });
     quote!(&[#(#pairs),*])
+}
+
+/// counter-core's `DeclaredSlots` of a `slots` option.
+pub(super) fn slot_count(root: &Root, slots: SlotCount) -> TokenStream {
+    let private = root.private();
+    match slots {
+        SlotCount::Fixed(n) => quote!(#private::DeclaredSlots::Fixed(#n)),
+        SlotCount::Adaptive(min, max) => quote!(#private::DeclaredSlots::Adaptive(#min, #max)),
+    }
 }
 
 /// `[("views", ::counter_core::Window::Day)]`: the windowed keys.
@@ -371,7 +384,7 @@ mod tests {
         let input = parse_quote! {
             #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
             #[sea_orm(table_name = "posts")]
-            #[counter(keys(likes, comments, views(slots = 64, window = day)), slots = 8)]
+            #[counter(keys(likes, comments(slots = adaptive(1..=256)), views(slots = 64, window = day)), slots = 8)]
             pub struct Model {
                 #[sea_orm(primary_key)]
                 pub id: i64,

@@ -6,7 +6,7 @@
 use proc_macro2::Span;
 use syn::{DeriveInput, Ident, LitStr, Type};
 
-use super::attr::{self, Form, SlotStrategy, Window, table_name_problem};
+use super::attr::{self, Form, SlotCount, SlotStrategy, Window, table_name_problem};
 use crate::{
     diagnostics::{Checked, Errors},
     entity::{self, PrimaryKey, Target, variant_ident},
@@ -16,7 +16,7 @@ use crate::{
 
 /// The slots of a key that sets none and of a table that sets none
 /// (counter-core's `Slots::DEFAULT`).
-pub(crate) const DEFAULT_SLOTS: u16 = 16;
+pub(crate) const DEFAULT_SLOTS: SlotCount = SlotCount::Fixed(16);
 
 pub(crate) struct CounterModel {
     /// The path to counter-core.
@@ -24,7 +24,7 @@ pub(crate) struct CounterModel {
     /// The companion table.
     pub table: String,
     /// The default slot count.
-    pub slots: u16,
+    pub slots: SlotCount,
     pub keys: Vec<Key>,
     /// How writes pick a slot; `None` leaves it to counter-core's default.
     pub slot_strategy: Option<SlotStrategy>,
@@ -41,7 +41,7 @@ pub(crate) struct Key {
     /// The stored `count_key`.
     pub name: String,
     /// Its own slot count, if it has one.
-    pub slots: Option<u16>,
+    pub slots: Option<SlotCount>,
     /// Its time window, if it is counted in buckets too.
     pub window: Option<Window>,
 }

@@ -79,7 +79,7 @@ mod video {
     #[sea_orm::model]
     #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, SlottedCounter)]
     #[sea_orm(table_name = "videos")]
-    #[counter(keys(plays, likes(slots = 4)), slots = 32)]
+    #[counter(keys(plays, likes(slots = 4), shares(slots = adaptive(1..=64))), slots = 32)]
     pub struct Model {
         #[sea_orm(primary_key)]
         pub id: i64,
@@ -362,6 +362,22 @@ backend_test! {
             video::Entity::counters().table().slots_for("plays").get(),
             32
         );
+        // An adaptive key: one row while its writes come one at a time.
+        let shares = video::counters::Key::Shares;
+        assert_eq!(
+            video::Entity::counters()
+                .table()
+                .slot_policy_for(shares.as_str()),
+            counter_core::SlotPolicy::adaptive(1..=64).unwrap()
+        );
+        for _ in 0..100 {
+            video::Entity::counters()
+                .increment(&t.db, 9, shares)
+                .await
+                .unwrap();
+        }
+        let rows = raw::slot_rows(&t.db, video::counters::TABLE, 9i64, "shares").await;
+        assert_eq!(rows, [(0, 100)], "[{}]", t.backend);
         t.finish().await;
     }
 }

@@ -3,6 +3,7 @@
 //! compaction and migrations. One test binary, one module per area; each
 //! test is registered per backend (`reads::…::postgres`).
 
+mod adaptive;
 mod adoption;
 mod compaction;
 mod concurrency;
