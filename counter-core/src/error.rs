@@ -235,6 +235,21 @@ pub enum CounterError {
         waited_secs: i64,
     },
 
+    /// An operation whose exactness rests on a lock that a multi-primary
+    /// cluster keeps on one node, refused on a MariaDB Galera node
+    /// (`wsrep_on`). A recount's repair is serialised by `GET_LOCK`, which
+    /// another node never sees: two recounts of one counter on two nodes
+    /// would both add the drift. Run recounts against a server outside the
+    /// cluster's writers, or use a dry run to measure the drift (see the
+    /// guide's "Clusters and distributed SQL").
+    #[error("{operation} is refused on a Galera cluster node (wsrep_on is ON): {reason}")]
+    ClusterUnsafe {
+        /// What was refused.
+        operation: &'static str,
+        /// Why it cannot be exact there.
+        reason: &'static str,
+    },
+
     /// A row of an entity with a counter cache was written on a
     /// connection pool (`am.insert(&db)`), outside any transaction: the row
     /// and its counters would be two commits, and two deletes of one row
@@ -400,6 +415,7 @@ impl CounterError {
             | Self::NoOwnerTable { .. }
             | Self::TransactionRequired { .. }
             | Self::BatchNeedsTransaction { .. }
+            | Self::ClusterUnsafe { .. }
             | Self::WalkStalled { .. } => ErrorKind::Misuse,
             #[cfg(feature = "buffer")]
             Self::Buffer(e) => match e {

@@ -297,10 +297,10 @@ pub struct PrivateMariaDb {
 /// The database [`PrivateMariaDb::url`] names, created at the first start.
 const MARIADB_DATABASE: &str = "counters";
 
-struct MariaDbBin {
-    install_db: PathBuf,
-    server: PathBuf,
-    client: PathBuf,
+pub(crate) struct MariaDbBin {
+    pub(crate) install_db: PathBuf,
+    pub(crate) server: PathBuf,
+    pub(crate) client: PathBuf,
 }
 
 impl PrivateMariaDb {
@@ -497,7 +497,7 @@ impl Drop for PrivateMariaDb {
 }
 
 /// A new, empty directory under the system's temporary directory.
-fn scratch_dir(prefix: &str) -> PathBuf {
+pub(crate) fn scratch_dir(prefix: &str) -> PathBuf {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -507,7 +507,7 @@ fn scratch_dir(prefix: &str) -> PathBuf {
     dir
 }
 
-fn remove(dir: &Path) {
+pub(crate) fn remove(dir: &Path) {
     if let Err(e) = std::fs::remove_dir_all(dir) {
         eprintln!("could not remove {dir:?}: {e}");
     }
@@ -539,7 +539,7 @@ fn pg_bin() -> PathBuf {
 }
 
 /// `mariadb-install-db`, `mariadbd` and `mariadb`.
-fn mariadb_bin() -> MariaDbBin {
+pub(crate) fn mariadb_bin() -> MariaDbBin {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(bin) = std::env::var_os("COUNTER_TEST_MARIADB_BIN").filter(|b| !b.is_empty()) {
         dirs.push(bin.into());
@@ -567,7 +567,7 @@ fn mariadb_bin() -> MariaDbBin {
     }
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     let id = Command::new("id")
         .arg("-u")
         .output()
@@ -597,7 +597,7 @@ pub(crate) fn free_port() -> u16 {
     panic!("no free port of 127.0.0.1 in {FLOOR}..{high}");
 }
 
-fn run(command: &mut Command, var: &str, what: &str) {
+pub(crate) fn run(command: &mut Command, var: &str, what: &str) {
     check(command.output(), var, what, Path::new(""));
 }
 
@@ -613,7 +613,7 @@ fn check(output: std::io::Result<std::process::Output>, var: &str, what: &str, l
     );
 }
 
-fn log_tail(log: &Path) -> String {
+pub(crate) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
