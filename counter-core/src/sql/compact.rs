@@ -3,7 +3,10 @@
 
 use sea_orm::{
     QueryResult, Statement, TryGetable, Value,
-    sea_query::{Alias, Expr, ExprTrait, LockType, Order, Query, ReturningClause},
+    sea_query::{
+        Alias, Expr, ExprTrait, LockType, Order, Query, ReturningClause,
+        extension::mysql::{IndexHintScope, MySqlSelectStatementExt},
+    },
 };
 
 use super::{Dialect, Layout, OwnerRange, col, quote, range::condition};
@@ -71,6 +74,16 @@ pub(crate) fn lock_slots(
         select.column(Alias::new(*column));
     }
     select.from(Alias::new(table));
+    if dialect == Dialect::MySql {
+        // Through the primary key, never the key index `(count_key,
+        // owner_id)` that a `count_key IN (..)` tempts the optimizer into:
+        // rows are then locked in the order writers lock them, and the
+        // read cannot miss a row. (Reading through the key index, MariaDB
+        // 10.11 returned a counter short of a row now and then in the
+        // model check, always with a key filter and no owner bound, so the
+        // batch left the counter unfolded or misreported what it folded.)
+        select.force_index(Alias::new("PRIMARY"), IndexHintScope::All);
+    }
     if let Some(owners) = condition(Expr::col(Alias::new(col::OWNER_ID)), range) {
         select.and_where(owners);
     }
@@ -274,6 +287,22 @@ mod tests {
             lite.sql.contains(r#""bucket" ASC, "slot" ASC"#),
             "{}",
             lite.sql
+        );
+
+        let my = lock_slots(
+            Dialect::MySql,
+            "c",
+            Layout::Totals,
+            &OwnerRange::Keyset {
+                after: None,
+                upto: None,
+                limit: 0,
+            },
+            Some(&["views".into()]),
+        );
+        assert_eq!(
+            my.sql,
+            "SELECT `owner_id`, `count_key`, `slot`, `value` FROM `c` FORCE INDEX (`PRIMARY`) WHERE `count_key` IN (?) ORDER BY `owner_id` ASC, `count_key` ASC, `slot` ASC FOR UPDATE"
         );
 
         let rows = [row(1, 3), row(2, 5)];
