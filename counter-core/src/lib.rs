@@ -63,6 +63,7 @@ mod buckets;
 #[cfg(feature = "buffer")]
 mod buffer;
 mod cache;
+mod cluster;
 mod compact;
 mod declaration;
 mod detach;

@@ -161,6 +161,8 @@ backend_test! {
             .map(|i| Counters::new(base.clone().with_writer(Writer::new(i, 3).unwrap())))
             .collect();
         writers[0].create_table(&t.db).await.unwrap();
+        // Not a Galera node: no share of its own.
+        assert_eq!(Writer::of_galera_node(&t.db).await.unwrap(), None, "[{}]", t.backend);
 
         // Each writer alone on its own counter: only its slots.
         for (i, counters) in writers.iter().enumerate() {
