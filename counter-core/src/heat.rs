@@ -5,20 +5,20 @@
 //! It starts at the key's minimum and doubles, up to the maximum, when a
 //! write sees contention that more rows would remove:
 //! * more writes of the counter in flight in this process than its width
-//!   (by Little's law, the rows a counter needs are its concurrent writers);
-//! * [`SLOW_STREAK`] slow writes of the counter in a row, each within
-//!   [`SLOW_GAP`] of the last: a write that took [`SLOW_FACTOR`] times the
-//!   process's typical write, which is what a wait for a row lock held by
-//!   another process (or another node) looks like, and what a retried
-//!   deadlock or certification failure costs. One fast write ends the
-//!   streak, so the odd stall of a busy machine never widens a counter.
+//!   (by Little's law, the rows a counter needs are its concurrent writers;
+//!   writes queued on a row lock another process holds are in flight too);
+//! * a write that had to be retried after a conflict (a deadlock, a lock
+//!   timeout, a failed certification on a Galera node): certain contention.
 //!
 //! It halves again after [`COOL`] without either signal (or without half
 //! its width in flight). Nothing is shared between processes and nothing
 //! is stored: a read sums whatever rows exist, so each process's width is
-//! only a hint about speed, and processes converge because they feel the
-//! same lock waits. Rows of a counter that cooled are folded back into one
-//! by [`Counters::compact`](crate::Counters::compact).
+//! only a hint about speed. Rows of a counter that cooled are folded back
+//! into one by [`Counters::compact`](crate::Counters::compact).
+//!
+//! Statement latency is deliberately not a signal: on a busy machine a
+//! lone writer's statements slow down in runs, and a rule that read that
+//! as lock waits widened cold counters (it did, in this crate's tests).
 //!
 //! The map is a fixed array of entries indexed by the counter's hash, so its
 //! memory is constant. An entry belongs to one counter (its fingerprint) and
@@ -29,10 +29,7 @@
 
 use std::{
     hash::{BuildHasher, Hash},
-    sync::{
-        LazyLock, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{LazyLock, Mutex},
     time::{Duration, Instant},
 };
 
@@ -41,15 +38,6 @@ use std::{
 const ENTRIES: usize = 4096;
 /// How long a counter stays at its width without a sign of contention.
 pub(crate) const COOL: Duration = Duration::from_secs(30);
-/// A write this many times slower than the process's typical write waited.
-const SLOW_FACTOR: u64 = 4;
-/// Plus this, so that the jitter of fast writes is never a wait.
-const SLOW_MARGIN: Duration = Duration::from_millis(2);
-/// Slow writes of one counter in a row that widen it: one or two can be
-/// hiccups of the machine, a lock wait repeats.
-const SLOW_STREAK: u8 = 3;
-/// The most time between two slow writes of one streak.
-const SLOW_GAP: Duration = Duration::from_secs(1);
 
 /// The process's map.
 pub(crate) static HEAT: LazyLock<Heat> = LazyLock::new(Heat::new);
@@ -58,9 +46,6 @@ pub(crate) static HEAT: LazyLock<Heat> = LazyLock::new(Heat::new);
 pub(crate) struct Heat {
     hasher: std::collections::hash_map::RandomState,
     entries: Box<[Mutex<Entry>]>,
-    /// The typical duration of a write that had no company, in nanoseconds
-    /// (a moving average): what "slow" is measured against.
-    typical_nanos: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -71,9 +56,6 @@ struct Entry {
     in_flight: u16,
     /// The last sign of contention (or growth): cooling starts from here.
     warm_at: Option<Instant>,
-    /// The last slow write, and how many came in a row.
-    slow_at: Option<Instant>,
-    slow_streak: u8,
 }
 
 const FREE: Entry = Entry {
@@ -81,8 +63,6 @@ const FREE: Entry = Entry {
     width: 1,
     in_flight: 0,
     warm_at: None,
-    slow_at: None,
-    slow_streak: 0,
 };
 
 /// A key's adaptive range, `min..=max` slots.
@@ -92,7 +72,9 @@ pub(crate) struct Range {
     pub max: u16,
 }
 
-/// One write in flight: the width it writes at. Dropping it ends the write.
+/// One write in flight: the width it writes at. [`Flight::land`] ends it,
+/// telling whether it had to be retried; dropping it (a call dropped
+/// mid-flight) ends it without a signal.
 #[must_use]
 pub(crate) struct Flight<'h> {
     heat: &'h Heat,
@@ -101,9 +83,6 @@ pub(crate) struct Flight<'h> {
     width: u16,
     /// Whether the write holds a place in its counter's entry.
     tracked: bool,
-    /// Whether it was the only write of its counter in flight when it began.
-    alone: bool,
-    started: Instant,
 }
 
 impl Heat {
@@ -111,7 +90,6 @@ impl Heat {
         Self {
             hasher: Default::default(),
             entries: (0..ENTRIES).map(|_| Mutex::new(FREE)).collect(),
-            typical_nanos: AtomicU64::new(0),
         }
     }
 
@@ -139,7 +117,7 @@ impl Heat {
         let now = Instant::now();
         let mut entry = self.entry(fingerprint);
         let tracked = entry.claim(fingerprint, range, now);
-        let (width, alone) = match tracked {
+        let width = match tracked {
             true => {
                 entry.in_flight = entry.in_flight.saturating_add(1);
                 entry.cool(range, now);
@@ -149,9 +127,9 @@ impl Heat {
                 } else if in_flight.saturating_mul(2) > entry.width {
                     entry.warm_at = Some(now);
                 }
-                (entry.width, in_flight == 1)
+                entry.width
             }
-            false => (range.min, false),
+            false => range.min,
         };
         Flight {
             heat: self,
@@ -159,8 +137,6 @@ impl Heat {
             range,
             width,
             tracked,
-            alone,
-            started: now,
         }
     }
 
@@ -172,52 +148,19 @@ impl Heat {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The end of a write that took `took`.
-    fn land(&self, flight: &Flight<'_>, took: Duration) {
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        let typical = self.typical_nanos.load(Ordering::Relaxed);
-        let slow = typical > 0
-            && nanos
-                > typical
-                    .saturating_mul(SLOW_FACTOR)
-                    .saturating_add(SLOW_MARGIN.as_nanos() as u64);
-        if flight.alone {
-            // A moving average over about 64 writes; races between threads
-            // only lose a sample. A slow sample counts as a few typical
-            // ones, so that one stall moves it little and a machine that
-            // became slower for good is followed.
-            let sample = match typical {
-                0 => nanos,
-                t => nanos.min(t.saturating_mul(SLOW_FACTOR)),
-            };
-            let next = match typical {
-                0 => sample,
-                t => t - t / 64 + sample / 64,
-            };
-            self.typical_nanos.store(next.max(1), Ordering::Relaxed);
-        }
+    /// The end of a write; `conflicted` if it had to be retried.
+    fn land(&self, flight: &Flight<'_>, conflicted: bool) {
         if !flight.tracked {
             return;
         }
-        let now = flight.started + took;
         let mut entry = self.entry(flight.fingerprint);
         if entry.fingerprint != flight.fingerprint {
             return;
         }
         entry.in_flight = entry.in_flight.saturating_sub(1);
-        if !slow {
-            entry.slow_streak = 0;
-            return;
-        }
-        let recent = entry
-            .slow_at
-            .is_some_and(|at| now.duration_since(at) <= SLOW_GAP);
-        entry.slow_streak = if recent { entry.slow_streak + 1 } else { 1 };
-        entry.slow_at = Some(now);
-        if entry.slow_streak >= SLOW_STREAK {
+        if conflicted {
             let doubled = entry.width.saturating_mul(2);
-            entry.grow(flight.range, doubled, now);
-            entry.slow_streak = 0;
+            entry.grow(flight.range, doubled, Instant::now());
         }
     }
 }
@@ -268,17 +211,18 @@ impl Flight<'_> {
         self.width
     }
 
-    /// Ends the write as if it took `took`.
-    #[cfg(test)]
-    fn land_after(self, took: Duration) {
-        self.heat.land(&self, took);
+    /// Ends the write; `conflicted` if the database refused an attempt
+    /// (a deadlock, a lock timeout, a failed certification) and it was
+    /// retried.
+    pub(crate) fn land(self, conflicted: bool) {
+        self.heat.land(&self, conflicted);
         std::mem::forget(self);
     }
 }
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
-        self.heat.land(self, self.started.elapsed());
+        self.heat.land(self, false);
     }
 }
 
@@ -295,7 +239,7 @@ mod tests {
         for _ in 0..1000 {
             let flight = heat.begin(counter, WIDE);
             assert_eq!(flight.width(), 1);
-            drop(flight);
+            flight.land(false);
         }
         assert_eq!(heat.width(counter, WIDE), 1);
     }
@@ -349,22 +293,17 @@ mod tests {
     }
 
     #[test]
-    fn a_streak_of_slow_writes_doubles_the_width() {
+    fn a_retried_write_doubles_the_width() {
         let heat = Heat::new();
-        heat.typical_nanos.store(1_000_000, Ordering::Relaxed);
         let counter = heat.fingerprint(("t", 9, "likes"));
-        let (slow, fast) = (Duration::from_millis(50), Duration::from_micros(900));
-        // Two slow writes, then a fast one: no streak.
-        heat.begin(counter, WIDE).land_after(slow);
-        heat.begin(counter, WIDE).land_after(slow);
-        heat.begin(counter, WIDE).land_after(fast);
+        heat.begin(counter, WIDE).land(false);
         assert_eq!(heat.width(counter, WIDE), 1);
-        for _ in 0..SLOW_STREAK {
-            heat.begin(counter, WIDE).land_after(slow);
-        }
+        heat.begin(counter, WIDE).land(true);
         assert_eq!(heat.width(counter, WIDE), 2);
-        // A fast write is no signal.
-        heat.begin(counter, WIDE).land_after(fast);
-        assert_eq!(heat.width(counter, WIDE), 2);
+        heat.begin(counter, WIDE).land(true);
+        assert_eq!(heat.width(counter, WIDE), 4);
+        // A dropped write only leaves.
+        drop(heat.begin(counter, WIDE));
+        assert_eq!(heat.width(counter, WIDE), 4);
     }
 }

@@ -1,6 +1,6 @@
 //! A companion table: its name and how many slots each key is spread over.
 
-use std::{borrow::Cow, collections::HashMap, marker::PhantomData, sync::Arc};
+use std::{borrow::Cow, collections::HashMap, hash::BuildHasher, marker::PhantomData, sync::Arc};
 
 use crate::{
     error::{CounterError, Result, preview},
@@ -300,7 +300,7 @@ impl CounterTable {
         key: &str,
     ) -> i16 {
         let width = self.width(dialect, owner, key);
-        self.pick(width, (self.name(), owner, key))
+        self.pick(key, width, (self.name(), owner, key))
     }
 
     /// The slot the next bucket write of `(owner, key)` goes to: a rotor of
@@ -313,7 +313,7 @@ impl CounterTable {
         key: &str,
     ) -> i16 {
         let width = self.width(dialect, owner, key);
-        self.pick(width, ((self.name(), BUCKET_TABLE_SUFFIX), owner, key))
+        self.pick(key, width, ((self.name(), BUCKET_TABLE_SUFFIX), owner, key))
     }
 
     /// How many slots the next write of `(owner, key)` chooses among: the
@@ -357,17 +357,34 @@ impl CounterTable {
         key: &str,
     ) -> i16 {
         match flight {
-            Some(flight) => self.pick(flight.width(), (self.name(), owner, key)),
+            Some(flight) => self.pick(key, flight.width(), (self.name(), owner, key)),
             None => self.next_slot_on(Some(dialect), owner, key),
         }
     }
 
-    fn pick(&self, width: u16, counter: impl std::hash::Hash) -> i16 {
-        self.inner
-            .strategy
-            .pick_among(width, self.writer(), &counter)
+    /// A slot among the first `width` of `key`'s, by the strategy and the
+    /// writer share. A widened adaptive counter without a share takes its
+    /// `width` slots from a block of its own in this process (picked by a
+    /// hash seeded per process): processes that each widen a counter to 8
+    /// of 64 slots then use different rows, not all the first 8.
+    fn pick(&self, key: &str, width: u16, counter: impl std::hash::Hash) -> i16 {
+        let writer = self.writer();
+        let slot = self.inner.strategy.pick_among(width, writer, &counter);
+        match self.slot_policy_for(key).heat_range() {
+            Some(range) if writer.is_none() && width > range.min && width < range.max => {
+                let blocks = u64::from(range.max / width);
+                let block = PROCESS_BLOCKS.hash_one(&counter) % blocks;
+                // block * width + slot < range.max <= Slots::MAX: fits.
+                (block as i16) * (width as i16) + slot
+            }
+            _ => slot,
+        }
     }
 }
+
+/// The seed of this process's blocks of widened adaptive counters.
+static PROCESS_BLOCKS: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+    std::sync::LazyLock::new(Default::default);
 
 /// What a counter table's name gets to name its bucket table.
 const BUCKET_TABLE_SUFFIX: &str = "_buckets";
@@ -505,6 +522,30 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn widened_adaptive_counters_take_a_block_of_their_own() {
+        let policy = SlotPolicy::adaptive(1..=64).unwrap();
+        let t = CounterTable::new("t").unwrap().with_slot_policy(policy);
+        let mut blocks = std::collections::BTreeSet::new();
+        for owner in 0..50 {
+            let counter = ("t", owner, "views");
+            let slots: Vec<i16> = (0..16).map(|_| t.pick("views", 8, counter)).collect();
+            let block = slots[0] / 8;
+            assert!(
+                slots.iter().all(|s| s / 8 == block && (0..64).contains(s)),
+                "{slots:?}"
+            );
+            blocks.insert(block);
+            // Cold: the first slot; fully widened: all of them.
+            assert_eq!(t.pick("views", 1, counter), 0);
+        }
+        assert!(blocks.len() > 2, "counters spread over blocks: {blocks:?}");
+        let all: std::collections::BTreeSet<i16> = (0..256)
+            .map(|_| t.pick("views", 64, ("t", 1, "views")))
+            .collect();
+        assert_eq!(all.len(), 64);
     }
 
     #[test]

@@ -84,7 +84,9 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let flight = self.table().begin_write(dialect, &counter, key);
         // Each attempt takes a slot of its own: a retried conflict was a
         // collision, which the same row would repeat.
-        retry::run(db, table, || {
+        let mut attempts = 0u32;
+        let written = retry::run(db, table, || {
+            attempts += 1;
             let row = UpsertRow {
                 slot: self
                     .table()
@@ -96,9 +98,11 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             };
             detach::execute_observed(db, sql::add_one(dialect, table, row), &touched)
         })
-        .await?;
-        drop(flight);
-        Ok(())
+        .await;
+        if let Some(flight) = flight {
+            flight.land(attempts > 1);
+        }
+        written.map(drop)
     }
 
     /// Adds 1.
