@@ -33,8 +33,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// Entries in the map: 96 KiB. More hot counters than this at once share
-/// the overflow at their minimum width.
+/// Entries in the map (about 160 KiB). More hot counters than this at once
+/// share the overflow at their minimum width.
 const ENTRIES: usize = 4096;
 /// How long a counter stays at its width without a sign of contention.
 pub(crate) const COOL: Duration = Duration::from_secs(30);

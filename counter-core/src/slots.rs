@@ -74,10 +74,12 @@ pub enum SlotPolicy {
     Fixed(Slots),
     /// Each counter starts on `min` slots (one row, with `min` 1) and grows,
     /// doubling up to `max`, while its writes contend; it shrinks back
-    /// when they stop. Contention is what this process sees: writes of the
-    /// counter in flight at once, and writes slowed by lock waits (other
-    /// processes', other nodes', retried conflicts). Each process adapts on
-    /// its own, nothing is stored or shared, and the rows a counter grew
+    /// when they stop. Contention is what this process sees: more writes of
+    /// the counter in flight at once than it has rows (queued behind other
+    /// processes' locks included), and writes the database refused and the
+    /// crate retried (deadlocks, lock timeouts, failed certifications).
+    /// Each process adapts on its own, nothing is stored or shared (the
+    /// guide's "Hot keys at scale" tells how), and the rows a counter grew
     /// are folded back into one by [`Counters::compact`](crate::Counters::compact).
     /// Cold counters stay one row each, so a batch read of many of them
     /// sums one row per counter.
