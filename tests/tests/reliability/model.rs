@@ -1017,7 +1017,7 @@ impl Run<'_> {
                 report.totals.rows_after,
                 report.totals.counters_folded
             ) == (stats.rows_before, stats.rows_after, stats.counters_folded),
-            "compaction reported {:?}, the model {stats:?}",
+            "compaction reported {:?}, the model {stats:?} (before: {totals_before:?})",
             report.totals
         );
         let buckets_after = all_rows(self.db, BUCKETS, true).await?;

@@ -46,6 +46,10 @@
 //! crash between the commit and the flush loses the increment (the
 //! buffer's durability contract). The statement figure counts the buffer's
 //! statements only; each child transaction still sends its own three.
+//!
+//! On a cluster (several `--database-url`s), the business clients' child
+//! transactions go through their own nodes, while the buffer, its ledger
+//! and the lag probe use the first node.
 
 use std::{
     sync::{
@@ -61,6 +65,7 @@ use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, Tra
 
 use crate::{
     cli::Workload,
+    nodes::Nodes,
     writes::{self, BoxError, CellResult, HOT_OWNER, KEY, Setup, Tally, Timing, percentile},
 };
 
@@ -82,7 +87,8 @@ const TIME_EVERY: u64 = 256;
 /// How the `buffered` cells reach the database and flush.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The benchmark's database: the buffer gets a pool of its own there.
+    /// The benchmark's database (its first node): the buffer gets a pool
+    /// of its own there.
     pub url: String,
     /// `--buffer-interval-ms`.
     pub interval: Duration,
@@ -128,12 +134,13 @@ const LEDGER_TABLE: &str = "bench_flush_ledger";
 
 /// Runs one `buffered` cell on the tables `setup` was prepared with.
 pub async fn run(
-    db: &DatabaseConnection,
+    nodes: &Nodes,
     setup: Arc<Setup>,
     timing: Timing,
     settings: &Settings,
 ) -> Result<CellResult, BoxError> {
     let cell = setup.cell;
+    let db = nodes.first();
     // A ledger of the bench's own: never the application's, which running
     // buffers elsewhere in the same database may rely on.
     let ledger = FlushLedger::new(LEDGER_TABLE)?;
@@ -150,8 +157,9 @@ pub async fn run(
     let warm_end = Instant::now() + timing.warmup;
     let end = warm_end + timing.measured;
     let clients: Vec<_> = (0..cell.clients)
-        .map(|_| {
-            let (db, setup, buffer) = (db.clone(), setup.clone(), buffer.clone());
+        .map(|client| {
+            let db = nodes.for_client(client).db.clone();
+            let (setup, buffer) = (setup.clone(), buffer.clone());
             tokio::spawn(async move { drive(&db, &setup, &buffer, warm_end, end).await })
         })
         .collect();
@@ -186,7 +194,9 @@ pub async fn run(
     pool.close().await?;
     let probe = probe?;
 
-    let observed = writes::observe(db, &setup).await?;
+    let (observed, agreed) = nodes
+        .agree(async |db| writes::observe(db, &setup).await)
+        .await?;
     let probe_owners: Vec<i64> = (0..PROBES).map(|i| PROBE_OWNER + i).collect();
     let probe_stored: i64 = setup
         .counters
@@ -203,7 +213,7 @@ pub async fn run(
     let statements = callback_statements + 2 * (stats.flushes + stats.failed_attempts);
     let per_100k = |n: u64| n as f64 * 1e5 / stats.adds.max(1) as f64;
     let accounted = stats.adds == tally.committed + probe.adds as u64 && stats.pending_adds == 0;
-    let mut result = CellResult::checked(cell, tx_per_s, tally, observed)?;
+    let mut result = CellResult::checked(cell, tx_per_s, tally, observed)?.agreed(agreed);
     result.last_error = result.last_error.or(stats.last_error.clone());
     result.total_ok &= probe_stored == probe.adds && accounted;
     result.buffered = Some(BufferedFigures {
@@ -259,8 +269,10 @@ async fn drive(
         if started >= end {
             return (tally, measured);
         }
+        // `zipf` never runs `buffered` (see `Design::applies_to`): were it
+        // to, its adds would be autocommit ones.
         let (result, timed) = match setup.cell.workload {
-            Workload::Autocommit => {
+            Workload::Autocommit | Workload::Zipf => {
                 n += 1;
                 let result = buffer
                     .add(&setup.counters, HOT_OWNER, KEY, 1)
@@ -273,7 +285,7 @@ async fn drive(
         if tally.record(result, started, in_window && timed) && in_window {
             measured += 1;
         }
-        if setup.cell.workload == Workload::Autocommit {
+        if setup.cell.workload != Workload::Business {
             // `add` never awaits: give the flusher, the probe and the other
             // clients their turn after every add.
             tokio::task::yield_now().await;

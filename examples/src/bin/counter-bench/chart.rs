@@ -9,7 +9,10 @@
 
 use std::fmt::Write as _;
 
-use crate::{cli::Design, writes::CellResult};
+use crate::{
+    cli::{Design, Workload},
+    writes::CellResult,
+};
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 520.0;
@@ -137,9 +140,11 @@ pub fn svg(backend: &str, cells: &[CellResult]) -> String {
     out
 }
 
+/// The workload and design, with the slot count unless the design's name
+/// carries it (`zipf`'s `fixed16`) or is a ceiling (`adaptive`).
 fn series_name(cell: &CellResult) -> String {
-    let mut name = format!("{} {}", cell.workload, cell.design);
-    if let Some(slots) = cell.slots {
+    let mut name = format!("{} {}", cell.workload, cell.name);
+    if let Some(slots) = cell.slots.filter(|_| cell.workload != Workload::Zipf) {
         let _ = write!(name, " {slots} slots");
     }
     if let Some(strategy) = cell.slot_strategy {

@@ -1,12 +1,15 @@
 //! Write cells: clients hammering one counter in one design, then the check
-//! that every committed increment is in the stored total.
+//! that every committed increment is in the stored total (on a cluster,
+//! once every node reads the same total). `buffered` and `zipf` cells have
+//! modules of their own.
 
 use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use counter_core::{CounterTable, Counters, SlotStrategy};
+use counter_core::{CounterTable, Counters, DeltaBatch, SlotPolicy, SlotStrategy, Writer};
+use indicatif::ProgressBar;
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait, Value,
     sea_query::{Alias, ColumnDef, Expr, ExprTrait, InsertStatement, Query, Table},
@@ -15,6 +18,9 @@ use sea_orm::{
 use crate::{
     buffered::{self, BufferedFigures},
     cli::{Design, Strategy, Workload},
+    grid,
+    nodes::{Node, Nodes},
+    zipf::{self, ZipfFigures},
 };
 
 /// The counted owner every client of a contended design writes.
@@ -23,14 +29,14 @@ pub const HOT_OWNER: i64 = 1;
 pub const KEY: &str = "likes";
 const HOT_TABLE: &str = "bench_hot";
 const CHILD_TABLE: &str = "bench_children";
-const COUNTER_TABLE: &str = "bench_counters";
+pub const COUNTER_TABLE: &str = "bench_counters";
 
 /// One cell of the benchmark grid.
 #[derive(Debug, Clone, Copy)]
 pub struct Cell {
     pub workload: Workload,
     pub design: Design,
-    /// `None` for designs without slots.
+    /// `None` for designs without slots; for `adaptive`, its ceiling.
     pub slots: Option<u16>,
     /// `None` for designs without slots.
     pub strategy: Option<Strategy>,
@@ -41,7 +47,15 @@ pub struct Cell {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CellResult {
     pub workload: Workload,
+    /// Not serialized: the JSON's `design` is `name`, which tells apart the
+    /// slot counts of `zipf`'s `fixed16` and `fixed64`.
+    #[serde(skip)]
     pub design: Design,
+    /// The design as reported ([`grid::label`]): its name, or in `zipf`
+    /// `fixed<slots>` and `adaptive`.
+    #[serde(rename = "design")]
+    pub name: String,
+    /// The fixed slot count, or the ceiling of `adaptive`.
     pub slots: Option<u16>,
     pub slot_strategy: Option<Strategy>,
     pub clients: usize,
@@ -60,12 +74,20 @@ pub struct CellResult {
     /// Transactions that failed (rolled back, so not in the expected total).
     pub errors: u64,
     pub last_error: Option<String>,
-    /// `observed_total == expected_total` (and the child rows agree), in
-    /// every round.
+    /// `observed_total == expected_total` (and the child rows agree, and
+    /// on a cluster every node read the same), in every round.
     pub total_ok: bool,
+    /// On a multi-node run: whether every node read the same totals within
+    /// `nodes::AGREEMENT_WAIT` (the totals checked are the first node's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes_agreed: Option<bool>,
     /// For `buffered`: statements, flushes and lag (see [`BufferedFigures`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buffered: Option<BufferedFigures>,
+    /// For `zipf`: hot throughput, rows per cold counter, cold reads (see
+    /// [`ZipfFigures`]), as fields of the cell itself.
+    #[serde(flatten)]
+    pub zipf: Option<ZipfFigures>,
 }
 
 impl CellResult {
@@ -74,11 +96,16 @@ impl CellResult {
     pub fn median(mut rounds: Vec<CellResult>) -> Option<CellResult> {
         let throughputs: Vec<f64> = rounds.iter().map(|r| r.tx_per_s).collect();
         let all_ok = rounds.iter().all(|r| r.total_ok);
+        let agreed = rounds
+            .iter()
+            .filter_map(|r| r.nodes_agreed)
+            .reduce(|a, b| a && b);
         let errors = rounds.iter().map(|r| r.errors).sum();
         rounds.sort_by(|a, b| a.tx_per_s.total_cmp(&b.tx_per_s));
         let mut median = rounds.into_iter().nth(throughputs.len() / 2)?;
         median.rounds = throughputs;
         median.total_ok = all_ok;
+        median.nodes_agreed = agreed;
         median.errors = errors;
         Some(median)
     }
@@ -90,6 +117,16 @@ pub struct Timing {
     pub warmup: Duration,
     pub measured: Duration,
     pub app_work: Duration,
+}
+
+/// What every cell of a run shares besides its coordinates.
+pub struct Shared {
+    pub timing: Timing,
+    pub buffer: buffered::Settings,
+    /// `None` unless `zipf` is among the workloads.
+    pub zipf: Option<zipf::Settings>,
+    /// The run's progress bar: a `zipf` cell shows its history there.
+    pub progress: ProgressBar,
 }
 
 /// Prepared statements and handles shared by a cell's clients.
@@ -104,23 +141,32 @@ pub struct Setup {
     pub child_insert: InsertStatement,
 }
 
-/// Runs one cell on fresh tables.
-pub async fn run(
-    db: &DatabaseConnection,
-    cell: Cell,
-    timing: Timing,
-    buffer: &buffered::Settings,
-) -> Result<CellResult, BoxError> {
-    let setup = Arc::new(prepare(db, cell, timing.app_work).await?);
+/// Runs one cell on fresh tables, created on the first node.
+pub async fn run(nodes: &Nodes, cell: Cell, shared: &Shared) -> Result<CellResult, BoxError> {
+    let timing = shared.timing;
+    let setup = Arc::new(prepare(nodes.first(), cell, timing.app_work).await?);
     if cell.design == Design::Buffered {
-        return buffered::run(db, setup, timing, buffer).await;
+        return buffered::run(nodes, setup, timing, &shared.buffer).await;
     }
+    if cell.workload == Workload::Zipf {
+        let settings = shared
+            .zipf
+            .as_ref()
+            .ok_or("a zipf cell in a run without the zipf workload")?;
+        return zipf::run(nodes, setup, timing, settings, &shared.progress).await;
+    }
+    // Every handle first: a failure leaves no client running.
+    let handles = (0..cell.clients)
+        .map(|client| setup.counters_on(nodes.for_client(client)))
+        .collect::<Result<Vec<_>, _>>()?;
     let warm_end = Instant::now() + timing.warmup;
     let end = warm_end + timing.measured;
-    let clients: Vec<_> = (0..cell.clients)
-        .map(|client| {
-            let (db, setup) = (db.clone(), setup.clone());
-            tokio::spawn(async move { drive(&db, &setup, client, warm_end, end).await })
+    let clients: Vec<_> = handles
+        .into_iter()
+        .enumerate()
+        .map(|(client, counters)| {
+            let (db, setup) = (nodes.for_client(client).db.clone(), setup.clone());
+            tokio::spawn(async move { drive(&db, &setup, &counters, client, warm_end, end).await })
         })
         .collect();
     let mut tally = Tally::default();
@@ -128,9 +174,9 @@ pub async fn run(
         tally.merge(client.await?);
     }
 
-    let observed = observe(db, &setup).await?;
+    let (observed, agreed) = nodes.agree(async |db| observe(db, &setup).await).await?;
     let tx_per_s = tally.latencies_ms.len() as f64 / timing.measured.as_secs_f64();
-    CellResult::checked(cell, tx_per_s, tally, observed)
+    CellResult::checked(cell, tx_per_s, tally, observed).map(|r| r.agreed(agreed))
 }
 
 impl CellResult {
@@ -149,6 +195,7 @@ impl CellResult {
         Ok(CellResult {
             workload: cell.workload,
             design: cell.design,
+            name: grid::label(cell.workload, cell.design, cell.slots),
             slots: cell.slots,
             slot_strategy: cell.strategy,
             clients: cell.clients,
@@ -163,9 +210,47 @@ impl CellResult {
             last_error: tally.last_error,
             total_ok: observed_total == expected_total
                 && observed_children.is_none_or(|children| children == expected_total),
+            nodes_agreed: None,
             buffered: None,
+            zipf: None,
         })
     }
+
+    /// Records whether the nodes agreed (`None` on one node); nodes that
+    /// never agreed fail the check.
+    pub fn agreed(mut self, agreed: Option<bool>) -> Self {
+        self.nodes_agreed = agreed;
+        self.total_ok &= agreed != Some(false);
+        self
+    }
+}
+
+impl Setup {
+    /// The handle of a client writing through `node`: the cell's, or with
+    /// `--slot-strategy shares` one carrying `Writer::new(node, nodes)`, so
+    /// that each node's clients write only their node's share of the slots.
+    pub fn counters_on(&self, node: Node<'_>) -> Result<Counters<i64>, BoxError> {
+        if self.cell.strategy != Some(Strategy::Shares) {
+            return Ok(self.counters.clone());
+        }
+        let writer = Writer::new(u16::try_from(node.index)?, u16::try_from(node.count)?)?;
+        Ok(Counters::new(
+            self.counters.table().clone().with_writer(writer),
+        ))
+    }
+}
+
+/// The cell's counter table: `adaptive` grows each counter from one row up
+/// to its ceiling; the others have a fixed slot count (one without slots).
+fn counter_table(cell: Cell) -> Result<CounterTable, BoxError> {
+    let strategy: SlotStrategy = cell.strategy.map_or(SlotStrategy::default(), Into::into);
+    let table = CounterTable::new(COUNTER_TABLE)?.with_slot_strategy(strategy);
+    Ok(match cell.design {
+        Design::Adaptive => {
+            table.with_slot_policy(SlotPolicy::adaptive(1..=cell.slots.unwrap_or(1))?)
+        }
+        _ => table.with_slots(cell.slots.unwrap_or(1))?,
+    })
 }
 
 /// Drops and recreates the cell's tables, so every total starts at zero.
@@ -174,12 +259,7 @@ async fn prepare(
     cell: Cell,
     app_work: Duration,
 ) -> Result<Setup, BoxError> {
-    let strategy: SlotStrategy = cell.strategy.map_or(SlotStrategy::default(), Into::into);
-    let counters = Counters::<i64>::new(
-        CounterTable::new(COUNTER_TABLE)?
-            .with_slots(cell.slots.unwrap_or(1))?
-            .with_slot_strategy(strategy),
-    );
+    let counters = Counters::<i64>::new(counter_table(cell)?);
     counters.drop_table(db).await?;
     counters.create_table(db).await?;
 
@@ -303,6 +383,7 @@ impl Tally {
 async fn drive(
     db: &DatabaseConnection,
     setup: &Setup,
+    counters: &Counters<i64>,
     client: usize,
     warm_end: Instant,
     end: Instant,
@@ -318,18 +399,39 @@ async fn drive(
         if started >= end {
             return tally;
         }
-        let result = transaction(db, setup, owner).await;
+        let result = transaction(db, setup, counters, owner).await;
         tally.record(result, started, started >= warm_end);
     }
 }
 
-async fn transaction(db: &DatabaseConnection, setup: &Setup, owner: i64) -> Result<(), BoxError> {
+/// One client transaction. A failed one (a deadlock, a certification
+/// failure at COMMIT on a cluster) is rolled back when `txn` is dropped,
+/// and counted as an error, not as an increment.
+async fn transaction(
+    db: &DatabaseConnection,
+    setup: &Setup,
+    counters: &Counters<i64>,
+    owner: i64,
+) -> Result<(), BoxError> {
     match setup.cell.workload {
-        Workload::Autocommit => increment(db, setup, owner).await,
+        Workload::Autocommit | Workload::Zipf => increment(db, setup, counters, owner).await,
+        Workload::Business if setup.cell.design == Design::Deferred => {
+            let txn = db.begin().await?;
+            txn.execute(&setup.child_insert).await?;
+            // Collected, not written: no slot row is locked yet.
+            let mut batch = DeltaBatch::new();
+            batch.add(counters, owner, KEY, 1)?;
+            tokio::time::sleep(setup.app_work).await;
+            // Written just before COMMIT: the slot row is locked for the
+            // commit only.
+            batch.apply_in(&txn).await?;
+            txn.commit().await?;
+            Ok(())
+        }
         Workload::Business => {
             let txn = db.begin().await?;
             txn.execute(&setup.child_insert).await?;
-            increment(&txn, setup, owner).await?;
+            increment(&txn, setup, counters, owner).await?;
             tokio::time::sleep(setup.app_work).await;
             txn.commit().await?;
             Ok(())
@@ -337,10 +439,12 @@ async fn transaction(db: &DatabaseConnection, setup: &Setup, owner: i64) -> Resu
     }
 }
 
-/// The increment itself, in the cell's design.
+/// The increment itself, in the cell's design (`deferred` outside
+/// `business`, and `adaptive` on one counter, are plain increments).
 async fn increment<C: ConnectionTrait + TransactionTrait>(
     db: &C,
     setup: &Setup,
+    counters: &Counters<i64>,
     owner: i64,
 ) -> Result<(), BoxError> {
     match setup.cell.design {
@@ -348,11 +452,11 @@ async fn increment<C: ConnectionTrait + TransactionTrait>(
             db.execute_raw(setup.hot_update.clone()).await?;
         }
         Design::Buffered => return Err("buffered cells are driven by buffered::run".into()),
-        Design::Slotted | Design::Uncontended => {
-            setup.counters.increment(db, owner, KEY).await?;
+        Design::Slotted | Design::Uncontended | Design::Deferred | Design::Adaptive => {
+            counters.increment(db, owner, KEY).await?;
         }
         Design::SlottedRaw => {
-            let slot = setup.counters.table().next_slot(&owner, KEY);
+            let slot = counters.table().next_slot(&owner, KEY);
             let values: [Value; 3] = [owner.into(), KEY.into(), slot.into()];
             let sql = setup.raw_upsert.clone();
             db.execute_raw(Statement::from_sql_and_values(setup.backend, sql, values))
@@ -399,9 +503,11 @@ pub async fn observe(
             )
             .await?
         }
-        Design::Slotted | Design::SlottedRaw | Design::Buffered => {
-            setup.counters.get(db, HOT_OWNER, KEY).await?
-        }
+        Design::Slotted
+        | Design::SlottedRaw
+        | Design::Buffered
+        | Design::Deferred
+        | Design::Adaptive => setup.counters.get(db, HOT_OWNER, KEY).await?,
         Design::Uncontended => {
             let owners: Vec<i64> = (0..setup.cell.clients as i64)
                 .map(|c| HOT_OWNER + c)
@@ -414,13 +520,13 @@ pub async fn observe(
         Workload::Business => {
             Some(scalar(db, &format!("SELECT COUNT(*) FROM {CHILD_TABLE}")).await?)
         }
-        Workload::Autocommit => None,
+        Workload::Autocommit | Workload::Zipf => None,
     };
     Ok((total, children))
 }
 
 /// The first column of a one-row query, as an i64.
-async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, BoxError> {
+pub async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, BoxError> {
     let row = db
         .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
         .await?
@@ -447,6 +553,7 @@ mod tests {
         CellResult {
             workload: Workload::Business,
             design: Design::Slotted,
+            name: "slotted".into(),
             slots: Some(16),
             slot_strategy: Some(Strategy::Rotating),
             clients: 64,
@@ -460,7 +567,9 @@ mod tests {
             errors: 1,
             last_error: None,
             total_ok,
+            nodes_agreed: Some(true),
             buffered: None,
+            zipf: None,
         }
     }
 
@@ -476,8 +585,73 @@ mod tests {
         assert_eq!(median.p50_ms, 2.0, "figures come from the median round");
         assert_eq!(median.rounds, [300.0, 100.0, 200.0]);
         assert!(!median.total_ok, "one failed round fails the cell");
+        assert_eq!(median.nodes_agreed, Some(true));
         assert_eq!(median.errors, 3);
         assert!(CellResult::median(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn nodes_that_never_agree_fail_the_check() {
+        assert!(result(1.0, true).agreed(None).total_ok);
+        assert!(result(1.0, true).agreed(Some(true)).total_ok);
+        let split = result(1.0, true).agreed(Some(false));
+        assert!(!split.total_ok);
+        assert_eq!(split.nodes_agreed, Some(false));
+    }
+
+    fn setup(design: Design, strategy: Strategy) -> Setup {
+        let cell = Cell {
+            workload: Workload::Zipf,
+            design,
+            slots: Some(16),
+            strategy: Some(strategy),
+            clients: 3,
+        };
+        Setup {
+            cell,
+            app_work: Duration::ZERO,
+            counters: Counters::new(counter_table(cell).unwrap()),
+            backend: DbBackend::Postgres,
+            hot_update: Statement::from_string(DbBackend::Postgres, ""),
+            raw_upsert: String::new(),
+            child_insert: Query::insert().to_owned(),
+        }
+    }
+
+    #[test]
+    fn with_shares_each_node_writes_its_own_slots() {
+        let db = DatabaseConnection::default();
+        let shares = setup(Design::Slotted, Strategy::Shares);
+        for index in 0..3 {
+            let node = Node {
+                index,
+                count: 3,
+                db: &db,
+            };
+            let counters = shares.counters_on(node).unwrap();
+            for _ in 0..32 {
+                let slot = counters.table().next_slot(&HOT_OWNER, KEY);
+                assert_eq!(slot as usize % 3, index, "{slot}");
+            }
+        }
+        let node = Node {
+            index: 1,
+            count: 3,
+            db: &db,
+        };
+        let rotating = setup(Design::Slotted, Strategy::Rotating);
+        assert_eq!(rotating.counters_on(node).unwrap().table().writer(), None);
+    }
+
+    #[test]
+    fn adaptive_cells_grow_from_one_row_to_their_ceiling() {
+        let adaptive = setup(Design::Adaptive, Strategy::Rotating);
+        assert_eq!(
+            adaptive.counters.table().slot_policy(),
+            SlotPolicy::adaptive(1..=16).unwrap()
+        );
+        let fixed = setup(Design::Slotted, Strategy::Rotating);
+        assert_eq!(fixed.counters.table().slots_for(KEY).get(), 16);
     }
 
     #[test]
