@@ -99,34 +99,18 @@ impl GaleraCluster {
                 "--skip-name-resolve",
             ])
             .current_dir(&cluster.dir);
+        // State transfer runs rsync as the server's user, which must own
+        // every data directory: `mysql`, never root.
+        cluster.give_to_mysql();
         if cluster.as_root {
-            // State transfer runs rsync as the server's user, which must own
-            // every data directory: `mysql`, never root.
             install.arg("--user=mysql");
-            run(
-                Command::new("chown")
-                    .arg("-R")
-                    .arg("mysql:mysql")
-                    .arg(&cluster.dir),
-                GALERA_VAR,
-                "give the cluster's directory to the mysql user",
-            );
         }
         run(
             &mut install,
             GALERA_VAR,
             "install the Galera bootstrap node",
         );
-        if cluster.as_root {
-            run(
-                Command::new("chown")
-                    .arg("-R")
-                    .arg("mysql:mysql")
-                    .arg(&cluster.dir),
-                GALERA_VAR,
-                "give the cluster's directory to the mysql user",
-            );
-        }
+        cluster.give_to_mysql();
         cluster.spawn(0, true);
         cluster.wait_synced(0, 1);
         cluster.sql(0, &format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"));
@@ -175,6 +159,21 @@ impl GaleraCluster {
     pub fn status(&self, i: usize, name: &str) -> String {
         let out = self.sql(i, &format!("SHOW GLOBAL STATUS LIKE '{name}'"));
         out.split_whitespace().nth(1).unwrap_or_default().to_owned()
+    }
+
+    /// As root, hands the cluster's directory to the `mysql` user the
+    /// nodes run as.
+    fn give_to_mysql(&self) {
+        if self.as_root {
+            run(
+                Command::new("chown")
+                    .arg("-R")
+                    .arg("mysql:mysql")
+                    .arg(&self.dir),
+                GALERA_VAR,
+                "give the cluster's directory to the mysql user",
+            );
+        }
     }
 
     fn data(&self, i: usize) -> PathBuf {
