@@ -299,8 +299,9 @@ impl CounterTable {
         owner: &impl std::hash::Hash,
         key: &str,
     ) -> i16 {
-        let width = self.width(dialect, owner, key);
-        self.pick(key, width, (self.name(), owner, key))
+        let policy = self.slot_policy_for(key);
+        let width = self.width(policy, dialect, owner, key);
+        self.pick(policy, width, (self.name(), owner, key))
     }
 
     /// The slot the next bucket write of `(owner, key)` goes to: a rotor of
@@ -312,14 +313,24 @@ impl CounterTable {
         owner: &impl std::hash::Hash,
         key: &str,
     ) -> i16 {
-        let width = self.width(dialect, owner, key);
-        self.pick(key, width, ((self.name(), BUCKET_TABLE_SUFFIX), owner, key))
+        let policy = self.slot_policy_for(key);
+        let width = self.width(policy, dialect, owner, key);
+        self.pick(
+            policy,
+            width,
+            ((self.name(), BUCKET_TABLE_SUFFIX), owner, key),
+        )
     }
 
     /// How many slots the next write of `(owner, key)` chooses among: the
     /// key's fixed count, or the counter's width now if it is adaptive.
-    fn width(&self, dialect: Option<Dialect>, owner: &impl std::hash::Hash, key: &str) -> u16 {
-        let policy = self.slot_policy_for(key);
+    fn width(
+        &self,
+        policy: SlotPolicy,
+        dialect: Option<Dialect>,
+        owner: &impl std::hash::Hash,
+        key: &str,
+    ) -> u16 {
         match (policy.heat_range(), dialect) {
             (Some(range), Some(Dialect::Sqlite)) => range.min,
             (Some(range), _) => HEAT.width(HEAT.fingerprint((self.name(), owner, key)), range),
@@ -357,7 +368,10 @@ impl CounterTable {
         key: &str,
     ) -> i16 {
         match flight {
-            Some(flight) => self.pick(key, flight.width(), (self.name(), owner, key)),
+            Some(flight) => {
+                let policy = self.slot_policy_for(key);
+                self.pick(policy, flight.width(), (self.name(), owner, key))
+            }
             None => self.next_slot_on(Some(dialect), owner, key),
         }
     }
@@ -367,10 +381,10 @@ impl CounterTable {
     /// `width` slots from a block of its own in this process (picked by a
     /// hash seeded per process): processes that each widen a counter to 8
     /// of 64 slots then use different rows, not all the first 8.
-    fn pick(&self, key: &str, width: u16, counter: impl std::hash::Hash) -> i16 {
+    fn pick(&self, policy: SlotPolicy, width: u16, counter: impl std::hash::Hash) -> i16 {
         let writer = self.writer();
         let slot = self.inner.strategy.pick_among(width, writer, &counter);
-        match self.slot_policy_for(key).heat_range() {
+        match policy.heat_range() {
             Some(range) if writer.is_none() && width > range.min && width < range.max => {
                 let blocks = u64::from(range.max / width);
                 let block = PROCESS_BLOCKS.hash_one(&counter) % blocks;
@@ -531,7 +545,7 @@ mod tests {
         let mut blocks = std::collections::BTreeSet::new();
         for owner in 0..50 {
             let counter = ("t", owner, "views");
-            let slots: Vec<i16> = (0..16).map(|_| t.pick("views", 8, counter)).collect();
+            let slots: Vec<i16> = (0..16).map(|_| t.pick(policy, 8, counter)).collect();
             let block = slots[0] / 8;
             assert!(
                 slots.iter().all(|s| s / 8 == block && (0..64).contains(s)),
@@ -539,11 +553,11 @@ mod tests {
             );
             blocks.insert(block);
             // Cold: the first slot; fully widened: all of them.
-            assert_eq!(t.pick("views", 1, counter), 0);
+            assert_eq!(t.pick(policy, 1, counter), 0);
         }
         assert!(blocks.len() > 2, "counters spread over blocks: {blocks:?}");
         let all: std::collections::BTreeSet<i16> = (0..256)
-            .map(|_| t.pick("views", 64, ("t", 1, "views")))
+            .map(|_| t.pick(policy, 64, ("t", 1, "views")))
             .collect();
         assert_eq!(all.len(), 64);
     }

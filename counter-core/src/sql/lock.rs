@@ -61,7 +61,19 @@ impl RecountLock {
         match Dialect::of(db)? {
             Dialect::Sqlite => Ok(Self::None),
             Dialect::Postgres => Ok(Self::InTransaction),
-            Dialect::MySql => mysql_session(db, table, key).await,
+            Dialect::MySql => {
+                // `GET_LOCK` is one node's: on a Galera node another
+                // node's recount would not wait for it (`ClusterUnsafe`).
+                if crate::cluster::is_galera_node(db).await? {
+                    return Err(CounterError::ClusterUnsafe {
+                        operation: "a recount that repairs",
+                        reason: "its lock (GET_LOCK) is local to one node, so recounts of \
+                                 one counter on two nodes could both add the drift; a dry run \
+                                 is allowed",
+                    });
+                }
+                mysql_session(db, table, key).await
+            }
         }
     }
 
@@ -258,18 +270,6 @@ async fn mysql_session(db: &DatabaseConnection, table: &str, key: &str) -> Resul
         .await
         .map_err(|e| CounterError::Database(DbErr::Custom(format!("a lock connection: {e}"))))?;
     conn.close_on_drop();
-    // `GET_LOCK` is one node's: on a Galera node another node's recount
-    // would not wait for it (see `CounterError::ClusterUnsafe`).
-    let wsrep: Option<(String, String)> = sea_orm::sqlx::query_as("SHOW VARIABLES LIKE 'wsrep_on'")
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|e| CounterError::Database(DbErr::Custom(format!("wsrep_on: {e}"))))?;
-    if wsrep.is_some_and(|(_, on)| on.eq_ignore_ascii_case("ON")) {
-        return Err(CounterError::ClusterUnsafe {
-            operation: "a recount that repairs",
-            reason: "its lock (GET_LOCK) is local to one node, so recounts of one counter on                      two nodes could both add the drift; a dry run is allowed",
-        });
-    }
     let name = format!("{:016x}", lock_id(table, key));
     Ok(RecountLock::Session { conn, name })
 }

@@ -155,28 +155,59 @@ pub async fn run(nodes: &Nodes, cell: Cell, shared: &Shared) -> Result<CellResul
             .ok_or("a zipf cell in a run without the zipf workload")?;
         return zipf::run(nodes, setup, timing, settings, &shared.progress).await;
     }
-    // Every handle first: a failure leaves no client running.
-    let handles = (0..cell.clients)
-        .map(|client| setup.counters_on(nodes.for_client(client)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let warm_end = Instant::now() + timing.warmup;
-    let end = warm_end + timing.measured;
-    let clients: Vec<_> = handles
-        .into_iter()
-        .enumerate()
-        .map(|(client, counters)| {
-            let (db, setup) = (nodes.for_client(client).db.clone(), setup.clone());
-            tokio::spawn(async move { drive(&db, &setup, &counters, client, warm_end, end).await })
-        })
-        .collect();
+    let tallies = run_clients(
+        nodes,
+        &setup,
+        timing,
+        |client, db, counters, warm_end, end| {
+            let setup = setup.clone();
+            async move { drive(&db, &setup, &counters, client, warm_end, end).await }
+        },
+    )
+    .await?;
     let mut tally = Tally::default();
-    for client in clients {
-        tally.merge(client.await?);
+    for client in tallies {
+        tally.merge(client);
     }
 
     let (observed, agreed) = nodes.agree(async |db| observe(db, &setup).await).await?;
     let tx_per_s = tally.latencies_ms.len() as f64 / timing.measured.as_secs_f64();
     CellResult::checked(cell, tx_per_s, tally, observed).map(|r| r.agreed(agreed))
+}
+
+/// Runs `client` for each of the cell's clients in a task of its own,
+/// with its node's pool and counters handle, all warming up until the same
+/// instant and stopping at the same end; their results, in client order.
+/// Every handle is built first, so a failure leaves no client running.
+pub async fn run_clients<T, F, Fut>(
+    nodes: &Nodes,
+    setup: &Setup,
+    timing: Timing,
+    client: F,
+) -> Result<Vec<T>, BoxError>
+where
+    F: Fn(usize, DatabaseConnection, Counters<i64>, Instant, Instant) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handles = (0..setup.cell.clients)
+        .map(|c| setup.counters_on(nodes.for_client(c)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let warm_end = Instant::now() + timing.warmup;
+    let end = warm_end + timing.measured;
+    let tasks: Vec<_> = handles
+        .into_iter()
+        .enumerate()
+        .map(|(c, counters)| {
+            let db = nodes.for_client(c).db.clone();
+            tokio::spawn(client(c, db, counters, warm_end, end))
+        })
+        .collect();
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(task.await?);
+    }
+    Ok(results)
 }
 
 impl CellResult {

@@ -40,7 +40,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 use crate::{
     nodes::Nodes,
     sampler::Zipf,
-    writes::{BoxError, COUNTER_TABLE, CellResult, KEY, Setup, Tally, Timing, scalar},
+    writes::{BoxError, COUNTER_TABLE, CellResult, KEY, Setup, Tally, Timing, run_clients, scalar},
 };
 
 /// Owners per history batch.
@@ -113,25 +113,20 @@ pub async fn run(
     let db = nodes.first();
     let history_total = history(db, &setup.counters, settings, progress).await?;
 
-    let handles = (0..cell.clients)
-        .map(|client| setup.counters_on(nodes.for_client(client)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let warm_end = Instant::now() + timing.warmup;
-    let end = warm_end + timing.measured;
-    let clients: Vec<_> = handles
-        .into_iter()
-        .enumerate()
-        .map(|(client, counters)| {
-            let db = nodes.for_client(client).db.clone();
+    let clients = run_clients(
+        nodes,
+        &setup,
+        timing,
+        |client, db, counters, warm_end, end| {
             let settings = settings.clone();
             let seed = settings.seed.wrapping_add(client as u64);
-            tokio::spawn(async move { drive(&db, &counters, &settings, seed, warm_end, end).await })
-        })
-        .collect();
+            async move { drive(&db, &counters, &settings, seed, warm_end, end).await }
+        },
+    )
+    .await?;
     let mut tally = Tally::default();
     let mut hot = 0u64;
-    for client in clients {
-        let (client, client_hot) = client.await?;
+    for (client, client_hot) in clients {
         tally.merge(client);
         hot += client_hot;
     }
