@@ -162,7 +162,12 @@ backend_test! {
             .collect();
         writers[0].create_table(&t.db).await.unwrap();
         // Not a Galera node: no share of its own.
-        assert_eq!(Writer::of_galera_node(&t.db).await.unwrap(), None, "[{}]", t.backend);
+        assert_eq!(
+            Writer::of_galera_node(&t.db).await.unwrap(),
+            None,
+            "[{}]",
+            t.backend
+        );
 
         // Each writer alone on its own counter: only its slots.
         for (i, counters) in writers.iter().enumerate() {
@@ -206,4 +211,83 @@ backend_test! {
 
 async fn counters_total(t: &TestDb, counters: &Counters<i64>) -> i64 {
     counters.get(&t.db, HOT, "likes").await.unwrap()
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "adaptive_dropped"]
+    async fn adaptive_writes_dropped_mid_flight_stay_within_what_was_sent(t: TestDb) {
+        let counters = adaptive(&t, "adaptive_drop", 1..=32);
+        let table = counters.table().name().to_owned();
+        counters.create_table(&t.db).await.unwrap();
+        // 16 writers, every other call dropped after 0 to 2 ms, as axum
+        // drops a handler whose client left: a dropped write may or may
+        // not have committed, an acknowledged one has.
+        let writers: Vec<_> = (0..16u64)
+            .map(|task| {
+                let (db, counters) = (t.db.clone(), counters.clone());
+                tokio::spawn(async move {
+                    let mut rng = StdRng::seed_from_u64(task);
+                    let (mut acknowledged, mut dropped) = (0i64, 0i64);
+                    for i in 0..60 {
+                        let write = counters.increment(&db, HOT, "likes");
+                        if i % 2 == 0 {
+                            let wait = std::time::Duration::from_micros(rng.random_range(0..2000));
+                            match tokio::time::timeout(wait, write).await {
+                                Ok(done) => {
+                                    done?;
+                                    acknowledged += 1;
+                                }
+                                Err(_) => dropped += 1,
+                            }
+                        } else {
+                            write.await?;
+                            acknowledged += 1;
+                        }
+                    }
+                    Ok::<_, counter_core::CounterError>((acknowledged, dropped))
+                })
+            })
+            .collect();
+        let (mut acknowledged, mut dropped) = (0, 0);
+        for writer in writers {
+            let (a, d) = writer
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("[{}] {e}", t.backend));
+            acknowledged += a;
+            dropped += d;
+        }
+        // The dropped writes finish in their own tasks: wait for them to land.
+        let mut total = counters.get(&t.db, HOT, "likes").await.unwrap();
+        for _ in 0..50 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            total = counters.get(&t.db, HOT, "likes").await.unwrap();
+        }
+        assert!(
+            (acknowledged..=acknowledged + dropped).contains(&total),
+            "[{}] total {total}, acknowledged {acknowledged}, dropped {dropped}",
+            t.backend
+        );
+        // The counter still takes writes, and every row is within its ceiling.
+        counters.increment(&t.db, HOT, "likes").await.unwrap();
+        let rows = raw::slot_rows(&t.db, &table, HOT, "likes").await;
+        assert!(
+            rows.iter().all(|(slot, _)| (0..32).contains(slot)),
+            "{rows:?}"
+        );
+        assert_eq!(rows.iter().map(|(_, v)| v).sum::<i64>(), total + 1);
+        figures(
+            "adaptive_dropped",
+            t.backend,
+            &[
+                ("writes", 16 * 60),
+                ("acknowledged", acknowledged as u64),
+                ("dropped", dropped as u64),
+                ("dropped_applied", (total - acknowledged) as u64),
+                ("lost", (acknowledged - total).max(0) as u64),
+            ],
+        );
+        t.finish().await;
+    }
 }
