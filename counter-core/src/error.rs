@@ -250,6 +250,30 @@ pub enum CounterError {
         reason: &'static str,
     },
 
+    /// A counter table that something else created (SeaORM's schema sync)
+    /// has a column that [`Counters::create_table`](crate::Counters::create_table)
+    /// cannot give the collation counting needs: on MySQL a string
+    /// `owner_id` that compares case-insensitively and references its
+    /// owner (MySQL refuses to change a referencing column, and refuses a
+    /// reference between columns of different collations). Owners differing
+    /// only in case would share counts. Create the table with its migration
+    /// (or `create_table`) before schema sync runs, without `cascade` when the
+    /// owner's key compares case-insensitively.
+    #[error(
+        "counter table `{table}`: `{column}` compares as {found}, not byte-wise, and cannot be changed: {source}"
+    )]
+    TableShape {
+        /// The table.
+        table: String,
+        /// The column.
+        column: &'static str,
+        /// Its collation now.
+        found: String,
+        /// The database's refusal.
+        #[source]
+        source: Box<DbErr>,
+    },
+
     /// A row of an entity with a counter cache was written on a
     /// connection pool (`am.insert(&db)`), outside any transaction: the row
     /// and its counters would be two commits, and two deletes of one row
@@ -416,6 +440,7 @@ impl CounterError {
             | Self::TransactionRequired { .. }
             | Self::BatchNeedsTransaction { .. }
             | Self::ClusterUnsafe { .. }
+            | Self::TableShape { .. }
             | Self::WalkStalled { .. } => ErrorKind::Misuse,
             #[cfg(feature = "buffer")]
             Self::Buffer(e) => match e {

@@ -88,6 +88,7 @@ mod slots;
 mod sql;
 mod strategy;
 mod table;
+mod table_check;
 mod typed;
 mod walk;
 mod window;
@@ -120,6 +121,7 @@ pub use schema::migration::{
 pub use slots::{SlotPolicy, Slots};
 pub use strategy::{SlotStrategy, Writer};
 pub use table::{CounterTable, Counters, OwnerTable, validate_table_name};
+pub use table_check::TableDrift;
 pub use typed::{CountSet, KeyOf, KeySet, KeySpace, Untyped};
 pub use window::Window;
 pub use write::BatchReport;

@@ -3,26 +3,73 @@
 use sea_orm::ConnectionTrait;
 
 use crate::{
-    Counters, detach,
+    CounterError, Counters, TableDrift, detach,
     error::Result,
     owner::OwnerId,
     retry,
-    sql::{self, Dialect},
+    sql::{self, Dialect, align},
     typed::KeySpace,
 };
 
 impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// Creates the companion table, its key index and (with a windowed
-    /// key) its bucket table, where they do not exist (on MySQL the key
-    /// index comes with a new table only: an older table gets it from
-    /// [`Counters::upgrade_migration`]). Applications with migrations use
-    /// [`Counters::migration`] instead.
+    /// key) its bucket table, where they do not exist. Applications with
+    /// migrations use [`Counters::migration`] instead.
+    ///
+    /// A table that exists already, made by SeaORM's schema sync from the
+    /// companion entity (or by an earlier version), is brought to the same
+    /// shape: byte-wise collations on the key and a string owner id (MySQL,
+    /// and the owner id on PostgreSQL), and the key index (MySQL). Each
+    /// change is logged (`warn`). A change MySQL refuses is
+    /// [`CounterError::TableShape`](crate::CounterError::TableShape).
     pub async fn create_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
-        for stmt in sql::create_table(Dialect::of(db)?, self.table(), I::COLUMN) {
+        let dialect = Dialect::of(db)?;
+        for stmt in sql::create_table(dialect, self.table(), I::COLUMN) {
             retry::run(db, self.table().name(), || {
                 detach::execute(db, stmt.clone())
             })
             .await?;
+        }
+        self.align(db, dialect).await
+    }
+
+    /// The part of [`Counters::create_table`] that fixes tables it did not
+    /// create: the collations and key index [`Counters::check_table`]
+    /// finds missing (see `sql::align`).
+    async fn align<C: ConnectionTrait>(&self, db: &C, dialect: Dialect) -> Result<()> {
+        for drift in self.check_table(db).await? {
+            match drift {
+                TableDrift::NotByteWise {
+                    table,
+                    column,
+                    found,
+                } => {
+                    let Some(wanted) = align::wanted_collation(dialect, column, I::COLUMN) else {
+                        continue;
+                    };
+                    let found = found.unwrap_or_else(|| "the database's default".to_owned());
+                    tracing::warn!(%table, column, %found, wanted, "counter table made elsewhere (schema sync?): giving the column its byte-wise collation");
+                    let change = align::set_collation(dialect, &table, column, wanted);
+                    retry::run(db, &table, || detach::execute(db, change.clone()))
+                        .await
+                        .map_err(|e| match e {
+                            CounterError::Database(source) => CounterError::TableShape {
+                                table: table.clone(),
+                                column,
+                                found: found.clone(),
+                                source: Box::new(source),
+                            },
+                            other => other,
+                        })?;
+                }
+                TableDrift::NoKeyIndex { table } => {
+                    tracing::warn!(%table, "counter table made elsewhere (schema sync?): adding its key index");
+                    let index = sql::create_key_index(dialect, &table, true);
+                    retry::run(db, &table, || detach::execute(db, index.clone())).await?;
+                }
+                // Made above; references are the cascade migration's.
+                _ => {}
+            }
         }
         Ok(())
     }

@@ -222,10 +222,13 @@ fn require_transaction<E: EntityTrait, C: ConnectionTrait>(
 
 /// Where the application called `insert`, `update`, `save` or `delete`:
 /// the first frame of the backtrace in the application's own code (not
-/// in the standard library, a registry crate, this crate, or the
-/// `ActiveModelBehavior` impl the hooks are called from), as
-/// `path:line:column`. Needs debug info, as in tests and debug builds;
-/// `None` without. Only the refusal pays for the backtrace.
+/// in the standard library, a registry crate or this crate) below SeaORM's
+/// `ActiveModelTrait` method that ran the hooks, so an app's own
+/// `ActiveModelBehavior` (which calls [`before_save`] from its
+/// `before_save`) is passed over too, however its async frames are named.
+/// As `path:line:column`. Needs debug info, as in tests and debug builds
+/// (line tables are enough); `None` without. Only the refusal pays for the
+/// backtrace.
 fn call_site() -> Option<String> {
     let trace = std::backtrace::Backtrace::force_capture().to_string();
     // Paths compared with `/` separators, wherever the toolchain and the
@@ -237,20 +240,25 @@ fn call_site() -> Option<String> {
         "/registry/src/",
         "/git/checkouts/",
     ];
-    let mut symbol = "";
-    for line in trace.lines() {
-        let line = line.trim();
-        let Some(location) = line.strip_prefix("at ") else {
-            symbol = line;
-            continue;
-        };
-        let path = location.replace('\\', "/");
-        let theirs = foreign.iter().any(|dir| path.contains(dir))
-            || path.starts_with(&own)
-            || path.contains("counter-core/src/");
-        if !theirs && !symbol.contains("ActiveModelBehavior") {
-            return Some(location.to_owned());
-        }
-    }
-    None
+    let locations: Vec<(&str, String)> = trace
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("at "))
+        .map(|location| (location, location.replace('\\', "/")))
+        .collect();
+    // Innermost first: the hooks, the app's behaviour impl, SeaORM's
+    // `insert`/`update`/`save`/`delete`, then the caller.
+    let ran_hooks =
+        |path: &str| path.contains("sea-orm") && path.contains("/src/entity/active_model.rs");
+    let below = locations
+        .iter()
+        .rposition(|(_, path)| ran_hooks(path))
+        .map_or(0, |at| at + 1);
+    locations[below..]
+        .iter()
+        .find(|(_, path)| {
+            !(foreign.iter().any(|dir| path.contains(dir))
+                || path.starts_with(&own)
+                || path.contains("counter-core/src/"))
+        })
+        .map(|(location, _)| (*location).to_owned())
 }

@@ -2,65 +2,17 @@
 //! that already exists (the cascade migration).
 
 use sea_orm::{
-    DbErr, QueryResult, Statement,
+    DbErr, Statement,
     sea_query::{Alias, ForeignKey, ForeignKeyAction, Query, Table},
 };
 
 use super::{
-    Dialect, Layout, col, ddl,
+    Dialect, Layout,
+    align::OwnerKey,
+    col, ddl,
     owners::{delete_orphans, owner_ref},
 };
 use crate::{owner::OwnerColumn, table::CounterTable};
-
-/// A foreign key on a counter table's `owner_id`, whoever made it (this
-/// crate's migration, SeaORM's schema sync, a hand-written migration).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct OwnerKey {
-    /// Its name (SQLite's are not reported, and not needed).
-    pub name: String,
-    /// Whether deleting the owner row deletes the counts.
-    pub cascades: bool,
-}
-
-/// The foreign keys on `table.owner_id`, one row each: `(name, delete rule)`.
-pub(crate) fn owner_keys(dialect: Dialect, table: &str) -> Statement {
-    let backend = dialect.backend();
-    match dialect {
-        Dialect::Postgres => Statement::from_sql_and_values(
-            backend,
-            "SELECT k.constraint_name, r.delete_rule \
-             FROM information_schema.key_column_usage k \
-             JOIN information_schema.referential_constraints r \
-               ON r.constraint_schema = k.constraint_schema AND r.constraint_name = k.constraint_name \
-             WHERE k.table_schema = current_schema() AND k.table_name = $1 AND k.column_name = $2",
-            [table.into(), col::OWNER_ID.into()],
-        ),
-        Dialect::MySql => Statement::from_sql_and_values(
-            backend,
-            "SELECT k.CONSTRAINT_NAME, r.DELETE_RULE \
-             FROM information_schema.KEY_COLUMN_USAGE k \
-             JOIN information_schema.REFERENTIAL_CONSTRAINTS r \
-               ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME \
-             WHERE k.TABLE_SCHEMA = DATABASE() AND k.TABLE_NAME = ? AND k.COLUMN_NAME = ?",
-            [table.into(), col::OWNER_ID.into()],
-        ),
-        Dialect::Sqlite => Statement::from_sql_and_values(
-            backend,
-            "SELECT '', on_delete FROM pragma_foreign_key_list(?) WHERE \"from\" = ?",
-            [table.into(), col::OWNER_ID.into()],
-        ),
-    }
-}
-
-/// A row of [`owner_keys`].
-pub(crate) fn owner_key(row: &QueryResult) -> Result<OwnerKey, sea_orm::DbErr> {
-    let name: String = row.try_get_by_index(0)?;
-    let rule: String = row.try_get_by_index(1)?;
-    Ok(OwnerKey {
-        name,
-        cascades: rule.eq_ignore_ascii_case("CASCADE"),
-    })
-}
 
 /// The statements that give `name` (a table of `table`'s, of `layout`) the
 /// `ON DELETE CASCADE` reference to its owner (`on`), or take every

@@ -5,6 +5,7 @@
 //! fragments) come from validated table names and fixed column names; values
 //! are always bound parameters.
 
+pub(crate) mod align;
 mod buckets;
 #[cfg(feature = "migration")]
 mod cascade;
@@ -22,9 +23,10 @@ mod reconcile;
 mod sum;
 mod upsert;
 
+pub(crate) use align::{owner_key, owner_keys};
 pub(crate) use buckets::{bucket_sums, prune_buckets};
 #[cfg(feature = "migration")]
-pub(crate) use cascade::{owner_key, owner_keys, set_cascade};
+pub(crate) use cascade::set_cascade;
 pub(crate) use compact::{FoldDeletion, SlotRow, fold_deletion, lock_slots};
 #[cfg_attr(not(feature = "migration"), allow(unused_imports))]
 pub(crate) use ddl::{create_bucket_table, create_key_index, key_index_name};

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use counter_core::CounterCache;
 use loco_rs::{
     Result,
-    app::{AppContext, Hooks},
+    app::{AppContext, Hooks, Initializer},
     bgworker::Queue,
     boot::{BootResult, StartMode, create_app},
     config::Config,
@@ -19,7 +19,7 @@ use loco_rs::{
 use migration::Migrator;
 
 use crate::{
-    controllers,
+    controllers, initializers,
     models::{_entities, comments},
     tasks,
 };
@@ -38,6 +38,10 @@ impl Hooks for App {
         config: Config,
     ) -> Result<BootResult> {
         create_app::<Self, Migrator>(mode, environment, config).await
+    }
+
+    async fn initializers(_ctx: &AppContext) -> Result<Vec<Box<dyn Initializer>>> {
+        Ok(vec![Box::new(initializers::counter_tables::CounterTables)])
     }
 
     fn routes(_ctx: &AppContext) -> AppRoutes {

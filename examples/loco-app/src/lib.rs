@@ -5,5 +5,6 @@
 
 pub mod app;
 pub mod controllers;
+pub mod initializers;
 pub mod models;
 pub mod tasks;

@@ -14,7 +14,7 @@ use notes_app::{
     models::{comments, notes},
     tasks::recount::Recount,
 };
-use sea_orm::{ActiveModelTrait, EntityTrait, Set};
+use sea_orm::{ActiveModelTrait, EntityTrait, IntoActiveModel, Set};
 use serde_json::{Value, json};
 
 /// Loco drops a test's database before the app's pool (`BootResultWrapper`
@@ -28,6 +28,12 @@ async fn note(request: &TestServer, id: i32) -> Value {
     let response = request.get(&format!("/api/notes/{id}")).await;
     response.assert_status_ok();
     response.json::<Value>()
+}
+
+/// The `comments` counts of notes 1 and 2 (each read counts a view).
+async fn comment_counts(request: &TestServer) -> (i64, i64) {
+    let of = |note: Value| note["counts"]["comments"].as_i64().unwrap();
+    (of(note(request, 1).await), of(note(request, 2).await))
 }
 
 #[tokio::test]
@@ -130,6 +136,8 @@ async fn a_plain_insert_meets_the_counter_cache() {
         let refused = CounterError::from(row.insert(&ctx.db).await.unwrap_err());
         println!("a plain insert on the pool: {refused}");
         assert_eq!(refused.kind(), ErrorKind::Misuse);
+        // The refusal names this file's line that wrote the row, through
+        // the model's own behaviour impl.
         assert!(refused.to_string().contains("requests.rs:"), "{refused}");
         // Nothing was written.
         assert_eq!(
@@ -170,6 +178,95 @@ async fn the_recount_task_repairs_writes_that_bypassed_the_hooks() {
         );
         Recount.run(&ctx, &Vars::default()).await.unwrap();
         assert_eq!(note(&request, 2).await["counts"]["comments"], 5);
+        done(&ctx).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_models_own_behaviour_stamps_updated_at_and_keeps_the_counts() {
+    request_with_create_db::<App, _, _>(|request, ctx| async move {
+        seed::<App>(&ctx).await.unwrap();
+
+        // Insert: both timestamps are the database's default (Loco's
+        // `before_save` leaves an insert alone), and the note counts it.
+        let added = request
+            .post("/api/notes/1/comments")
+            .json(&json!({"body": "draft"}))
+            .await;
+        added.assert_status_ok();
+        let added = added.json::<comments::Model>();
+        assert_eq!(added.updated_at, added.created_at);
+        assert_eq!(comment_counts(&request).await, (3, 1));
+
+        // Update that moves it to note 2, in `update_counted`'s
+        // transaction: `updated_at` stamped, the count moved.
+        let moved = request
+            .patch(&format!("/api/comments/{}", added.id))
+            .json(&json!({"note_id": 2, "body": "moved"}))
+            .await;
+        moved.assert_status_ok();
+        let moved = moved.json::<comments::Model>();
+        assert_eq!((moved.note_id, moved.body.as_str()), (2, "moved"));
+        assert_eq!(moved.created_at, added.created_at);
+        assert!(
+            moved.updated_at > added.updated_at,
+            "{moved:?} after {added:?}"
+        );
+        assert_eq!(comment_counts(&request).await, (2, 2));
+
+        // An update that sets no counted column changes no counter, so it
+        // may run on the pool: `updated_at` stamped again, counts alone.
+        let mut edit = comments::Entity::find_by_id(added.id)
+            .one(&ctx.db)
+            .await
+            .unwrap()
+            .unwrap()
+            .into_active_model();
+        edit.body = Set("edited".into());
+        let edited = edit.update(&ctx.db).await.unwrap();
+        assert!(
+            edited.updated_at > moved.updated_at,
+            "{edited:?} after {moved:?}"
+        );
+        assert_eq!(comment_counts(&request).await, (2, 2));
+
+        // Delete: uncounted from the note it was moved to.
+        request
+            .delete(&format!("/api/comments/{}", added.id))
+            .await
+            .assert_status_ok();
+        assert_eq!(comment_counts(&request).await, (2, 1));
+        assert_eq!(comments::Entity::check_counters(&ctx.db).await.unwrap(), 0);
+        done(&ctx).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_doctor_check_finds_a_table_that_differs_from_its_declaration() {
+    request_with_create_db::<App, _, _>(|_request, ctx| async move {
+        use loco_rs::{app::Initializer, doctor::CheckStatus};
+        use notes_app::initializers::counter_tables::CounterTables;
+        use sea_orm::ConnectionTrait;
+
+        // Migrated by the app's `Migrator`: as declared.
+        let check = CounterTables.check(&ctx).await.unwrap().unwrap();
+        assert_eq!(check.status, CheckStatus::Ok, "{check:?}");
+
+        // A table that lost its key index (or never got one).
+        ctx.db
+            .execute_unprepared("DROP INDEX notes_counters_by_key")
+            .await
+            .unwrap();
+        let check = CounterTables.check(&ctx).await.unwrap().unwrap();
+        assert_eq!(check.status, CheckStatus::NotOk, "{check:?}");
+        let found = check.description.unwrap_or_default();
+        println!("cargo loco doctor: {}: {found}", check.message);
+        assert!(
+            found.contains("notes_counters") && found.contains("key index"),
+            "{found}"
+        );
         done(&ctx).await;
     })
     .await;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use counter_core::{
     CounterCache, CounterError, CounterTable, Counters, ErrorKind, OwnerTable, SlottedCounter,
-    Truth,
+    TableDrift, Truth,
 };
 use counter_tests::{Backend, TestDb, backend_test, figures};
 use sea_orm::{
@@ -24,6 +24,18 @@ mod migration_crate {
         /// Notes' counters, as the app has them now.
         #[counter(owner = "notes", owner_id = i32, keys(likes, comments, views(window = day)), cascade)]
         pub mod note_counters;
+    }
+
+    counter_core::counter_table! {
+        /// Counters of owners keyed by a string, for an app on schema sync.
+        #[counter(owner = "tags", owner_column = "slug", owner_id = String, keys(uses))]
+        pub mod tag_counters;
+    }
+
+    counter_core::counter_table! {
+        /// The same, with `cascade`: schema sync gives it a reference.
+        #[counter(owner = "tags", owner_column = "slug", owner_id = String, keys(uses), cascade, table = "tag_refs")]
+        pub mod tag_refs;
     }
 
     counter_core::counter_table! {
@@ -323,15 +335,206 @@ backend_test! {
     }
 }
 
+/// `(column, type, collation, nullable)` of `table`'s columns, as the
+/// database describes them, and how many indexes it has.
+async fn columns(db: &DatabaseConnection, table: &str) -> Vec<String> {
+    use sea_orm::{DbBackend, Statement};
+    let backend = db.get_database_backend();
+    let indexes = match backend {
+        DbBackend::MySql => format!(
+            "SELECT CONCAT('indexes ', COUNT(DISTINCT INDEX_NAME)) FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{table}'"
+        ),
+        DbBackend::Postgres => format!(
+            "SELECT concat('indexes ', COUNT(*)) FROM pg_indexes \
+             WHERE schemaname = current_schema() AND tablename = '{table}'"
+        ),
+        _ => format!("SELECT 'indexes ' || COUNT(*) FROM pragma_index_list('{table}')"),
+    };
+    let sql = match backend {
+        DbBackend::MySql => format!(
+            "SELECT CONCAT_WS(' ', COLUMN_NAME, COLUMN_TYPE, COALESCE(COLLATION_NAME, '-'), IS_NULLABLE) \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{table}' \
+             ORDER BY COLUMN_NAME"
+        ),
+        DbBackend::Postgres => format!(
+            "SELECT concat_ws(' ', column_name, data_type, character_maximum_length, \
+             COALESCE(collation_name, '-'), is_nullable) FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = '{table}' ORDER BY column_name"
+        ),
+        _ => format!(
+            "SELECT name || ' ' || lower(type) || ' ' || \"notnull\" FROM pragma_table_info('{table}') ORDER BY name"
+        ),
+    };
+    let mut described = Vec::new();
+    for sql in [sql, indexes] {
+        for row in db
+            .query_all_raw(Statement::from_string(backend, sql))
+            .await
+            .unwrap()
+        {
+            described.push(row.try_get_by_index::<String>(0).unwrap());
+        }
+    }
+    described
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_sync_collations"]
+    async fn schema_sync_tables_get_the_collations_of_create_table(t: TestDb) {
+        // Schema sync makes the companion table from its entity, which
+        // cannot say a collation: on MariaDB `Flag:A` and `flag:a` (and
+        // string owners differing in case) would be one counter.
+        // `create_table` then gives the columns the byte-wise collations
+        // of a table it creates itself.
+        use migration_crate::tag_counters;
+        let db = &t.db;
+        Schema::new(db.get_database_backend())
+            .builder()
+            .register(tags::Entity)
+            .register(tag_counters::Entity)
+            .sync(db)
+            .await
+            .unwrap();
+        let synced = tag_counters::counters().untyped();
+        let before = synced.check_table(db).await.unwrap();
+        let not_byte_wise = before
+            .iter()
+            .filter(|d| matches!(d, TableDrift::NotByteWise { .. }))
+            .count();
+        let expected = match t.backend {
+            Backend::MySql => 2,
+            Backend::Postgres => 1,
+            Backend::Sqlite => 0,
+        };
+        assert_eq!(not_byte_wise, expected, "[{}] {before:?}", t.backend);
+        synced.create_table(db).await.unwrap();
+        assert_eq!(synced.check_table(db).await.unwrap(), [], "[{}]", t.backend);
+        synced.create_table(db).await.unwrap();
+        let fresh = Counters::<String>::new(CounterTable::new("tag_counters_fresh").unwrap());
+        fresh.create_table(db).await.unwrap();
+        let renamed = columns(db, "tag_counters_fresh").await;
+        let synced_columns = columns(db, synced.table().name()).await;
+        assert_eq!(
+            synced_columns.len(),
+            5,
+            "[{}] {synced_columns:?}",
+            t.backend
+        );
+        assert_eq!(synced_columns, renamed, "[{}]", t.backend);
+
+        for (owner, key, delta) in [
+            ("Ann", "Flag:A", 1),
+            ("ann", "flag:a", 2),
+            ("ann", "Flag:A", 4),
+        ] {
+            synced.add(db, owner.into(), key, delta).await.unwrap();
+        }
+        for (owner, key, want) in [
+            ("Ann", "Flag:A", 1),
+            ("ann", "flag:a", 2),
+            ("ann", "Flag:A", 4),
+            ("Ann", "flag:a", 0),
+        ] {
+            let got = synced.get(db, owner.into(), key).await.unwrap();
+            assert_eq!(got, want, "[{}] {owner} {key}", t.backend);
+        }
+        let ranked = synced.top(db, "Flag:A", 10).await.unwrap();
+        assert_eq!(ranked.len(), 2, "[{}] {ranked:?}", t.backend);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "adoption_sync_referenced"]
+    async fn a_synced_reference_that_mysql_cannot_change_is_a_typed_error(t: TestDb) {
+        // With `cascade`, schema sync also makes the reference to the
+        // owner; MySQL refuses to change a referencing column, so a string
+        // owner id that compares case-insensitively stays as it is and
+        // `create_table` says so by name. PostgreSQL changes it in place.
+        use migration_crate::tag_refs;
+        let db = &t.db;
+        Schema::new(db.get_database_backend())
+            .builder()
+            .register(tags::Entity)
+            .register(tag_refs::Entity)
+            .sync(db)
+            .await
+            .unwrap();
+        let counters = tag_refs::counters().untyped();
+        let created = counters.create_table(db).await;
+        if t.backend == Backend::MySql {
+            let err = created.unwrap_err();
+            assert!(
+                matches!(&err, CounterError::TableShape { table, column: "owner_id", .. } if table == "tag_refs"),
+                "{err}"
+            );
+            assert_eq!(err.kind(), ErrorKind::Misuse);
+            eprintln!("[mysql] {err}");
+        } else {
+            created.unwrap();
+            tags::ActiveModel {
+                slug: Set("Ann".into()),
+            }
+            .insert(db)
+            .await
+            .unwrap();
+            counters.add(db, "Ann".into(), "uses", 2).await.unwrap();
+            assert_eq!(
+                counters.get(db, "Ann".into(), "uses").await.unwrap(),
+                2,
+                "[{}]",
+                t.backend
+            );
+            tags::Entity::delete_by_id("Ann").exec(db).await.unwrap();
+            assert_eq!(
+                counters.get(db, "Ann".into(), "uses").await.unwrap(),
+                0,
+                "[{}] cascade",
+                t.backend
+            );
+        }
+        t.finish().await;
+    }
+}
+
 backend_test! {
     #[tokio::test(flavor = "multi_thread")]
     #[label = "adoption_cascade_migration"]
     async fn cascade_migration_turns_the_reference_on_and_off(t: TestDb) {
         let db = &t.db;
         app_tables(db).await;
+        let counters = notes::Entity::counters();
+        let table = || counters.table().name().to_owned();
+        let buckets = || counters.table().bucket_table().unwrap();
+        assert_eq!(
+            counters.check_table(db).await.unwrap(),
+            [
+                TableDrift::Missing { table: table() },
+                TableDrift::Missing { table: buckets() }
+            ],
+            "[{}]",
+            t.backend
+        );
         // The table as first declared: no reference to its owner.
         let v1 = migration_crate::note_counters_v1::counters();
         up(db, &v1.migration()).await;
+        assert_eq!(v1.check_table(db).await.unwrap(), [], "[{}]", t.backend);
+        // The declaration now says `cascade`; the migration that ran did
+        // not: the check says what to run.
+        let drifts = counters.check_table(db).await.unwrap();
+        assert_eq!(
+            drifts,
+            [
+                TableDrift::CascadeMissing { table: table() },
+                TableDrift::CascadeMissing { table: buckets() }
+            ],
+            "[{}]",
+            t.backend
+        );
+        eprintln!("[{}] {}", t.backend, drifts[0]);
         new_note(db, 1).await;
         new_note(db, 2).await;
         for owner in [1, 2, 3] {
@@ -345,7 +548,21 @@ backend_test! {
         up_in_transaction(db, &cascade).await;
         // Applying it again changes nothing (the state already matches).
         up_in_transaction(db, &cascade).await;
-        let counters = notes::Entity::counters();
+        assert_eq!(
+            counters.check_table(db).await.unwrap(),
+            [],
+            "[{}]",
+            t.backend
+        );
+        assert_eq!(
+            v1.check_table(db).await.unwrap(),
+            [
+                TableDrift::CascadeUndeclared { table: table() },
+                TableDrift::CascadeUndeclared { table: buckets() }
+            ],
+            "[{}]",
+            t.backend
+        );
         assert_eq!(
             counters.get(db, 3, Key::Likes).await.unwrap(),
             0,
@@ -462,7 +679,12 @@ backend_test! {
             tag_counters.add(db, slug.into(), "uses", 3).await.unwrap();
         }
         // Only "ABC" has a row, however the owner table compares strings.
-        assert_eq!(tag_counters.purge_orphans(db).await.unwrap(), 2, "[{}]", t.backend);
+        assert_eq!(
+            tag_counters.purge_orphans(db).await.unwrap(),
+            2,
+            "[{}]",
+            t.backend
+        );
         for (slug, uses) in [("ABC", 3), ("abc", 0), ("Abc", 0)] {
             let got = tag_counters.get(db, slug.into(), "uses").await.unwrap();
             assert_eq!(got, uses, "[{}] {slug}", t.backend);

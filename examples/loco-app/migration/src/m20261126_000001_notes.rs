@@ -1,3 +1,4 @@
+use loco_rs::schema::table_auto_tz;
 use sea_orm_migration::{prelude::*, schema::*};
 
 #[derive(DeriveMigrationName)]
@@ -15,8 +16,10 @@ impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager
             .create_table(
-                Table::create()
-                    .table(Notes::Table)
+                // Loco's table: `created_at` and `updated_at` (timestamp with
+                // time zone, default now), as `loco_rs::schema::create_table`
+                // makes them.
+                table_auto_tz(Notes::Table)
                     .col(pk_auto(Notes::Id))
                     .col(string(Notes::Title))
                     .to_owned(),

@@ -1,6 +1,7 @@
-//! `/api/notes`: notes, likes, views and comments. Every counter call's
-//! `?` turns a `CounterError` into Loco's error by its kind (counter-core's
-//! `loco` feature): bad input 400, transient 503, the rest 500.
+//! `/api/notes`: notes, likes, views and comments (added, edited or moved
+//! to another note, deleted). Every counter call's `?` turns a
+//! `CounterError` into Loco's error by its kind (counter-core's `loco`
+//! feature): bad input 400, transient 503, the rest 500.
 
 use counter_core::{CounterCache, SlottedCounter};
 use loco_rs::prelude::*;
@@ -17,6 +18,13 @@ pub struct NewNote {
 #[derive(Deserialize)]
 pub struct NewComment {
     pub body: String,
+}
+
+#[derive(Deserialize)]
+pub struct CommentChanges {
+    pub body: Option<String>,
+    /// Moves the comment to another note.
+    pub note_id: Option<i32>,
 }
 
 #[derive(Serialize)]
@@ -77,6 +85,28 @@ async fn comment(
     format::json(comment)
 }
 
+async fn edit_comment(
+    State(ctx): State<AppContext>,
+    Path(id): Path<i32>,
+    Json(changes): Json<CommentChanges>,
+) -> Result<Response> {
+    let Some(row) = comments::Entity::find_by_id(id).one(&ctx.db).await? else {
+        return not_found();
+    };
+    let mut am = row.into_active_model();
+    if let Some(body) = changes.body {
+        am.body = Set(body);
+    }
+    if let Some(note_id) = changes.note_id {
+        am.note_id = Set(note_id);
+    }
+    // The model's `before_save` stamps `updated_at`, then moves the count
+    // from the old note to the new one; `update_counted` runs it all in
+    // one transaction.
+    let comment = comments::Entity::update_counted(&ctx.db, am).await?;
+    format::json(comment)
+}
+
 async fn uncomment(State(ctx): State<AppContext>, Path(id): Path<i32>) -> Result<Response> {
     let Some(row) = comments::Entity::find_by_id(id).one(&ctx.db).await? else {
         return not_found();
@@ -92,5 +122,5 @@ pub fn routes() -> Routes {
         .add("/notes/{id}", get(show))
         .add("/notes/{id}/like", post(like))
         .add("/notes/{id}/comments", post(comment))
-        .add("/comments/{id}", delete(uncomment))
+        .add("/comments/{id}", patch(edit_comment).delete(uncomment))
 }
