@@ -24,7 +24,7 @@ use lapin::{
 };
 
 use crate::{
-    error::MqError,
+    error::{BrokerError, MqError},
     message::CounterMessage,
     publish::{Publish, Sent, retry_until},
     source::Source,
@@ -32,6 +32,13 @@ use crate::{
 
 /// The longest one publish waits for its confirm before it is sent again.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a reading of the queue's length serves as the lag.
+const LAG_READING_AGE: Duration = Duration::from_secs(1);
+
+/// How long the consumer waits for the queue's length before it goes on
+/// without.
+const LAG_READING_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Margin added to the queue's message TTL in the redelivery horizon (a
 /// publisher's retries of one id, clocks that disagree).
@@ -141,6 +148,8 @@ pub struct AmqpSource {
     prefetch: u16,
     source: String,
     link: Option<Link>,
+    /// The queue's ready messages, and when they were asked.
+    lag: Option<(Instant, u64)>,
 }
 
 /// One connection's channel and consumer.
@@ -196,6 +205,7 @@ impl AmqpSource {
             settings,
             prefetch,
             link: Some(link),
+            lag: None,
         })
     }
 
@@ -204,6 +214,19 @@ impl AmqpSource {
     pub fn source_name(mut self, source: impl Into<String>) -> Self {
         self.source = source.into();
         self
+    }
+
+    /// Closes the channel and connection, bounded: the broker requeues at
+    /// once every delivery left unsettled on them. The next fetch connects
+    /// again.
+    async fn hang_up(&mut self, reason: &str) {
+        if let Some(link) = self.link.take() {
+            let close = async {
+                let _ = link.channel.close(200, reason.into()).await;
+                let _ = link.connection.close(200, reason.into()).await;
+            };
+            let _ = tokio::time::timeout(ATTEMPT_TIMEOUT, close).await;
+        }
     }
 
     /// The live link, made again if it was lost.
@@ -230,11 +253,7 @@ async fn bounded<T>(
 ) -> Result<T, MqError> {
     tokio::time::timeout(ATTEMPT_TIMEOUT, work)
         .await
-        .unwrap_or_else(|_| {
-            Err(MqError::Broker(format!(
-                "{what}: no answer within {ATTEMPT_TIMEOUT:?}"
-            )))
-        })
+        .unwrap_or_else(|_| Err(MqError::from(BrokerError::timed_out(what, ATTEMPT_TIMEOUT))))
 }
 
 /// Settles a delivery, bounded; `Ok(false)` from lapin's acker means the
@@ -246,8 +265,9 @@ async fn settle(
     if bounded(what, async { Ok(work.await?) }).await? {
         Ok(())
     } else {
-        Err(MqError::Broker(format!(
-            "{what}: the channel is closed (the broker requeues it)"
+        Err(MqError::from(BrokerError::refused(
+            what,
+            "the channel is closed (the broker requeues it)",
         )))
     }
 }
@@ -280,7 +300,10 @@ impl Source for AmqpSource {
                     break;
                 }
                 Ok(None) => {
-                    lost = Some(MqError::Broker("the consumer was cancelled".into()));
+                    lost = Some(MqError::from(BrokerError::refused(
+                        "fetch",
+                        "the consumer was cancelled",
+                    )));
                     break;
                 }
             }
@@ -307,8 +330,36 @@ impl Source for AmqpSource {
         delivery.redelivered
     }
 
-    fn lag(&self, _: &Self::Delivery) -> Option<u64> {
-        None
+    async fn lag(&mut self, _last: &Self::Delivery) -> Option<u64> {
+        if let Some((asked, lag)) = self.lag
+            && asked.elapsed() < LAG_READING_AGE
+        {
+            return Some(lag);
+        }
+        // A passive declare answers with the queue's ready messages (those
+        // not handed to any consumer yet): one round trip, at most once per
+        // `LAG_READING_AGE`, bounded so a slow broker never holds a batch.
+        let channel = &self.link.as_ref()?.channel;
+        let declare = channel.queue_declare(
+            self.settings.name.as_str().into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        );
+        match tokio::time::timeout(LAG_READING_TIMEOUT, declare).await {
+            Ok(Ok(queue)) => {
+                let lag = u64::from(queue.message_count());
+                self.lag = Some((Instant::now(), lag));
+                Some(lag)
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "counter consumer: the queue's length is unknown");
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     async fn ack(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
@@ -322,11 +373,17 @@ impl Source for AmqpSource {
     }
 
     async fn reject(&mut self, delivery: &Self::Delivery) -> Result<(), MqError> {
-        settle(
+        let rejected = settle(
             "reject",
             delivery.reject(BasicRejectOptions { requeue: false }),
         )
-        .await
+        .await;
+        if rejected.is_err() {
+            // The next `multiple` acknowledgement would cover this delivery
+            // and settle it as done instead of dead-lettered.
+            self.hang_up("a rejection failed").await;
+        }
+        rejected
     }
 
     async fn release(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
@@ -346,17 +403,7 @@ impl Source for AmqpSource {
     }
 
     async fn close(&mut self) {
-        // Unacknowledged deliveries of a closed channel are requeued at once.
-        if let Some(link) = self.link.take() {
-            let _ = link
-                .channel
-                .close(200, "counter consumer stopped".into())
-                .await;
-            let _ = link
-                .connection
-                .close(200, "counter consumer stopped".into())
-                .await;
-        }
+        self.hang_up("counter consumer stopped").await;
     }
 
     async fn redelivery_horizon(&mut self) -> Result<Option<Duration>, MqError> {
@@ -463,16 +510,14 @@ impl AmqpPublisher {
                 .await
         })
         .await
-        .map_err(|_| MqError::Broker(format!("no confirm within {ATTEMPT_TIMEOUT:?}")))??;
+        .map_err(|_| BrokerError::timed_out("publish", ATTEMPT_TIMEOUT))??;
         if confirm.is_ack() {
             Ok(Sent {
                 id: message.id().to_owned(),
                 duplicate: false,
             })
         } else {
-            Err(MqError::Broker(
-                "the broker did not confirm the message".into(),
-            ))
+            Err(BrokerError::refused("publish", "the broker did not confirm the message").into())
         }
     }
 }

@@ -329,8 +329,12 @@ impl<S: Source> Consumer<S> {
     async fn process(&mut self, deliveries: Vec<S::Delivery>, shutdown: &mut Shutdown) {
         let meter = self.meter.0.clone();
         Meter::bump(&meter.messages, deliveries.len() as u64);
-        if let Some(lag) = deliveries.last().and_then(|d| self.source.lag(d)) {
-            meter.lag.store(lag, std::sync::atomic::Ordering::Relaxed);
+        if let Some(last) = deliveries.last()
+            && let Some(lag) = self.source.lag(last).await
+        {
+            meter
+                .lag
+                .store(lag.saturating_add(1), std::sync::atomic::Ordering::Relaxed);
         }
         let mut good = Vec::with_capacity(deliveries.len());
         let mut checked = Vec::with_capacity(deliveries.len());
@@ -392,6 +396,7 @@ impl<S: Source> Consumer<S> {
                         applied = applied.applied,
                         duplicates = applied.duplicates,
                         statements = applied.statements,
+                        lag = ?meter.lag.load(std::sync::atomic::Ordering::Relaxed).checked_sub(1),
                         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
                         "counter consumer: batch committed"
                     );
@@ -438,10 +443,16 @@ impl<S: Source> Consumer<S> {
     }
 
     async fn reject(&mut self, delivery: &S::Delivery, rejection: &Rejection) {
-        Meter::bump(&self.meter.0.rejected, 1);
-        tracing::warn!(%rejection, "counter consumer: message rejected for good");
-        if let Err(error) = self.source.reject(delivery).await {
-            tracing::warn!(%error, "counter consumer: could not reject a message; it will be redelivered and rejected again");
+        match self.source.reject(delivery).await {
+            Ok(()) => {
+                // Counted once it is settled: one whose rejection failed
+                // comes back and is counted then.
+                Meter::bump(&self.meter.0.rejected, 1);
+                tracing::warn!(%rejection, "counter consumer: message rejected for good");
+            }
+            Err(error) => {
+                tracing::warn!(%rejection, %error, "counter consumer: could not reject a message; it will be redelivered and rejected again");
+            }
         }
     }
 

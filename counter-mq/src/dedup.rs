@@ -86,13 +86,28 @@ pub(crate) async fn probe(db: &DatabaseConnection, source: &str) -> Result<(), M
     let txn = db.begin().await?;
     let probed = record_new(&txn, source, &["counter-mq:probe"]).await;
     txn.rollback().await?;
-    probed.map(drop).map_err(|error| {
-        MqError::Counter(counter_core::CounterError::from(DbErr::Custom(format!(
-            "the dedup table `{APPLIED_MESSAGES}` cannot take a batch ({error}): run \
-             `AppliedMessagesMigration` (or `counter_mq::create_table`); MySQL needs MariaDB \
-             10.5+ for `INSERT ... RETURNING`"
-        ))))
+    let Err(error) = probed else { return Ok(()) };
+    if db.get_database_backend() == DbBackend::MySql && !is_mariadb(db).await {
+        return Err(MqError::Counter(
+            counter_core::CounterError::UnsupportedBackend(
+                "MySQL has no `INSERT ... RETURNING`, which a batch's dedup insert needs: \
+             counter-mq runs on MariaDB 10.5+, PostgreSQL and SQLite 3.35+"
+                    .into(),
+            ),
+        ));
+    }
+    Err(MqError::SchemaMissing {
+        table: APPLIED_MESSAGES.into(),
+        hint: "run `AppliedMessagesMigration` (or `counter_mq::create_table`)",
+        source: Box::new(error),
     })
+}
+
+async fn is_mariadb(db: &DatabaseConnection) -> bool {
+    let version = db
+        .query_one_raw(Statement::from_string(DbBackend::MySql, "SELECT VERSION()"))
+        .await;
+    matches!(version, Ok(Some(row)) if row.try_get_by_index::<String>(0).is_ok_and(|v| v.contains("MariaDB")))
 }
 
 /// Records `ids` of `source` as applied and returns the ones that were new:

@@ -3,15 +3,19 @@
 
 use std::time::Duration;
 
-use counter_core::CounterError;
+use counter_core::{CounterError, ErrorKind};
 
 /// What went wrong in a publisher, in setting up a consumer, or in a
 /// consumer that stopped. Brokers and databases that fail *while* a
 /// consumer runs do not end it: the batch is retried with backoff.
+///
+/// Callers that only need to know what to do match on [`MqError::kind`],
+/// the same [`ErrorKind`] as counter-core's errors.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MqError {
-    /// A setting is out of its range.
+    /// A setting is out of its range, or an existing stream or durable
+    /// consumer is configured in a way that breaks the guarantees.
     #[error("invalid counter-mq setting: {0}")]
     InvalidSetting(String),
     /// The dedup rows would be pruned before the broker stops redelivering:
@@ -31,12 +35,43 @@ pub enum MqError {
     /// A message could not be built (a bad key, owner or delta).
     #[error("invalid message: {0}")]
     Message(#[from] Rejection),
-    /// The broker refused or did not confirm in time.
-    #[error("broker: {0}")]
-    Broker(String),
-    /// The database failed (the dedup table is missing, a connection broke).
+    /// The broker failed, refused or did not answer in time.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// A table the consumer writes is missing or cannot take a batch: the
+    /// dedup table (run [`AppliedMessagesMigration`](crate::AppliedMessagesMigration))
+    /// or a registered counter table (run its migration). Checked when the
+    /// consumer starts, so it fails by name instead of retrying every batch.
+    #[error("the table `{table}` cannot take a batch: {hint} ({source})")]
+    SchemaMissing {
+        /// The table.
+        table: String,
+        /// What to do.
+        hint: &'static str,
+        /// The database's own error.
+        #[source]
+        source: Box<sea_orm::DbErr>,
+    },
+    /// The database failed (a connection broke), or refused a counter write.
     #[error(transparent)]
     Counter(#[from] CounterError),
+}
+
+impl MqError {
+    /// What the caller can do about it: fix the code or the deployment
+    /// ([`ErrorKind::Misuse`], [`ErrorKind::SchemaMissing`]), fix the input
+    /// ([`ErrorKind::InvalidInput`], [`ErrorKind::Overflow`]), or retry
+    /// later ([`ErrorKind::Transient`]: every broker failure).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidSetting(_) | Self::RetentionTooShort { .. } => ErrorKind::Misuse,
+            Self::Message(Rejection::Overflow(_)) => ErrorKind::Overflow,
+            Self::Message(_) => ErrorKind::InvalidInput,
+            Self::Broker(_) => ErrorKind::Transient,
+            Self::SchemaMissing { .. } => ErrorKind::SchemaMissing,
+            Self::Counter(error) => error.kind(),
+        }
+    }
 }
 
 impl From<sea_orm::DbErr> for MqError {
@@ -47,13 +82,77 @@ impl From<sea_orm::DbErr> for MqError {
 
 impl From<async_nats::Error> for MqError {
     fn from(error: async_nats::Error) -> Self {
-        Self::Broker(error.to_string())
+        Self::Broker(BrokerError::new("JetStream", error))
     }
 }
 
 impl From<lapin::Error> for MqError {
     fn from(error: lapin::Error) -> Self {
-        Self::Broker(error.to_string())
+        Self::Broker(BrokerError::new("RabbitMQ", error))
+    }
+}
+
+/// A broker failed, refused or did not answer in time: what the client
+/// was doing, and the client's own error as [`source`](std::error::Error::source)
+/// (an `async_nats` or `lapin` error, downcast to inspect it). Always worth
+/// retrying later ([`ErrorKind::Transient`]); a publisher has already
+/// retried it with the same id until its deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("broker: {action}: {detail}")]
+pub struct BrokerError {
+    action: String,
+    detail: String,
+    timed_out: bool,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BrokerError {
+    /// The client failed with `source` while doing `action`.
+    pub(crate) fn new(
+        action: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        let source = source.into();
+        Self {
+            action: action.into(),
+            detail: source.to_string(),
+            timed_out: false,
+            source: Some(source),
+        }
+    }
+
+    /// No answer to `action` within `after`.
+    pub(crate) fn timed_out(action: impl Into<String>, after: Duration) -> Self {
+        Self {
+            action: action.into(),
+            detail: format!("no answer within {after:?}"),
+            timed_out: true,
+            source: None,
+        }
+    }
+
+    /// The broker answered `action` with a refusal the client does not
+    /// report as an error (a negative confirm, a closed channel).
+    pub(crate) fn refused(action: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            action: action.into(),
+            detail: detail.into(),
+            timed_out: false,
+            source: None,
+        }
+    }
+
+    /// What the client was doing: `publish`, `fetch`, `ack`, `connect`,
+    /// `stream <name>`, ...
+    pub fn action(&self) -> &str {
+        &self.action
+    }
+
+    /// Whether the broker did not answer in time (rather than answering
+    /// with an error).
+    pub fn is_timeout(&self) -> bool {
+        self.timed_out
     }
 }
 
@@ -110,4 +209,59 @@ pub enum Rejection {
     /// database (a slot that would overflow).
     #[error("overflow: {0}")]
     Overflow(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn every_error_has_the_kind_a_caller_acts_on() {
+        let timed_out = MqError::from(BrokerError::timed_out("publish", Duration::from_secs(5)));
+        assert_eq!(timed_out.kind(), ErrorKind::Transient);
+        assert_eq!(
+            timed_out.to_string(),
+            "broker: publish: no answer within 5s"
+        );
+        let MqError::Broker(broker) = &timed_out else {
+            unreachable!()
+        };
+        assert!(broker.is_timeout());
+        assert_eq!(broker.action(), "publish");
+
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let failed = MqError::from(BrokerError::new("fetch", io));
+        assert_eq!(failed.to_string(), "broker: fetch: reset");
+        // `Broker` is transparent: its source is the client's error.
+        let source = failed.source();
+        assert!(
+            source.is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()),
+            "the client's own error is kept as the source"
+        );
+
+        let missing = MqError::SchemaMissing {
+            table: "counter_applied_messages".into(),
+            hint: "run `AppliedMessagesMigration`",
+            source: Box::new(sea_orm::DbErr::Custom("no such table".into())),
+        };
+        assert_eq!(missing.kind(), ErrorKind::SchemaMissing);
+        assert_eq!(
+            MqError::Message(Rejection::Overflow("views".into())).kind(),
+            ErrorKind::Overflow
+        );
+        assert_eq!(
+            MqError::Message(Rejection::BadTime(0)).kind(),
+            ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            MqError::InvalidSetting("prefetch".into()).kind(),
+            ErrorKind::Misuse
+        );
+        assert_eq!(
+            MqError::from(CounterError::UnsupportedBackend("MySQL".into())).kind(),
+            ErrorKind::Misuse
+        );
+    }
 }

@@ -80,7 +80,7 @@ pub use consumer::{Consumer, ConsumerBuilder, Retention};
 pub use dedup::{
     APPLIED_MESSAGES, AppliedMessagesMigration, applied_count, create_table, drop_table,
 };
-pub use error::{MqError, Rejection};
+pub use error::{BrokerError, MqError, Rejection};
 #[doc(hidden)]
 pub use fault::FaultPoint;
 /// The RabbitMQ client this crate uses.

@@ -15,7 +15,7 @@ use async_nats::jetstream::{
 use futures_util::StreamExt;
 
 use crate::{
-    error::MqError,
+    error::{BrokerError, MqError},
     message::CounterMessage,
     publish::{Publish, Sent, retry_until},
     source::Source,
@@ -70,7 +70,12 @@ pub async fn ensure_stream(js: &Context, settings: &StreamSettings) -> Result<()
     })
     .await
     .map(drop)
-    .map_err(|e| MqError::Broker(format!("creating stream {}: {e}", settings.name)))
+    .map_err(|e| {
+        MqError::from(BrokerError::new(
+            format!("creating stream {}", settings.name),
+            e,
+        ))
+    })
 }
 
 /// Settings of the durable consumer a [`JetStreamSource`] reads through.
@@ -123,7 +128,7 @@ impl JetStreamSource {
         let handle = js
             .get_stream(stream)
             .await
-            .map_err(|e| MqError::Broker(format!("stream {stream}: {e}")))?;
+            .map_err(|e| MqError::from(BrokerError::new(format!("stream {stream}"), e)))?;
         let consumer = handle
             .get_or_create_consumer(
                 &settings.durable,
@@ -137,7 +142,12 @@ impl JetStreamSource {
                 },
             )
             .await
-            .map_err(|e| MqError::Broker(format!("consumer {}: {e}", settings.durable)))?;
+            .map_err(|e| {
+                MqError::from(BrokerError::new(
+                    format!("consumer {}", settings.durable),
+                    e,
+                ))
+            })?;
         // An existing durable is used as it is: refuse one whose settings
         // break the guarantees (no acknowledgements: a crash loses the
         // batch; a delivery limit: an outage drops good messages).
@@ -177,7 +187,7 @@ impl Source for JetStreamSource {
             .expires(wait)
             .messages()
             .await
-            .map_err(|e| MqError::Broker(format!("fetch: {e}")))?;
+            .map_err(|e| MqError::from(BrokerError::new("fetch", e)))?;
         let mut deliveries = Vec::new();
         while let Some(message) = batch.next().await {
             match message {
@@ -185,7 +195,7 @@ impl Source for JetStreamSource {
                 // What came before the error is kept: it is processed and
                 // acknowledged like any batch.
                 Err(e) if deliveries.is_empty() => {
-                    return Err(MqError::Broker(format!("fetch: {e}")));
+                    return Err(MqError::from(BrokerError::new("fetch", e)));
                 }
                 Err(_) => break,
             }
@@ -201,8 +211,9 @@ impl Source for JetStreamSource {
         delivery.info().is_ok_and(|info| info.delivered > 1)
     }
 
-    fn lag(&self, delivery: &Self::Delivery) -> Option<u64> {
-        delivery.info().ok().map(|info| info.pending)
+    async fn lag(&mut self, last: &Self::Delivery) -> Option<u64> {
+        // The server says with every delivery: no round trip.
+        last.info().ok().map(|info| info.pending)
     }
 
     async fn ack(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
@@ -224,15 +235,14 @@ impl Source for JetStreamSource {
     }
 
     async fn redelivery_horizon(&mut self) -> Result<Option<Duration>, MqError> {
-        let mut stream = self
-            .js
-            .get_stream(&self.stream)
-            .await
-            .map_err(|e| MqError::Broker(format!("stream {}: {e}", self.stream)))?;
+        let mut stream =
+            self.js.get_stream(&self.stream).await.map_err(|e| {
+                MqError::from(BrokerError::new(format!("stream {}", self.stream), e))
+            })?;
         let info = stream
             .info()
             .await
-            .map_err(|e| MqError::Broker(format!("stream {}: {e}", self.stream)))?;
+            .map_err(|e| MqError::from(BrokerError::new(format!("stream {}", self.stream), e)))?;
         let max_age = info.config.max_age;
         Ok((!max_age.is_zero()).then(|| max_age + HORIZON_MARGIN))
     }
@@ -289,9 +299,9 @@ impl Publish for JetStreamPublisher {
                 .js
                 .send_publish(subject.clone(), publish)
                 .await
-                .map_err(|e| MqError::Broker(format!("publish: {e}")))?
+                .map_err(|e| MqError::from(BrokerError::new("publish", e)))?
                 .await
-                .map_err(|e| MqError::Broker(format!("publish acknowledgement: {e}")))?;
+                .map_err(|e| MqError::from(BrokerError::new("publish acknowledgement", e)))?;
             Ok(Sent {
                 id: message.id().to_owned(),
                 duplicate: ack.duplicate,

@@ -8,7 +8,7 @@ use counter_core::{Counters, DeltaBatch, KeyOf, KeySpace, OwnerId};
 use serde::Serialize;
 
 use crate::{
-    error::{MqError, Rejection},
+    error::{BrokerError, MqError, Rejection},
     message::{Change, CounterMessage},
 };
 
@@ -104,14 +104,10 @@ where
     let mut pause = std::time::Duration::from_millis(50);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let outcome =
-            tokio::time::timeout(left.max(std::time::Duration::from_millis(1)), attempt())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(MqError::Broker(
-                        "no confirmation before the deadline".into(),
-                    ))
-                });
+        let left = left.max(std::time::Duration::from_millis(1));
+        let outcome = tokio::time::timeout(left, attempt())
+            .await
+            .unwrap_or_else(|_| Err(BrokerError::timed_out("publish", left).into()));
         match outcome {
             Ok(sent) => return Ok(sent),
             Err(error @ MqError::Message(_)) => return Err(error),

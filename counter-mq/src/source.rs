@@ -32,8 +32,11 @@ pub trait Source: Send {
     /// Whether the broker delivered this message before.
     fn is_redelivery(&self, delivery: &Self::Delivery) -> bool;
 
-    /// Messages still waiting after this one, if the broker says.
-    fn lag(&self, delivery: &Self::Delivery) -> Option<u64>;
+    /// Messages still waiting in the broker after `last` (the last
+    /// delivery of a batch), if the broker says. Called once per batch;
+    /// an implementation that has to ask the broker may answer from a
+    /// recent reading.
+    fn lag(&mut self, last: &Self::Delivery) -> impl Future<Output = Option<u64>> + Send;
 
     /// Acknowledges `deliveries` (in delivery order): the broker forgets
     /// them. Called only after their transaction committed.

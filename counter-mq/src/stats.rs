@@ -34,8 +34,11 @@ pub struct ConsumerStats {
     pub ack_failures: u64,
     /// Dedup rows pruned.
     pub pruned: u64,
-    /// Messages waiting in the broker after the last batch, if known.
-    pub lag: u64,
+    /// Messages waiting in the broker after the last batch: JetStream's
+    /// pending count, sent with every delivery; RabbitMQ's ready messages
+    /// in the queue, asked at most once a second. `None` until a batch
+    /// came in or when the broker would not say.
+    pub lag: Option<u64>,
 }
 
 /// A clonable view of a running consumer's [`ConsumerStats`].
@@ -61,6 +64,7 @@ pub(crate) struct Meter {
     pub statements: AtomicU64,
     pub ack_failures: AtomicU64,
     pub pruned: AtomicU64,
+    /// [`ConsumerStats::lag`] + 1; 0 for `None`.
     pub lag: AtomicU64,
 }
 
@@ -82,7 +86,7 @@ impl Meter {
             statements: get(&self.statements),
             ack_failures: get(&self.ack_failures),
             pruned: get(&self.pruned),
-            lag: get(&self.lag),
+            lag: get(&self.lag).checked_sub(1),
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::{collections::HashMap, fmt, marker::PhantomData, sync::Arc};
 
 use counter_core::{CounterError, Counters, DeltaBatch, KeySpace, OwnerId, Untyped};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Value};
 use serde::de::DeserializeOwned;
 
 use crate::{
@@ -81,12 +81,12 @@ impl Tables {
                     _ => format!("\"{table}\""),
                 };
                 let probe = format!("SELECT 1 FROM {quoted} WHERE 1 = 0");
-                if let Err(error) = db.execute_unprepared(&probe).await {
-                    return Err(MqError::Counter(CounterError::from(DbErr::Custom(
-                        format!(
-                            "the counter table `{table}` cannot be read ({error}): run its migration"
-                        ),
-                    ))));
+                if let Err(source) = db.execute_unprepared(&probe).await {
+                    return Err(MqError::SchemaMissing {
+                        table: table.to_string(),
+                        hint: "run its migration",
+                        source: Box::new(source),
+                    });
                 }
             }
         }

@@ -13,7 +13,11 @@ use std::{
 };
 
 use counter_core::Counters;
-use counter_mq::{FaultPoint, nats::JetStreamPublisher};
+use counter_mq::{
+    FaultPoint,
+    async_nats::{self, jetstream::Context},
+    nats::JetStreamPublisher,
+};
 use counter_tests::{
     Backend, TestDb, backend_test,
     mq::{
@@ -431,6 +435,7 @@ backend_test! {
                 tally,
                 &[
                     ("messages", stats.messages),
+                    ("redeliveries", stats.redeliveries),
                     ("cuts_mid_batch", proxy.cuts()),
                     ("lost_commit_replies", proxy.fired()),
                     ("failed_attempts", stats.failed_attempts),
@@ -451,22 +456,24 @@ async fn wait_until(done: impl Fn() -> bool) {
     }
 }
 
-/// Publishes `workload` while a consumer runs, and runs `fault` once a
-/// third of it is applied; returns the consumer's counters.
+/// Publishes `workload` (through a client of its own to `publisher_urls`)
+/// while a consumer on `consumer_js` runs, and runs `fault` once a third of
+/// it is applied; returns the consumer's counters.
 async fn publish_and_consume_through<F>(
     t: &TestDb,
     posts: &Counters<i64>,
-    urls: Vec<String>,
+    consumer_js: &Context,
+    publisher_urls: &[String],
     workload: &Workload,
     fault: F,
 ) -> counter_mq::ConsumerStats
 where
     F: std::future::Future<Output = ()>,
 {
-    let js = jetstream(&urls).await;
-    let publisher =
-        AnyPublisher::Nats(JetStreamPublisher::new(js.clone()).retry_for(Duration::from_secs(60)));
-    let source = nats_source_redelivering(&js, "COUNTERS").await;
+    let publisher = AnyPublisher::Nats(
+        JetStreamPublisher::new(jetstream(publisher_urls).await).retry_for(Duration::from_secs(60)),
+    );
+    let source = nats_source_redelivering(consumer_js, "COUNTERS").await;
     let run = consume_until_applied(
         consumer(&t.db, posts)
             .build(source)
@@ -533,8 +540,10 @@ backend_test! {
             .await
             .expect("kill and restart");
         };
+        let urls = [server.url()];
+        let consumer_js = jetstream(&urls).await;
         let stats =
-            publish_and_consume_through(&t, &posts, vec![server.url()], &workload, fault).await;
+            publish_and_consume_through(&t, &posts, &consumer_js, &urls, &workload, fault).await;
         let tally = tally(&t.db, &posts, &workload).await;
         report(
             "mq_nats_restart",
@@ -553,9 +562,12 @@ backend_test! {
 }
 
 backend_test! {
-    /// A private 3-node JetStream cluster, the stream replicated 3 times;
-    /// one node SIGKILLed a third of the way through: publishers and the
-    /// consumer fail over to the others, and every message is applied once.
+    /// A private 3-node JetStream cluster, the stream (and so its durable
+    /// consumer) replicated 3 times. A third of the way through, the node
+    /// that leads the durable consumer, which is also the node the
+    /// consumer's client is connected to, is SIGKILLed: the client
+    /// reconnects to another node, the durable elects a new leader, the
+    /// publishers fail over, and every message is applied once.
     async fn jetstream_cluster_loses_a_node(t: TestDb) {
         let Some(bin) = mq::nats_server(t.backend, "jetstream_cluster_loses_a_node") else {
             return t.finish().await;
@@ -563,17 +575,64 @@ backend_test! {
         let posts = tables(&t.db, "cluster").await;
         let workload = Workload::random("cluster", 2_000, 80, 43, "cl");
         let cluster = Arc::new(NatsCluster::start(&bin).await);
-        {
-            let js = jetstream(&cluster.urls()).await;
-            stream_ready(&js, &test_stream(3)).await;
-        }
-        let victim = cluster.clone();
+        let admin = jetstream(&cluster.urls()).await;
+        stream_ready(&admin, &test_stream(3)).await;
+        // The durable (redelivering after 1 s), bound before anything reads
+        // it, and the node leading it.
+        drop(nats_source_redelivering(&admin, "COUNTERS").await);
+        let names = server_names(&cluster).await;
+        let leader = leader_of(&admin, Led::Durable, None)
+            .await
+            .expect("the durable consumer has a leader");
+        let stream_leader = leader_of(&admin, Led::Stream, None).await;
+        let victim = names
+            .iter()
+            .position(|name| *name == leader)
+            .unwrap_or_else(|| panic!("the leader {leader} is none of {names:?}"));
+        // The consumer's client: connected to the victim, the others next.
+        let first = cluster.nodes[victim].url();
+        let mut urls = vec![first.clone()];
+        urls.extend(cluster.urls().into_iter().filter(|u| *u != first));
+        let client = async_nats::ConnectOptions::new()
+            .retain_servers_order()
+            .connection_timeout(Duration::from_secs(5))
+            .request_timeout(Some(Duration::from_secs(10)))
+            .connect(urls)
+            .await
+            .expect("connect the consumer's client");
+        assert_eq!(
+            client.server_info().server_name,
+            leader,
+            "the consumer's client is connected to the durable's leader"
+        );
+        let killer = cluster.clone();
         let fault = async move {
-            tokio::task::spawn_blocking(move || victim.nodes[0].kill())
+            tokio::task::spawn_blocking(move || killer.nodes[victim].kill())
                 .await
                 .expect("kill a node");
         };
-        let stats = publish_and_consume_through(&t, &posts, cluster.urls(), &workload, fault).await;
+        let stats = publish_and_consume_through(
+            &t,
+            &posts,
+            &async_nats::jetstream::new(client.clone()),
+            &cluster.urls(),
+            &workload,
+            fault,
+        )
+        .await;
+        // The kill mattered: the client connected again, elsewhere, and
+        // the durable is led by another node.
+        let connects = client.statistics().connects.load(Ordering::Relaxed);
+        let now_on = client.server_info().server_name;
+        assert!(
+            connects >= 2 && now_on != leader,
+            "the consumer's client stayed on {now_on} ({connects} connects); the victim was {leader}"
+        );
+        let new_leader = leader_of(&admin, Led::Durable, Some(&leader)).await;
+        assert!(
+            new_leader.as_ref().is_some_and(|l| *l != leader),
+            "the durable's leader was {leader}, now {new_leader:?}"
+        );
         let tally = tally(&t.db, &posts, &workload).await;
         report(
             "mq_jetstream_cluster",
@@ -583,6 +642,12 @@ backend_test! {
                 ("messages", stats.messages),
                 ("replicas", 3),
                 ("nodes_killed", 1),
+                ("consumer_leader_killed", 1),
+                (
+                    "stream_leader_killed",
+                    u64::from(stream_leader.as_deref() == Some(leader.as_str())),
+                ),
+                ("client_connects", connects),
                 ("redeliveries", stats.redeliveries),
                 ("duplicates_skipped", stats.duplicates_skipped),
                 ("failed_attempts", stats.failed_attempts),
@@ -590,6 +655,53 @@ backend_test! {
         );
         t.finish().await;
     }
+}
+
+/// Each node's server name, by its index in the cluster.
+async fn server_names(cluster: &NatsCluster) -> Vec<String> {
+    let mut names = Vec::new();
+    for url in cluster.urls() {
+        let client = async_nats::connect(url.as_str())
+            .await
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+        names.push(client.server_info().server_name);
+        drop(client);
+    }
+    names
+}
+
+/// What a JetStream RAFT leader leads.
+#[derive(Debug, Clone, Copy)]
+enum Led {
+    Stream,
+    Durable,
+}
+
+/// The server name of the node leading the `COUNTERS` stream or its
+/// durable consumer, once one is elected (and, with `not`, once it is
+/// another node than that one); `None` if none is within 30 s.
+async fn leader_of(js: &Context, led: Led, not: Option<&str>) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    while Instant::now() < deadline {
+        let cluster = match js.get_stream("COUNTERS").await {
+            Ok(mut stream) => match led {
+                Led::Stream => stream.info().await.ok().and_then(|i| i.cluster.clone()),
+                Led::Durable => stream
+                    .consumer_info("counter-writer")
+                    .await
+                    .ok()
+                    .and_then(|i| i.cluster),
+            },
+            Err(_) => None,
+        };
+        last = cluster.and_then(|c| c.leader);
+        if last.as_deref().is_some_and(|leader| not != Some(leader)) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    last
 }
 
 backend_test! {

@@ -1,17 +1,24 @@
 //! Events through each broker: known totals, duplicate publishes inside and
-//! beyond the duplicate window, and messages redelivered after a consumer
-//! took them and never acknowledged.
+//! beyond the duplicate window, messages redelivered after a consumer took
+//! them and never acknowledged, and events published through the typed API.
 
-use std::time::Duration;
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 
-use counter_mq::{Publish, Source};
+use counter_core::{EntityCounters, SlottedCounter};
+use counter_mq::{Consumer, Publish, Retention, Sent, Source, Tables, nats::JetStreamPublisher};
 use counter_tests::{
     TestDb, backend_test,
     mq::{
-        self, AmqpQueue, AnyPublisher, Broker, Bus, PrivateNats, Workload, consume_until_applied,
-        jetstream, nats_source_redelivering, stream_ready, tally, test_stream,
+        self, AmqpQueue, AnyPublisher, Broker, Bus, PrivateNats, Tally, Workload,
+        consume_until_applied, jetstream, nats_source_redelivering, stream_ready, tally,
+        test_stream,
     },
 };
+use entity::post::{self, counters::Key};
+use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::{consumer, report, tables};
 
@@ -59,6 +66,9 @@ backend_test! {
                 "{broker}: {stats:?}"
             );
             assert_eq!(stats.rejected, 0);
+            // Both brokers say how many messages wait (JetStream with each
+            // delivery, RabbitMQ when asked).
+            assert!(stats.lag.is_some(), "{broker}: {stats:?}");
             // 4 statements a batch, a fifth where it refreshed duplicates.
             assert!(
                 (4 * stats.batches..=5 * stats.batches).contains(&stats.statements),
@@ -268,6 +278,8 @@ backend_test! {
                 tally,
                 &[
                     ("messages", stats.messages),
+                    ("redeliveries", stats.redeliveries),
+                    ("duplicates_skipped", stats.duplicates_skipped),
                     ("owners", owners.len() as u64),
                     ("stale_reads", stale),
                     ("invalidations", cache.stats().invalidations),
@@ -320,9 +332,194 @@ backend_test! {
                 &format!("mq_id_case_{broker}"),
                 t.backend,
                 tally,
-                &[("messages", stats.messages)],
+                &[
+                    ("messages", stats.messages),
+                    ("redeliveries", stats.redeliveries),
+                    ("duplicates_skipped", stats.duplicates_skipped),
+                ],
             );
         }
         t.finish().await;
     }
+}
+
+/// Typed events per broker, over [`TYPED_OWNERS`] posts.
+const TYPED_EVENTS: usize = 600;
+const TYPED_OWNERS: i64 = 40;
+/// The blog post's keys, in the order of [`post_totals`]' arrays.
+const POST_KEYS: [Key; 3] = [Key::Likes, Key::Comments, Key::Views];
+
+backend_test! {
+    /// 600 events per broker published through the typed API,
+    /// `Publish::publish` with the blog's `post` entity handle and its `Key`
+    /// enum (`views` is counted per day too), on each broker's own
+    /// publisher: every send is confirmed under a new UUIDv7 id, the
+    /// consumer (its tables registered with the typed handle) applies each
+    /// once, and the totals and daily `views` buckets are the sums
+    /// published. A key that is no key, through the untyped handle of the
+    /// same table, is refused by the publisher and never sent.
+    async fn typed_publish_through_each_broker(t: TestDb) {
+        let posts = post::Entity::counters();
+        posts
+            .create_table(&t.db)
+            .await
+            .expect("create post_counters");
+        counter_mq::create_table(&t.db)
+            .await
+            .expect("create the dedup table");
+        for (n, broker) in mq::BROKERS.into_iter().enumerate() {
+            let Some(bus) = Bus::open(broker, t.backend, "typed_publish").await else {
+                continue;
+            };
+            // Posts of each broker's own: both write `post_counters`.
+            let owners: Vec<i64> = (1..=TYPED_OWNERS)
+                .map(|o| 1_000 * (n as i64 + 1) + o)
+                .collect();
+            let mut rng = StdRng::seed_from_u64(90 + n as u64);
+            let events: Vec<(i64, usize, i64)> = (0..TYPED_EVENTS)
+                .map(|_| {
+                    (
+                        owners[rng.random_range(0..owners.len())],
+                        rng.random_range(0..POST_KEYS.len()),
+                        rng.random_range(-3..=12),
+                    )
+                })
+                .collect();
+            let refused = match &bus {
+                Bus::Nats { js, .. } => {
+                    let publisher = JetStreamPublisher::new(js.clone());
+                    publisher
+                        .publish(&posts.untyped(), owners[0], "not a key!", 1)
+                        .await
+                }
+                Bus::Amqp { queue } => {
+                    queue
+                        .publisher()
+                        .await
+                        .publish(&posts.untyped(), owners[0], "not a key!", 1)
+                        .await
+                }
+            };
+            assert!(
+                refused.is_err(),
+                "{broker}: a bad key was sent: {refused:?}"
+            );
+            let sent = match &bus {
+                Bus::Nats { js, .. } => {
+                    publish_typed(&JetStreamPublisher::new(js.clone()), posts, &events).await
+                }
+                Bus::Amqp { queue } => {
+                    publish_typed(&queue.publisher().await, posts, &events).await
+                }
+            };
+            let ids: HashSet<&str> = sent.iter().map(|s| s.id.as_str()).collect();
+            assert_eq!(ids.len(), TYPED_EVENTS, "{broker}: one new id per event");
+            for s in &sent {
+                assert!(!s.duplicate, "{broker}: {s:?}");
+                let id = uuid::Uuid::parse_str(&s.id).expect("a UUID id");
+                assert_eq!(id.get_version_num(), 7, "{broker}: {s:?}");
+            }
+            let builder = Consumer::builder(t.db.clone(), Tables::new().with(posts))
+                .batch_size(200)
+                .max_wait(Duration::from_millis(50))
+                .retention(Retention::keep_for(Duration::from_secs(48 * 3600)));
+            // Until every event is applied; a message more (the refused one,
+            // had it been sent) fails the count below.
+            let stats = bus
+                .consume(
+                    builder,
+                    &t.db,
+                    TYPED_EVENTS,
+                    TYPED_EVENTS,
+                    Duration::from_secs(60),
+                )
+                .await;
+            let source = bus.source_name();
+            bus.finish().await;
+            assert_eq!(
+                (stats.messages, stats.applied, stats.rejected),
+                (TYPED_EVENTS as u64, TYPED_EVENTS as u64, 0),
+                "{broker}: {stats:?}"
+            );
+            let expected = post_totals(&events);
+            let counts = posts
+                .counts_many(&t.db, &owners)
+                .await
+                .expect("read the totals");
+            let now = chrono::Utc::now();
+            let days = posts
+                .series_many(
+                    &t.db,
+                    &owners,
+                    Key::Views,
+                    now - chrono::Duration::days(2),
+                    now + chrono::Duration::days(1),
+                )
+                .await
+                .expect("the daily views");
+            let mut wrong_totals = 0;
+            for owner in &owners {
+                let want = expected.get(owner).copied().unwrap_or_default();
+                let c = &counts[owner];
+                let in_days: i64 = days[owner].iter().map(|(_, v)| *v).sum();
+                wrong_totals += [c.likes, c.comments, c.views, in_days]
+                    .iter()
+                    .zip([want[0], want[1], want[2], want[2]])
+                    .filter(|(have, want)| **have != *want)
+                    .count() as u64;
+            }
+            // Each event is one message: ids never recorded are lost,
+            // applications beyond one per id doubled.
+            let recorded = counter_mq::applied_count(&t.db, &source)
+                .await
+                .expect("a count");
+            let tally = Tally {
+                lost: (TYPED_EVENTS as u64).saturating_sub(recorded),
+                doubled: stats.applied.saturating_sub(recorded),
+                wrong_totals,
+            };
+            report(
+                &format!("mq_typed_publish_{broker}"),
+                t.backend,
+                tally,
+                &[
+                    ("messages", stats.messages),
+                    ("redeliveries", stats.redeliveries),
+                    ("duplicates_skipped", stats.duplicates_skipped),
+                    ("owners", owners.len() as u64),
+                    ("refused_at_publish", 1),
+                ],
+            );
+        }
+        t.finish().await;
+    }
+}
+
+/// Publishes each `(owner, key index, delta)` event through the typed API,
+/// 16 at a time.
+async fn publish_typed<P: Publish>(
+    publisher: &P,
+    posts: &EntityCounters<post::Entity>,
+    events: &[(i64, usize, i64)],
+) -> Vec<Sent> {
+    use futures_util::{StreamExt, stream};
+    stream::iter(events)
+        .map(|&(owner, key, delta)| async move {
+            publisher
+                .publish(posts, owner, POST_KEYS[key], delta)
+                .await
+                .expect("published")
+        })
+        .buffered(16)
+        .collect()
+        .await
+}
+
+/// Each owner's expected likes, comments and views.
+fn post_totals(events: &[(i64, usize, i64)]) -> HashMap<i64, [i64; 3]> {
+    let mut totals: HashMap<i64, [i64; 3]> = HashMap::new();
+    for &(owner, key, delta) in events {
+        totals.entry(owner).or_default()[key] += delta;
+    }
+    totals
 }

@@ -2,11 +2,14 @@
 //! with known totals, duplicate publishes inside and beyond JetStream's
 //! duplicate window, redeliveries, the consumer's process aborted at three
 //! points, the database connection cut mid-batch, a nats-server killed and
-//! restarted, a 3-node JetStream cluster losing a node, poison messages and
-//! the retention check. Every test asserts totals = the sum over distinct
-//! ids and writes figures (lost and doubled must be 0; `.ci/run` checks).
+//! restarted, a 3-node JetStream cluster losing its consumer's leader,
+//! several consumers sharing one queue, the typed publisher, poison messages
+//! and the retention check. Every test asserts totals = the sum over
+//! distinct ids and writes figures (messages, redeliveries, duplicates
+//! skipped, lost and doubled; lost and doubled must be 0: `.ci/run` checks).
 
 mod buffered;
+mod consumers;
 mod faults;
 mod flows;
 mod poison;
@@ -40,8 +43,20 @@ pub fn consumer(db: &DatabaseConnection, posts: &Counters<i64>) -> ConsumerBuild
         .retention(Retention::keep_for(Duration::from_secs(48 * 3600)))
 }
 
-/// Asserts nothing was lost, doubled or wrong, and writes the figures.
+/// The figures every MQ row carries besides lost, doubled and wrong totals
+/// (which [`report`] adds from its tally).
+const REQUIRED: [&str; 3] = ["messages", "redeliveries", "duplicates_skipped"];
+
+/// Asserts nothing was lost, doubled or wrong, and writes the figures:
+/// `extra` (which must name every figure of [`REQUIRED`]), then lost,
+/// doubled and wrong totals.
 pub fn report(test: &str, backend: impl std::fmt::Display, tally: Tally, extra: &[(&str, u64)]) {
+    for figure in REQUIRED {
+        assert!(
+            extra.iter().any(|(name, _)| *name == figure),
+            "{test}: its figures must include `{figure}`"
+        );
+    }
     let mut pairs = extra.to_vec();
     pairs.extend([
         ("lost", tally.lost),
