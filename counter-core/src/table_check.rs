@@ -54,6 +54,15 @@ pub enum TableDrift {
         /// The table.
         table: String,
     },
+    /// The declared owner table has no such column (or does not exist): a
+    /// wrong `owner` or `owner_column`, which recounts, `purge_orphans`
+    /// and `cascade` would use.
+    OwnerNotFound {
+        /// The owner table as declared (`schema.table`).
+        table: String,
+        /// Its key column as declared.
+        column: String,
+    },
 }
 
 impl fmt::Display for TableDrift {
@@ -84,6 +93,10 @@ impl fmt::Display for TableDrift {
                 f,
                 "`{table}` references its owner but is declared without `cascade`: run `cascade_migration(false)` or declare `cascade`"
             ),
+            Self::OwnerNotFound { table, column } => write!(
+                f,
+                "the declared owner `{table}`.`{column}` is not in the database: check `owner` and `owner_column`"
+            ),
         }
     }
 }
@@ -93,7 +106,8 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// returns every difference, empty when they agree: the table and the
     /// bucket table a windowed key needs exist, their key and string owner
     /// columns compare byte-wise, the key index is there, and the reference
-    /// to the owner is there exactly when `cascade` is declared.
+    /// to the owner is there exactly when `cascade` is declared, and the
+    /// declared owner table has the declared key column.
     ///
     /// Migrations are built from the declaration, but one that already
     /// ran does not change with it: turning `cascade` on or making a key
@@ -103,6 +117,19 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     pub async fn check_table<C: ConnectionTrait>(&self, db: &C) -> Result<Vec<TableDrift>> {
         let dialect = Dialect::of(db)?;
         let mut drifts = Vec::new();
+        if let Some(owner) = self.table().owner() {
+            let found = detach::query_one(db, align::owner_column_exists(dialect, owner)).await?;
+            if found.is_none() {
+                let table = match &owner.schema {
+                    Some(schema) => format!("{schema}.{}", owner.table),
+                    None => owner.table.to_string(),
+                };
+                drifts.push(TableDrift::OwnerNotFound {
+                    table,
+                    column: owner.column.to_string(),
+                });
+            }
+        }
         for (table, layout) in sql::tables(self.table()) {
             let exists = detach::query_one(db, align::table_exists(dialect, &table)).await?;
             if exists.is_none() {

@@ -26,7 +26,7 @@ use lapin::{
 use crate::{
     error::{BrokerError, MqError},
     message::CounterMessage,
-    publish::{Publish, Sent, retry_until},
+    publish::{HORIZON_MARGIN, Publish, Sent, capped_retry, retry_until},
     source::Source,
 };
 
@@ -39,10 +39,6 @@ const LAG_READING_AGE: Duration = Duration::from_secs(1);
 /// How long the consumer waits for the queue's length before it goes on
 /// without.
 const LAG_READING_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// Margin added to the queue's message TTL in the redelivery horizon (a
-/// publisher's retries of one id, clocks that disagree).
-const HORIZON_MARGIN: Duration = Duration::from_secs(3600);
 
 /// The queue counter messages go through.
 #[derive(Debug, Clone)]
@@ -438,10 +434,12 @@ impl AmqpPublisher {
         Ok(publisher)
     }
 
-    /// Gives up after retrying for `retry_for` (default one minute).
+    /// Gives up after retrying for `retry_for` (default one minute; at most
+    /// one hour, the margin the consumer's retention check adds for a
+    /// publisher's retries: longer is cut to it, with a warning).
     #[must_use]
     pub fn retry_for(mut self, retry_for: Duration) -> Self {
-        self.retry_for = retry_for;
+        self.retry_for = capped_retry(retry_for);
         self
     }
 

@@ -46,7 +46,7 @@ impl Retention {
         match (self.0, horizon) {
             (None, _) => true,
             (Some(_), None) => false,
-            (Some(kept), Some(horizon)) => kept >= horizon,
+            (Some(kept), Some(horizon)) => kept > horizon,
         }
     }
 }
@@ -211,6 +211,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const PRUNE_ROUNDS: u32 = 20;
 
 /// A shutdown signal that can be checked without being consumed.
+/// How much longer than `max_wait` a fetch under way at shutdown may take
+/// to end (a JetStream fetch whose expiry notice is late).
+const FETCH_GRACE: Duration = Duration::from_secs(1);
+
 struct Shutdown {
     signal: Pin<Box<dyn Future<Output = ()> + Send>>,
     done: bool,
@@ -295,10 +299,25 @@ impl<S: Source> Consumer<S> {
                 self.prune().await;
                 self.next_prune = Instant::now() + self.prune_every;
             }
+            let mut fetch = Box::pin(self.source.fetch(self.batch_size, self.max_wait));
             let fetched = tokio::select! {
-                fetched = self.source.fetch(self.batch_size, self.max_wait) => fetched,
-                () = shutdown.wait() => break,
+                fetched = &mut fetch => Some(fetched),
+                () = shutdown.wait() => None,
             };
+            let Some(fetched) = fetched else {
+                // A fetch dropped half-way strands what the broker already
+                // sent it (JetStream redelivers that only after `ack_wait`):
+                // let it end, within `max_wait` and a grace, and give back
+                // what it got.
+                let rest = tokio::time::timeout(self.max_wait + FETCH_GRACE, fetch).await;
+                if let Ok(Ok(deliveries)) = rest
+                    && !deliveries.is_empty()
+                {
+                    self.release(&deliveries).await;
+                }
+                break;
+            };
+            drop(fetch);
             match fetched {
                 Ok(deliveries) => {
                     failures = 0;

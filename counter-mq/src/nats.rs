@@ -17,13 +17,9 @@ use futures_util::StreamExt;
 use crate::{
     error::{BrokerError, MqError},
     message::CounterMessage,
-    publish::{Publish, Sent, retry_until},
+    publish::{HORIZON_MARGIN, Publish, Sent, capped_retry, retry_until},
     source::Source,
 };
-
-/// A margin added to the stream's `max_age` in the redelivery horizon: a
-/// publisher's retries of one id, and clocks that disagree.
-const HORIZON_MARGIN: Duration = Duration::from_secs(3600);
 
 /// The stream counter messages are published to; [`ensure_stream`]
 /// creates it when missing.
@@ -277,11 +273,12 @@ impl JetStreamPublisher {
     }
 
     /// Gives up (an error; the message may or may not be stored) after
-    /// retrying for `retry_for`. Keep it well inside the dedup retention's
-    /// margin (one hour).
+    /// retrying for `retry_for`: at most one hour, the margin the
+    /// consumer's retention check adds for a publisher's retries (longer is
+    /// cut to it, with a warning).
     #[must_use]
     pub fn retry_for(mut self, retry_for: Duration) -> Self {
-        self.retry_for = retry_for;
+        self.retry_for = capped_retry(retry_for);
         self
     }
 }

@@ -92,6 +92,24 @@ where
     Ok(message)
 }
 
+/// What a redelivery horizon adds to the broker's own retention (a
+/// stream's `max_age`, a queue's message TTL): a publisher's retries of one
+/// id, which may store a second copy that long after the first, and clocks
+/// that disagree.
+pub(crate) const HORIZON_MARGIN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A publisher's `retry_for`, kept inside [`HORIZON_MARGIN`]: a copy stored
+/// later than that could outlive its dedup row.
+pub(crate) fn capped_retry(retry_for: std::time::Duration) -> std::time::Duration {
+    if retry_for > HORIZON_MARGIN {
+        tracing::warn!(
+            ?retry_for,
+            "counter publisher: retry_for is cut to one hour, the margin of the consumer's dedup retention"
+        );
+    }
+    retry_for.min(HORIZON_MARGIN)
+}
+
 /// Runs `attempt` until it succeeds or `deadline` passes (then its last
 /// error), pausing 50 ms doubling to 2 s between attempts; an attempt that
 /// hangs (a broker that took the message and is gone) is abandoned at the

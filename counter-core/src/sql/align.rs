@@ -14,7 +14,7 @@
 use sea_orm::{QueryResult, Statement, Value};
 
 use super::{Dialect, col, ddl::key_index_name};
-use crate::owner::OwnerColumn;
+use crate::{owner::OwnerColumn, table::OwnerTable};
 
 /// The collation a column must have, per dialect; `None`: whatever it has.
 pub(crate) fn wanted_collation(
@@ -93,6 +93,30 @@ pub(crate) fn table_exists(dialect: Dialect, table: &str) -> Statement {
         Dialect::Sqlite => "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
     };
     Statement::from_sql_and_values(dialect.backend(), sql, [Value::from(table)])
+}
+
+/// A row if the owner table has the declared key column.
+pub(crate) fn owner_column_exists(dialect: Dialect, owner: &OwnerTable) -> Statement {
+    let schema = owner.schema.as_deref().map(str::to_owned);
+    let (table, column) = (owner.table.as_ref(), owner.column.as_ref());
+    let sql = match dialect {
+        Dialect::MySql => {
+            "SELECT 1 FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?"
+        }
+        Dialect::Postgres => {
+            "SELECT 1 FROM information_schema.columns \
+             WHERE table_schema = COALESCE($1, current_schema()) AND table_name = $2 AND column_name = $3"
+        }
+        Dialect::Sqlite => {
+            "SELECT 1 FROM pragma_table_info(?2, COALESCE(?1, 'main')) WHERE name = ?3"
+        }
+    };
+    Statement::from_sql_and_values(
+        dialect.backend(),
+        sql,
+        [Value::from(schema), Value::from(table), Value::from(column)],
+    )
 }
 
 /// A row if `table` has its key index (on MySQL a table that existed

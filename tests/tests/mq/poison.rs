@@ -172,11 +172,20 @@ backend_test! {
                 matches!(short, Err(MqError::RetentionTooShort { horizon: Some(h), .. }) if h == Duration::from_secs(600 + 3600)),
                 "{short:?}"
             );
-            consumer(&t.db, &posts)
+            // The rows must outlive the horizon: equal is not enough.
+            let equal = consumer(&t.db, &posts)
                 .retention(Retention::keep_for(Duration::from_secs(600 + 3600)))
                 .build(nats_source(&js, "COUNTERS").await)
+                .await;
+            assert!(
+                matches!(equal, Err(MqError::RetentionTooShort { .. })),
+                "{equal:?}"
+            );
+            consumer(&t.db, &posts)
+                .retention(Retention::keep_for(Duration::from_secs(600 + 3600 + 1)))
+                .build(nats_source(&js, "COUNTERS").await)
                 .await
-                .expect("a retention that covers the horizon");
+                .expect("a retention that exceeds the horizon");
         }
         if let Some(url) = mq::amqp_url(t.backend, "retention") {
             let queue = AmqpQueue::new(&url, "retention").await; // TTL 24 h
