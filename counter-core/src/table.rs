@@ -299,9 +299,7 @@ impl CounterTable {
         owner: &impl std::hash::Hash,
         key: &str,
     ) -> i16 {
-        let policy = self.slot_policy_for(key);
-        let width = self.width(policy, dialect, owner, key);
-        self.pick(policy, width, (self.name(), owner, key))
+        self.slot_of(dialect, owner, key, (self.name(), owner, key))
     }
 
     /// The slot the next bucket write of `(owner, key)` goes to: a rotor of
@@ -313,13 +311,22 @@ impl CounterTable {
         owner: &impl std::hash::Hash,
         key: &str,
     ) -> i16 {
+        let counter = ((self.name(), BUCKET_TABLE_SUFFIX), owner, key);
+        self.slot_of(dialect, owner, key, counter)
+    }
+
+    /// The slot of the next write of `(owner, key)` among the counter's
+    /// width now, `counter` naming the rotor it turns.
+    fn slot_of(
+        &self,
+        dialect: Option<Dialect>,
+        owner: &impl std::hash::Hash,
+        key: &str,
+        counter: impl std::hash::Hash,
+    ) -> i16 {
         let policy = self.slot_policy_for(key);
         let width = self.width(policy, dialect, owner, key);
-        self.pick(
-            policy,
-            width,
-            ((self.name(), BUCKET_TABLE_SUFFIX), owner, key),
-        )
+        self.pick(policy, width, counter)
     }
 
     /// How many slots the next write of `(owner, key)` chooses among: the
