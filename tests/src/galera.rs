@@ -114,8 +114,14 @@ impl GaleraCluster {
         cluster.spawn(0, true);
         cluster.wait_synced(0, 1);
         cluster.sql(0, &format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"));
-        cluster.spawn(1, false);
-        cluster.spawn(2, false);
+        // One joiner at a time, as Galera's own instructions say: the donor
+        // serves one state transfer at a time, and two joiners at once once
+        // left one of them outside the cluster for two minutes on a loaded
+        // machine (a red CI).
+        for i in 1..3 {
+            cluster.spawn(i, false);
+            cluster.wait_synced(i, i + 1);
+        }
         for i in 0..3 {
             cluster.wait_synced(i, 3);
         }
@@ -291,7 +297,10 @@ impl GaleraCluster {
             assert!(
                 Instant::now() < deadline,
                 "Galera node {i} was not synced in a cluster of {size} within 120 s:\n{}",
-                log_tail(&self.log(i))
+                (0..self.nodes.len())
+                    .map(|n| format!("node {n}:\n{}", log_tail(&self.log(n))))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             );
             std::thread::sleep(Duration::from_millis(200));
         }
