@@ -25,11 +25,14 @@
 //! transaction the crate cannot own the connection: dropping a transaction
 //! mid-statement there is the application's, and the same sqlx issue applies.
 //!
-//! Without a Tokio runtime (nothing to spawn on) they run in place.
+//! The task runs in the caller's `tracing` span, so its log lines carry
+//! the caller's fields (a request id) as if it ran in place. Without a
+//! Tokio runtime (nothing to spawn on) they run in place.
 
 use std::future::Future;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, ExecResult, QueryResult, Statement};
+use tracing::Instrument;
 
 use crate::{observe::Touched, retry::is_pool};
 
@@ -77,7 +80,11 @@ impl Detached {
         let Some(runtime) = &self.runtime else {
             return work(self.pool.clone()).await;
         };
-        match runtime.spawn(work(self.pool.clone())).await {
+        // In the caller's span: the statement's log lines (sqlx's, a
+        // retry's) keep the request they belong to (an axum or Loco
+        // `request_id`), although they run in a task of their own.
+        let work = work(self.pool.clone()).instrument(tracing::Span::current());
+        match runtime.spawn(work).await {
             Ok(done) => done,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(e) => Err(DbErr::Custom(format!(

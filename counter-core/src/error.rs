@@ -33,7 +33,15 @@ pub enum ErrorKind {
     /// Worth retrying as it is, later: a write conflict whose retries ran out
     /// (or that happened in the caller's transaction: retry the transaction),
     /// a busy recount, a full buffer, an unresolved flush, a database that
-    /// could not be reached.
+    /// could not be reached or a connection lost (reset, closed, a server
+    /// shutting down, a Galera node leaving its cluster), whichever call met
+    /// it and wherever in the call.
+    ///
+    /// A write whose connection was lost mid-statement or at its `COMMIT`
+    /// may have committed: retrying it may count it twice. Where that
+    /// matters, write through a path that applies an id once (a
+    /// `CounterBuffer`'s ledger, `counter-mq`, the counting service's
+    /// `Idempotency-Key`).
     Transient,
     /// The companion table (or the buffer's ledger table) does not exist:
     /// a migration has not run.
@@ -450,10 +458,8 @@ impl CounterError {
                 | BufferError::FlusherStopped { .. }
                 | BufferError::NoRuntime => ErrorKind::Misuse,
             },
-            Self::Database(e) => match e {
-                DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => ErrorKind::Transient,
-                _ => ErrorKind::Database,
-            },
+            Self::Database(e) if crate::sql::is_connection_fault(e) => ErrorKind::Transient,
+            Self::Database(_) => ErrorKind::Database,
         }
     }
 

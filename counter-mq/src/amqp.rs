@@ -6,7 +6,10 @@
 //! one, so a message published twice is applied once.
 
 use std::{
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -80,8 +83,24 @@ impl Default for QueueSettings {
     }
 }
 
+/// A queue name with the defaults (see [`QueueSettings::named`]).
+impl From<&str> for QueueSettings {
+    fn from(name: &str) -> Self {
+        Self::named(name)
+    }
+}
+
+/// A queue name with the defaults (see [`QueueSettings::named`]).
+impl From<String> for QueueSettings {
+    fn from(name: String) -> Self {
+        Self::named(name)
+    }
+}
+
 /// Declares the queue of `settings` (a durable quorum queue) and its
-/// dead-letter queue on `channel`; both must match if they exist.
+/// dead-letter queue on `channel`; both must match if they exist (a queue
+/// of that name declared with other arguments is
+/// [`MqError::InvalidSetting`], and closes `channel`).
 pub async fn declare_queue(channel: &Channel, settings: &QueueSettings) -> Result<(), MqError> {
     let mut args = FieldTable::default();
     args.insert(
@@ -98,7 +117,8 @@ pub async fn declare_queue(channel: &Channel, settings: &QueueSettings) -> Resul
     if let Some(dead) = &settings.dead_letter_queue {
         channel
             .queue_declare(dead.as_str().into(), durable(), quorum())
-            .await?;
+            .await
+            .map_err(|e| declare_error(dead, e))?;
         args.insert(
             "x-dead-letter-exchange".into(),
             AMQPValue::LongString("".into()),
@@ -110,8 +130,29 @@ pub async fn declare_queue(channel: &Channel, settings: &QueueSettings) -> Resul
     }
     channel
         .queue_declare(settings.name.as_str().into(), durable(), args)
-        .await?;
+        .await
+        .map_err(|e| declare_error(&settings.name, e))?;
     Ok(())
+}
+
+/// A refused declaration: a queue of that name with other arguments is a
+/// deployment to fix (retrying cannot help), anything else the broker's.
+fn declare_error(queue: &str, error: lapin::Error) -> MqError {
+    use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(amqp)
+            if matches!(
+                amqp.kind(),
+                AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)
+            ) =>
+        {
+            MqError::InvalidSetting(format!(
+                "the RabbitMQ queue `{queue}` exists with other arguments than its QueueSettings \
+                 (a durable quorum queue, its TTL, delivery limit and dead-letter queue): {amqp}"
+            ))
+        }
+        _ => MqError::from(BrokerError::new(format!("declaring queue {queue}"), error)),
+    }
 }
 
 fn durable() -> QueueDeclareOptions {
@@ -225,6 +266,40 @@ impl AmqpSource {
         }
     }
 
+    /// The queue's ready messages (those not handed to any consumer yet):
+    /// a passive declare, one round trip at most once per
+    /// `LAG_READING_AGE` (a recent reading answers in between), bounded so
+    /// a slow broker never holds a batch; `None` when the broker does not
+    /// answer.
+    async fn ready_messages(&mut self) -> Option<u64> {
+        if let Some((asked, lag)) = self.lag
+            && asked.elapsed() < LAG_READING_AGE
+        {
+            return Some(lag);
+        }
+        let channel = &self.link.as_ref()?.channel;
+        let declare = channel.queue_declare(
+            self.settings.name.as_str().into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        );
+        match tokio::time::timeout(LAG_READING_TIMEOUT, declare).await {
+            Ok(Ok(queue)) => {
+                let lag = u64::from(queue.message_count());
+                self.lag = Some((Instant::now(), lag));
+                Some(lag)
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "counter consumer: the queue's length is unknown");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// The live link, made again if it was lost.
     async fn link(&mut self) -> Result<&mut Link, MqError> {
         let link = match self.link.take() {
@@ -327,35 +402,11 @@ impl Source for AmqpSource {
     }
 
     async fn lag(&mut self, _last: &Self::Delivery) -> Option<u64> {
-        if let Some((asked, lag)) = self.lag
-            && asked.elapsed() < LAG_READING_AGE
-        {
-            return Some(lag);
-        }
-        // A passive declare answers with the queue's ready messages (those
-        // not handed to any consumer yet): one round trip, at most once per
-        // `LAG_READING_AGE`, bounded so a slow broker never holds a batch.
-        let channel = &self.link.as_ref()?.channel;
-        let declare = channel.queue_declare(
-            self.settings.name.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        );
-        match tokio::time::timeout(LAG_READING_TIMEOUT, declare).await {
-            Ok(Ok(queue)) => {
-                let lag = u64::from(queue.message_count());
-                self.lag = Some((Instant::now(), lag));
-                Some(lag)
-            }
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "counter consumer: the queue's length is unknown");
-                None
-            }
-            Err(_) => None,
-        }
+        self.ready_messages().await
+    }
+
+    async fn idle_lag(&mut self) -> Option<u64> {
+        self.ready_messages().await
     }
 
     async fn ack(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
@@ -408,27 +459,40 @@ impl Source for AmqpSource {
 }
 
 /// Publishes counter messages to a RabbitMQ queue (through the default
-/// exchange), persistent, and waits for the broker's confirm; retries with
-/// the same id until confirmed or `retry_for` has passed, connecting again
-/// when the connection was lost.
+/// exchange), persistent and `mandatory`, and waits for the broker's
+/// confirm; retries with the same id until confirmed or `retry_for` has
+/// passed, connecting again when the connection was lost.
+///
+/// A confirm means the message is in the queue. The publisher declares the
+/// queue (as its [`QueueSettings`] say, the same the consumer declares)
+/// on every connection it makes, so it can start before any consumer ever
+/// ran; a message RabbitMQ returns because no queue took it (the queue was
+/// deleted meanwhile) is not a success: the attempt fails
+/// ([`BrokerError::is_returned`]) and the next one, on a new connection,
+/// declares the queue again.
 #[derive(Debug, Clone)]
 pub struct AmqpPublisher {
     uri: String,
-    queue: String,
+    queue: QueueSettings,
     retry_for: Duration,
     /// The connection and its confirm-mode channel, shared by clones.
     link: Arc<Mutex<Option<(Connection, Channel)>>>,
+    /// Messages RabbitMQ returned unrouted, shared by clones.
+    returned: Arc<AtomicU64>,
 }
 
 impl AmqpPublisher {
-    /// A publisher to `queue` on a connection of its own to `uri`, in
-    /// confirm mode.
-    pub async fn connect(uri: &str, queue: impl Into<String>) -> Result<Self, MqError> {
+    /// A publisher to `queue` (a name, or [`QueueSettings`]) on a
+    /// connection of its own to `uri`, in confirm mode; declares the queue.
+    /// Give it the settings the consumer uses: a queue that exists with
+    /// other arguments is refused ([`MqError::InvalidSetting`]).
+    pub async fn connect(uri: &str, queue: impl Into<QueueSettings>) -> Result<Self, MqError> {
         let publisher = Self {
             uri: uri.to_owned(),
             queue: queue.into(),
             retry_for: Duration::from_secs(60),
             link: Arc::default(),
+            returned: Arc::default(),
         };
         publisher.channel().await?;
         Ok(publisher)
@@ -443,8 +507,16 @@ impl AmqpPublisher {
         self
     }
 
+    /// Messages RabbitMQ returned because no queue took them, since the
+    /// publisher was made (each was sent again, after the queue was
+    /// declared again): for a metric; nonzero means something deleted the
+    /// queue under a running publisher.
+    pub fn returned(&self) -> u64 {
+        self.returned.load(Ordering::Relaxed)
+    }
+
     /// The live channel (a clone; publishes do not hold the lock), made
-    /// again if it was lost.
+    /// again if it was lost, with the queue declared.
     async fn channel(&self) -> Result<Channel, MqError> {
         let mut link = self.link.lock().await;
         if let Some((_, channel)) = link.as_ref().filter(|(_, c)| c.status().connected()) {
@@ -454,6 +526,7 @@ impl AmqpPublisher {
             let connection =
                 Connection::connect(&self.uri, ConnectionProperties::default()).await?;
             let channel = connection.create_channel().await?;
+            declare_queue(&channel, &self.queue).await?;
             channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
@@ -474,7 +547,8 @@ impl Publish for AmqpPublisher {
             let sent = self.publish_on(&channel, message, &payload).await;
             if sent.is_err() {
                 // Whatever failed, the next attempt starts on a new
-                // connection: a cut socket is not always noticed at once.
+                // connection (a cut socket is not always noticed at once),
+                // which declares the queue again.
                 self.link.lock().await.take();
             }
             sent
@@ -496,8 +570,13 @@ impl AmqpPublisher {
             channel
                 .basic_publish(
                     "".into(),
-                    self.queue.as_str().into(),
-                    BasicPublishOptions::default(),
+                    self.queue.name.as_str().into(),
+                    // Unroutable (no queue of that name): returned, not
+                    // confirmed as if stored.
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
                     payload,
                     BasicProperties::default()
                         .with_delivery_mode(2)
@@ -509,13 +588,19 @@ impl AmqpPublisher {
         })
         .await
         .map_err(|_| BrokerError::timed_out("publish", ATTEMPT_TIMEOUT))??;
-        if confirm.is_ack() {
-            Ok(Sent {
-                id: message.id().to_owned(),
-                duplicate: false,
-            })
-        } else {
-            Err(BrokerError::refused("publish", "the broker did not confirm the message").into())
+        if !confirm.is_ack() {
+            return Err(
+                BrokerError::refused("publish", "the broker did not confirm the message").into(),
+            );
         }
+        if confirm.take_message().is_some() {
+            self.returned.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(queue = %self.queue.name, id = message.id(), "counter publisher: RabbitMQ returned the message (no such queue); declaring the queue again");
+            return Err(BrokerError::returned(&self.queue.name).into());
+        }
+        Ok(Sent {
+            id: message.id().to_owned(),
+            duplicate: false,
+        })
     }
 }

@@ -210,11 +210,20 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// over several passes instead of holding up the batches.
 const PRUNE_ROUNDS: u32 = 20;
 
-/// A shutdown signal that can be checked without being consumed.
 /// How much longer than `max_wait` a fetch under way at shutdown may take
 /// to end (a JetStream fetch whose expiry notice is late).
 const FETCH_GRACE: Duration = Duration::from_secs(1);
 
+/// When a consumer stops on its own accord.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// Only at shutdown ([`Consumer::run`]).
+    Shutdown,
+    /// At the first fetch that brings nothing ([`Consumer::run_until_idle`]).
+    Idle,
+}
+
+/// A shutdown signal that can be checked without being consumed.
 struct Shutdown {
     signal: Pin<Box<dyn Future<Output = ()> + Send>>,
     done: bool,
@@ -285,15 +294,50 @@ impl<S: Source> Consumer<S> {
     /// dropped inside a transaction leaves its connection to the pool's
     /// mercy (on MySQL, sqlx may strand it), and its batch to a redelivery.
     pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<ConsumerStats, MqError> {
+        self.run_while(shutdown, Until::Shutdown).await
+    }
+
+    /// Drains the queue: runs until a fetch brings nothing (the broker had
+    /// no message ready for this consumer within `max_wait`), or until
+    /// `shutdown` completes, whichever comes first; every batch it took is
+    /// committed and acknowledged before it returns. For the end of a
+    /// deployment's life (stop the publishers, then drain) and for jobs and
+    /// tests that count a backlog; a queue that keeps receiving is drained
+    /// only once the publishers pause, so bound the wait with `shutdown`.
+    ///
+    /// Idle means nothing was *ready*: a message another consumer holds
+    /// unacknowledged, or (JetStream) one this consumer's earlier process
+    /// took and never acknowledged, comes back only after `ack_wait`, to
+    /// whichever consumer runs then.
+    ///
+    /// ```no_run
+    /// # async fn f(consumer: counter_mq::Consumer<counter_mq::nats::JetStreamSource>) -> Result<(), counter_mq::MqError> {
+    /// use std::time::Duration;
+    /// let stats = consumer.run_until_idle(tokio::time::sleep(Duration::from_secs(60))).await?;
+    /// assert_eq!(stats.lag, Some(0));
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_until_idle(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<ConsumerStats, MqError> {
+        self.run_while(shutdown, Until::Idle).await
+    }
+
+    async fn run_while(
         mut self,
         shutdown: impl Future<Output = ()> + Send + 'static,
+        until: Until,
     ) -> Result<ConsumerStats, MqError> {
         let mut shutdown = Shutdown {
             signal: Box::pin(shutdown),
             done: false,
         };
         let mut failures = 0u32;
-        tracing::info!(source = self.source.name(), tables = ?self.tables, "counter consumer started");
+        tracing::info!(source = self.source.name(), tables = ?self.tables, ?until, "counter consumer started");
         while !shutdown.requested() {
             if self.retention.0.is_some() && Instant::now() >= self.next_prune {
                 self.prune().await;
@@ -319,11 +363,19 @@ impl<S: Source> Consumer<S> {
             };
             drop(fetch);
             match fetched {
+                Ok(deliveries) if deliveries.is_empty() => {
+                    failures = 0;
+                    // The last batch's figure would stay on a dashboard
+                    // forever: what waits now, or unknown.
+                    let lag = self.source.idle_lag().await;
+                    self.meter.0.set_lag(lag);
+                    if until == Until::Idle {
+                        break;
+                    }
+                }
                 Ok(deliveries) => {
                     failures = 0;
-                    if !deliveries.is_empty() {
-                        self.process(deliveries, &mut shutdown).await;
-                    }
+                    self.process(deliveries, &mut shutdown).await;
                 }
                 Err(error) => {
                     failures += 1;
@@ -348,12 +400,9 @@ impl<S: Source> Consumer<S> {
     async fn process(&mut self, deliveries: Vec<S::Delivery>, shutdown: &mut Shutdown) {
         let meter = self.meter.0.clone();
         Meter::bump(&meter.messages, deliveries.len() as u64);
-        if let Some(last) = deliveries.last()
-            && let Some(lag) = self.source.lag(last).await
-        {
-            meter
-                .lag
-                .store(lag.saturating_add(1), std::sync::atomic::Ordering::Relaxed);
+        if let Some(last) = deliveries.last() {
+            let lag = self.source.lag(last).await;
+            meter.set_lag(lag);
         }
         let mut good = Vec::with_capacity(deliveries.len());
         let mut checked = Vec::with_capacity(deliveries.len());

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use counter_core::{CounterError, ErrorKind};
 
+use crate::message::CounterMessage;
+
 /// What went wrong in a publisher, in setting up a consumer, or in a
 /// consumer that stopped. Brokers and databases that fail *while* a
 /// consumer runs do not end it: the batch is retried with backoff.
@@ -38,6 +40,19 @@ pub enum MqError {
     /// The broker failed, refused or did not answer in time.
     #[error(transparent)]
     Broker(#[from] BrokerError),
+    /// The broker did not confirm a message that
+    /// [`Publish::publish`](crate::Publish::publish) built: it may or may not
+    /// be stored. Send `message` again with [`Publish::send`](crate::Publish::send)
+    /// (its id is applied at most once), never the event anew under a new
+    /// id, which would count it twice if the first copy was stored.
+    #[error("message {} was not confirmed ({source}): send it again with the same id", message.id())]
+    Unconfirmed {
+        /// The message, with its id.
+        message: Box<CounterMessage>,
+        /// What the broker did.
+        #[source]
+        source: BrokerError,
+    },
     /// A table the consumer writes is missing or cannot take a batch: the
     /// dedup table (run [`AppliedMessagesMigration`](crate::AppliedMessagesMigration))
     /// or a registered counter table (run its migration). Checked when the
@@ -67,7 +82,7 @@ impl MqError {
             Self::InvalidSetting(_) | Self::RetentionTooShort { .. } => ErrorKind::Misuse,
             Self::Message(Rejection::Overflow(_)) => ErrorKind::Overflow,
             Self::Message(_) => ErrorKind::InvalidInput,
-            Self::Broker(_) => ErrorKind::Transient,
+            Self::Broker(_) | Self::Unconfirmed { .. } => ErrorKind::Transient,
             Self::SchemaMissing { .. } => ErrorKind::SchemaMissing,
             Self::Counter(error) => error.kind(),
         }
@@ -103,6 +118,7 @@ pub struct BrokerError {
     action: String,
     detail: String,
     timed_out: bool,
+    returned: bool,
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
@@ -118,6 +134,7 @@ impl BrokerError {
             action: action.into(),
             detail: source.to_string(),
             timed_out: false,
+            returned: false,
             source: Some(source),
         }
     }
@@ -128,6 +145,7 @@ impl BrokerError {
             action: action.into(),
             detail: format!("no answer within {after:?}"),
             timed_out: true,
+            returned: false,
             source: None,
         }
     }
@@ -139,6 +157,19 @@ impl BrokerError {
             action: action.into(),
             detail: detail.into(),
             timed_out: false,
+            returned: false,
+            source: None,
+        }
+    }
+
+    /// RabbitMQ returned a `mandatory` message that no queue took (the
+    /// queue `queue` is missing): confirmed, but not stored.
+    pub(crate) fn returned(queue: &str) -> Self {
+        Self {
+            action: "publish".into(),
+            detail: format!("RabbitMQ returned the message: no queue `{queue}` took it"),
+            timed_out: false,
+            returned: true,
             source: None,
         }
     }
@@ -153,6 +184,13 @@ impl BrokerError {
     /// with an error).
     pub fn is_timeout(&self) -> bool {
         self.timed_out
+    }
+
+    /// Whether the broker returned the message unstored: RabbitMQ found no
+    /// queue to route it to (the queue was deleted, or declared by nobody).
+    /// Nothing of it is anywhere; the next attempt declares the queue again.
+    pub fn is_returned(&self) -> bool {
+        self.returned
     }
 }
 

@@ -50,6 +50,13 @@
 //!   commits (a message the database refuses for good, a slot that would
 //!   overflow, is rejected alone and the rest commit).
 //! * **Bad messages never stop the consumer**, and never retry forever.
+//! * **A confirmed publish is stored.** A RabbitMQ publisher declares its
+//!   queue and publishes `mandatory`, so it may start before any consumer;
+//!   a message no queue took is an error, sent again once the queue is
+//!   declared again. A JetStream publish is confirmed by the stream.
+//! * **Retries count once** when they resend the same id: the message of
+//!   an [`MqError::Unconfirmed`], or [`Publish::publish_with_id`] (see
+//!   [`Publish`]'s "Retrying").
 //!
 //! The consumer's tests abort its process before the commit, after it and
 //! between acknowledgements, kill the broker, cut the database connection,

@@ -107,6 +107,11 @@ impl CounterMessage {
         self
     }
 
+    /// Gives the message another id (checked when it is sent).
+    pub(crate) fn set_id(&mut self, id: &str) {
+        id.clone_into(&mut self.id);
+    }
+
     /// The idempotency id.
     pub fn id(&self) -> &str {
         &self.id

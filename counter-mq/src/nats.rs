@@ -212,6 +212,12 @@ impl Source for JetStreamSource {
         last.info().ok().map(|info| info.pending)
     }
 
+    async fn idle_lag(&mut self) -> Option<u64> {
+        // A fetch that expired with nothing: nothing is pending for this
+        // durable consumer.
+        Some(0)
+    }
+
     async fn ack(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
         for delivery in deliveries {
             delivery.ack().await?;

@@ -38,6 +38,15 @@ pub trait Source: Send {
     /// recent reading.
     fn lag(&mut self, last: &Self::Delivery) -> impl Future<Output = Option<u64>> + Send;
 
+    /// Messages waiting in the broker after a fetch that brought none,
+    /// if the broker says (asked after every empty fetch, so it must be
+    /// cheap or answer from a recent reading). `None` by default: the lag
+    /// is then reported as unknown while the consumer is idle, rather than
+    /// as the last batch's figure.
+    fn idle_lag(&mut self) -> impl Future<Output = Option<u64>> + Send {
+        async { None }
+    }
+
     /// Acknowledges `deliveries` (in delivery order): the broker forgets
     /// them. Called only after their transaction committed.
     fn ack(

@@ -34,10 +34,11 @@ pub struct ConsumerStats {
     pub ack_failures: u64,
     /// Dedup rows pruned.
     pub pruned: u64,
-    /// Messages waiting in the broker after the last batch: JetStream's
-    /// pending count, sent with every delivery; RabbitMQ's ready messages
-    /// in the queue, asked at most once a second. `None` until a batch
-    /// came in or when the broker would not say.
+    /// Messages waiting in the broker after the last fetch: JetStream's
+    /// pending count, sent with every delivery (0 after a fetch that
+    /// brought nothing); RabbitMQ's ready messages in the queue, asked at
+    /// most once a second, while idle too. `None` until the first fetch
+    /// ended, or when the broker would not say.
     pub lag: Option<u64>,
 }
 
@@ -71,6 +72,12 @@ pub(crate) struct Meter {
 impl Meter {
     pub fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// Records the lag (`None`: unknown).
+    pub fn set_lag(&self, lag: Option<u64>) {
+        let stored = lag.map_or(0, |lag| lag.saturating_add(1));
+        self.lag.store(stored, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> ConsumerStats {

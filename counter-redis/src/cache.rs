@@ -15,9 +15,10 @@ use counter_core::{
 };
 use sea_orm::Value;
 use tokio::sync::{Notify, Semaphore, watch};
+use tracing::Instrument;
 
 use crate::{
-    CacheBuilder, CacheStats, CachedCounters, RedisTarget,
+    CacheBuilder, CacheError, CacheStats, CachedCounters, RedisTarget,
     breaker::Breaker,
     config::Config,
     keys,
@@ -69,6 +70,10 @@ pub(crate) struct Owed {
     due: Instant,
     /// When it was last owed: a deletion sent before that does not pay it.
     since: Instant,
+    /// The earliest a deletion pays it: when it was owed, for a failed
+    /// deletion; after the delay, for the second deletion of a write in a
+    /// transaction outside any scope (whose commit may come later).
+    pays_from: Instant,
 }
 
 /// Keys per `UNLINK`, each its own Redis operation under the timeout.
@@ -136,6 +141,64 @@ impl CountCache {
         let mut stats = self.shared.meter.snapshot();
         stats.invalidations_pending = self.shared.owed().len() as u64;
         stats
+    }
+
+    /// Waits until every deletion this process owed when it was called has
+    /// reached Redis, sending them again now, for at most `within`. `Ok`
+    /// means read-your-writes holds for every write this process made
+    /// before the call: other processes' cached reads include them.
+    ///
+    /// A write through the library returns `Ok` once it committed, even if
+    /// the deletion after it could not reach Redis (a timeout, a paused or
+    /// failing-over server): then other processes may read the old total
+    /// until the deletion is retried or the TTL ends. A caller that must
+    /// know, such as a handler that redirects to a page another process
+    /// renders, calls this after the write:
+    ///
+    /// ```no_run
+    /// # async fn f(posts: counter_redis::CachedCounters<i64>, db: sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// posts.increment(&db, 7, "likes").await?;
+    /// match posts.cache().flush_invalidations(Duration::from_millis(200)).await {
+    ///     Ok(()) => {}          // every process reads the new total
+    ///     Err(owed) => tracing::warn!(%owed, "other processes may read the old total for a while"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Owners written in a transaction outside any scope stay owed until
+    /// their second deletion, `unscoped_delay` after the write. Costs
+    /// nothing when nothing is owed (one lock of the owed set).
+    pub async fn flush_invalidations(&self, within: Duration) -> Result<(), CacheError> {
+        let deadline = Instant::now() + within;
+        let snapshot: Vec<Vec<u8>> = self.shared.owed().keys().cloned().collect();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let still: Vec<Vec<u8>> = {
+                let owed = self.shared.owed();
+                snapshot
+                    .iter()
+                    .filter(|key| owed.contains_key(*key))
+                    .cloned()
+                    .collect()
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if still.is_empty() {
+                return Ok(());
+            }
+            if left.is_zero() {
+                return Err(CacheError::InvalidationsOwed {
+                    owners: still.len(),
+                    within,
+                });
+            }
+            // Bounded by what is left: each chunk's deletion is bounded by
+            // the cache's timeout, a flush by `within`.
+            let _ = tokio::time::timeout(left, self.shared.unlink_all(&still)).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
     }
 
     /// The namespace of its keys.
@@ -271,7 +334,8 @@ impl Shared {
             owners = failed.len(),
             "counter cache: could not delete owners after a commit; retrying in the background (stale for at most the TTL elsewhere)"
         );
-        self.owe(failed, Instant::now() + Duration::from_millis(50));
+        let now = Instant::now();
+        self.owe(failed, now + Duration::from_millis(50), now);
     }
 
     /// `UNLINK`s `keys`, a chunk per Redis operation (each must fit the
@@ -286,14 +350,15 @@ impl Shared {
                 continue;
             }
             bump(&self.meter.invalidations, chunk.len());
-            // Only what was owed, and due, before this delete was sent: a
-            // failure recorded since, or a second delete still to come
-            // (a write in a transaction outside a scope), stays owed.
+            // Only what was owed before this delete was sent, and may be
+            // paid by then: a failure recorded since, or a second delete
+            // still to come (a write in a transaction outside a scope),
+            // stays owed.
             let mut owed = self.owed();
             for key in chunk {
                 if owed
                     .get(key)
-                    .is_some_and(|o| o.since <= sent && o.due <= sent)
+                    .is_some_and(|o| o.since <= sent && o.pays_from <= sent)
                 {
                     owed.remove(key);
                 }
@@ -302,13 +367,20 @@ impl Shared {
         failed
     }
 
-    fn owe(&self, keys: Vec<Vec<u8>>, due: Instant) {
+    /// Owes the deletion of `keys`: tried at `due`, paid by a deletion
+    /// sent from `pays_from` on.
+    fn owe(&self, keys: Vec<Vec<u8>>, due: Instant, pays_from: Instant) {
         let now = Instant::now();
         let mut owed = self.owed();
         for key in keys {
-            let entry = owed.entry(key).or_insert(Owed { due, since: now });
+            let entry = owed.entry(key).or_insert(Owed {
+                due,
+                since: now,
+                pays_from,
+            });
             entry.due = entry.due.max(due);
             entry.since = now;
+            entry.pays_from = entry.pays_from.max(pays_from);
         }
         drop(owed);
         self.retry_wake.notify_one();
@@ -367,7 +439,9 @@ impl Shared {
         let Some(shared) = self.me.upgrade() else {
             return;
         };
-        if self.runtime.spawn(work(shared)).await.is_err() {
+        // In the writer's span: a failed deletion's warning names its request.
+        let work = work(shared).instrument(tracing::Span::current());
+        if self.runtime.spawn(work).await.is_err() {
             bump(&self.meter.invalidation_failures, owners);
             tracing::warn!(
                 owners,
@@ -393,13 +467,16 @@ impl CommitObserver for Shared {
         bump(&self.meter.unscoped_writes, owners.len());
         let keys: Vec<Vec<u8>> = owners.iter().map(|o| self.key(table, o)).collect();
         // `unscoped_delay` is bounded at build, so this cannot overflow.
-        self.owe(keys.clone(), Instant::now() + self.config.unscoped_delay);
+        let second = Instant::now() + self.config.unscoped_delay;
+        self.owe(keys.clone(), second, second);
         if let Some(shared) = self.me.upgrade() {
-            self.runtime.spawn(async move {
+            let unlink = async move {
                 for chunk in keys.chunks(UNLINK_CHUNK) {
                     shared.attempt(shared.link.unlink(chunk)).await;
                 }
-            });
+            };
+            self.runtime
+                .spawn(unlink.instrument(tracing::Span::current()));
         }
     }
 
@@ -417,11 +494,13 @@ impl CommitObserver for Shared {
             return;
         };
         let table = table.to_owned();
-        self.runtime.spawn(async move {
+        let clear = async move {
             shared.clear(&table).await;
             tokio::time::sleep(shared.config.unscoped_delay).await;
             shared.clear(&table).await;
-        });
+        };
+        self.runtime
+            .spawn(clear.instrument(tracing::Span::current()));
     }
 }
 

@@ -49,6 +49,17 @@ pub enum CacheError {
     /// is down does not fail here).
     #[error("cannot reach Redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// [`CountCache::flush_invalidations`](crate::CountCache::flush_invalidations)
+    /// ran out of time: these owners' deletions have not reached Redis, and
+    /// other processes may read their old totals until they do (they are
+    /// retried in the background) or the TTL ends.
+    #[error("{owners} owners' cache deletions did not reach Redis within {within:?}")]
+    InvalidationsOwed {
+        /// Owners still owed.
+        owners: usize,
+        /// How long the flush waited.
+        within: Duration,
+    },
 }
 
 #[derive(Debug, Clone)]

@@ -527,7 +527,11 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             // The flights end here, after the store.
             drop(flights);
         };
-        tokio::spawn(store);
+        // In the reader's span, like its own log lines.
+        tokio::spawn(tracing::Instrument::instrument(
+            store,
+            tracing::Span::current(),
+        ));
         Ok(Filled {
             read: from_db,
             not_leased,

@@ -30,6 +30,7 @@ use std::{
 use counter_core::{CounterTable, Counters, OwnerId};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 
+pub mod child;
 pub mod galera;
 pub mod mq;
 pub mod proxy;

@@ -299,15 +299,22 @@ pub struct AmqpQueue {
 impl AmqpQueue {
     /// Connects and declares a new queue named after `label`.
     pub async fn new(url: &str, label: &str) -> Self {
+        let queue = Self::named(url, label).await;
+        let channel = queue.connection.create_channel().await.expect("a channel");
+        amqp::declare_queue(&channel, &queue.settings)
+            .await
+            .expect("declare the test queue");
+        queue
+    }
+
+    /// Connects and names a new queue after `label`, declaring nothing: a
+    /// queue that exists only once a publisher or consumer declares it.
+    pub async fn named(url: &str, label: &str) -> Self {
         let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
             .await
             .unwrap_or_else(|e| panic!("{AMQP_URL_VAR} is set but RabbitMQ is unreachable: {e}"));
         let nonce: u32 = rand::random();
         let settings = QueueSettings::named(format!("ct.{label}.{nonce:08x}"));
-        let channel = connection.create_channel().await.expect("a channel");
-        amqp::declare_queue(&channel, &settings)
-            .await
-            .expect("declare the test queue");
         Self {
             url: url.to_owned(),
             connection,
@@ -324,9 +331,22 @@ impl AmqpQueue {
     }
 
     pub async fn publisher(&self) -> AmqpPublisher {
-        AmqpPublisher::connect(&self.url, self.settings.name.clone())
+        AmqpPublisher::connect(&self.url, self.settings.clone())
             .await
             .expect("a confirming publisher")
+    }
+
+    /// Whether `queue` exists now.
+    pub async fn exists(&self, queue: &str) -> bool {
+        let channel = self.connection.create_channel().await.expect("a channel");
+        let options = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        channel
+            .queue_declare(queue.into(), options, Default::default())
+            .await
+            .is_ok()
     }
 
     /// Messages in `queue` now.
@@ -348,6 +368,7 @@ impl AmqpQueue {
         let mut names = vec![self.settings.name.clone()];
         names.extend(self.settings.dead_letter_queue.clone());
         for name in names {
+            // Deleting a queue that is not there is not an error in AMQP.
             channel
                 .queue_delete(name.as_str().into(), Default::default())
                 .await

@@ -62,6 +62,9 @@ struct Control {
     connections: AtomicU64,
     /// Bumped by [`Proxy::cut_all`]: every connection open then closes.
     cut_all: tokio::sync::watch::Sender<u64>,
+    /// While true, nothing from the server reaches any client (see
+    /// [`Proxy::hold_replies`]).
+    hold_replies: tokio::sync::watch::Sender<bool>,
 }
 
 impl Control {
@@ -178,6 +181,14 @@ impl Proxy {
     pub fn cut_all(&self) {
         self.control.cut_all.send_modify(|cuts| *cuts += 1);
     }
+
+    /// While `hold` is true, what servers send stays unread (in the
+    /// kernel's buffers) on every connection, while what clients send goes
+    /// through: a request reaches the server and its answer does not reach
+    /// the client, which times out; released, the held answers arrive late.
+    pub fn hold_replies(&self, hold: bool) {
+        self.control.hold_replies.send_replace(hold);
+    }
 }
 
 impl Drop for Proxy {
@@ -209,12 +220,16 @@ async fn forward(id: u64, mut client: TcpStream, mut server: TcpStream, control:
     // A claimed cut: (commands to let through, commands seen since BEGIN).
     let mut cut: Option<(u32, u32)> = None;
     let mut cut_all = control.cut_all.subscribe();
+    let mut hold = control.hold_replies.subscribe();
     loop {
+        let holding = *hold.borrow_and_update();
         tokio::select! {
             _ = cut_all.changed() => {
                 eprintln!("[proxy #{id}] cut with every open connection");
                 return;
             }
+            // A change of the hold: the loop reads the server again (or not).
+            _ = hold.changed() => {}
             read = client.read(&mut from_client) => {
                 let n = match read {
                     Ok(0) | Err(_) => return,
@@ -277,7 +292,7 @@ async fn forward(id: u64, mut client: TcpStream, mut server: TcpStream, control:
                     return;
                 }
             }
-            read = server.read(&mut from_server) => {
+            read = server.read(&mut from_server), if !holding => {
                 let n = match read {
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,

@@ -32,7 +32,7 @@ use std::any::type_name;
 
 use sea_orm::{ConnectionTrait, DatabaseExecutor, DbErr, EntityTrait};
 
-use super::{CounterCache, rows};
+use super::{CounterCache, parents, rows};
 use crate::{
     CounterError, DeltaBatch, retry,
     sql::{self, Dialect},
@@ -60,6 +60,9 @@ where
         return Ok(am);
     }
     require_transaction::<E, C>(if insert { "insert" } else { "update" })?;
+    // Before the row's statement: a parent id its column cannot hold is the
+    // caller's error, not the database's.
+    parents::check::<E>(&am).map_err(CounterError::into_db_err)?;
     if insert {
         return Ok(am);
     }

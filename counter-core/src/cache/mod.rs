@@ -8,6 +8,7 @@
 //! writes, which sea-orm runs without hooks.
 
 pub mod hooks;
+mod parents;
 mod rows;
 mod values;
 mod writes;

@@ -9,7 +9,7 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 
-use super::{CounterCache, hooks, rows};
+use super::{CounterCache, hooks, parents, rows};
 use crate::{Result, detach, observe, retry, sql::Dialect};
 
 /// Begins the transaction a counted write runs in: a savepoint inside the
@@ -94,10 +94,11 @@ impl<E: CounterCache> OwnWrite for Save<E> {
 
     async fn run<C: ConnectionTrait>(&self, txn: &C) -> Result<E::Model, DbErr> {
         let am = self.am.clone();
-        match self.insert {
+        let written = match self.insert {
             true => am.insert(txn).await,
             false => am.update(txn).await,
-        }
+        };
+        written.map_err(|e| parents::refused::<E>(e, [&self.am]))
     }
 }
 
@@ -158,13 +159,20 @@ impl<E: CounterCache> OwnWrite for InsertMany<E> {
         let mut models = Vec::with_capacity(self.rows.len());
         if txn.support_returning() {
             for chunk in self.rows.chunks(self.per_statement) {
-                let chunk = chunk.to_vec();
-                models.extend(E::insert_many(chunk).exec_with_returning(txn).await?);
+                let inserted = E::insert_many(chunk.to_vec())
+                    .exec_with_returning(txn)
+                    .await
+                    .map_err(|e| parents::refused::<E>(e, chunk))?;
+                models.extend(inserted);
             }
         } else {
             // No RETURNING (MySQL): one insert and read-back per row.
             for row in &self.rows {
-                models.push(E::insert(row.clone()).exec_with_returning(txn).await?);
+                let inserted = E::insert(row.clone())
+                    .exec_with_returning(txn)
+                    .await
+                    .map_err(|e| parents::refused::<E>(e, [row]))?;
+                models.push(inserted);
             }
         }
         hooks::lock_model_keys::<E, _>(txn, &models).await?;
@@ -182,6 +190,9 @@ where
     It: IntoIterator<Item = E::ActiveModel>,
 {
     let rows: Vec<E::ActiveModel> = rows.into_iter().collect();
+    for row in &rows {
+        parents::check::<E>(row)?;
+    }
     let columns = E::Column::iter().count();
     let per_statement = Dialect::of(db)?.rows_per_statement(columns, rows::KEYS_PER_STATEMENT);
     in_own_transaction::<E, C, _>(
@@ -215,7 +226,8 @@ impl<E: CounterCache> OwnWrite for UpdateMany<E> {
                 .set(self.changes.clone())
                 .filter(keys)
                 .exec(txn)
-                .await?
+                .await
+                .map_err(|e| parents::refused::<E>(e, [&self.changes]))?
                 .rows_affected;
         }
         let signed = old
@@ -256,6 +268,7 @@ where
         .await
         .map(|result| result.rows_affected);
     }
+    parents::check::<E>(&changes)?;
     in_own_transaction::<E, C, _>(db, UpdateMany::<E> { filter, changes }).await
 }
 

@@ -12,6 +12,48 @@ use sea_orm::{
 use super::{Dialect, Layout, OwnerRange, col, quote, range::condition};
 use crate::error::Result;
 
+/// The slots a compaction folds: every slot into slot 0, or one writer's
+/// share of them ([`Writer`](crate::Writer) `index` of `count`: the slots
+/// `s` with `s % count == index`) into the share's first slot, `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FoldSlots {
+    share: Option<(i16, i16)>,
+}
+
+impl FoldSlots {
+    /// Every slot, into slot 0.
+    pub(crate) const ALL: Self = Self { share: None };
+
+    /// The share of writer `index` of `count`.
+    pub(crate) fn share(index: u16, count: u16) -> Self {
+        // Both are at most `Slots::MAX` (1024), so they fit an i16.
+        Self {
+            share: Some((index as i16, count as i16)),
+        }
+    }
+
+    /// The slot folded rows go to.
+    pub(crate) fn target(self) -> i16 {
+        self.share.map_or(0, |(index, _)| index)
+    }
+
+    /// `slot % count = index`, for a share.
+    fn condition(self) -> Option<sea_orm::sea_query::SimpleExpr> {
+        self.share
+            .map(|(index, count)| Expr::col(Alias::new(col::SLOT)).modulo(count).eq(index))
+    }
+}
+
+/// What one compaction batch folds: a stretch of owners, optionally some
+/// keys only, counters of at least `min_rows` rows, and which slots.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FoldScope<'a> {
+    pub range: &'a OwnerRange,
+    pub keys: Option<&'a [String]>,
+    pub min_rows: usize,
+    pub slots: FoldSlots,
+}
+
 /// One slot row of a counter table or of its bucket table.
 #[derive(Debug, Clone)]
 pub(crate) struct SlotRow<I> {
@@ -66,9 +108,11 @@ pub(crate) fn lock_slots(
     dialect: Dialect,
     table: &str,
     layout: Layout,
-    range: &OwnerRange,
-    keys: Option<&[String]>,
+    scope: &FoldScope<'_>,
 ) -> Statement {
+    let FoldScope {
+        range, keys, slots, ..
+    } = *scope;
     let mut select = Query::select();
     for column in layout.primary_key().iter().chain(&[col::VALUE]) {
         select.column(Alias::new(*column));
@@ -89,6 +133,9 @@ pub(crate) fn lock_slots(
     }
     if let Some(keys) = keys {
         select.and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys.iter().cloned()));
+    }
+    if let Some(share) = slots.condition() {
+        select.and_where(share);
     }
     for column in layout.primary_key() {
         select.order_by(Alias::new(*column), Order::Asc);
@@ -125,9 +172,7 @@ pub(crate) fn fold_deletion<I: Clone + Into<Value>>(
     dialect: Dialect,
     table: &str,
     layout: Layout,
-    range: &OwnerRange,
-    keys: Option<&[String]>,
-    min_rows: usize,
+    scope: &FoldScope<'_>,
     locked: &[SlotRow<I>],
 ) -> FoldDeletion {
     match dialect {
@@ -137,16 +182,16 @@ pub(crate) fn fold_deletion<I: Clone + Into<Value>>(
                 .map(|chunk| (delete_exactly(table, layout, chunk), chunk.len() as u64))
                 .collect(),
         ),
-        Dialect::Postgres | Dialect::Sqlite => FoldDeletion::Returning(delete_foldable(
-            dialect, table, layout, range, keys, min_rows,
-        )),
+        Dialect::Postgres | Dialect::Sqlite => {
+            FoldDeletion::Returning(delete_foldable(dialect, table, layout, scope))
+        }
     }
 }
 
 /// ```sql
-/// DELETE FROM t WHERE <owners> [AND count_key IN (..)] AND slot <> 0
+/// DELETE FROM t WHERE <owners> [AND count_key IN (..)] AND slot <> <target> [AND slot % n = i]
 ///   AND (owner_id, count_key[, bucket]) IN (SELECT .. FROM t WHERE <owners> [AND count_key IN (..)]
-///                                           GROUP BY .. HAVING COUNT(*) >= ?)
+///                                           [AND slot % n = i] GROUP BY .. HAVING COUNT(*) >= ?)
 /// RETURNING owner_id, count_key, [bucket,] value
 /// ```
 ///
@@ -158,10 +203,14 @@ pub(crate) fn delete_foldable(
     dialect: Dialect,
     table: &str,
     layout: Layout,
-    range: &OwnerRange,
-    keys: Option<&[String]>,
-    min_rows: usize,
+    scope: &FoldScope<'_>,
 ) -> Statement {
+    let FoldScope {
+        range,
+        keys,
+        min_rows,
+        slots,
+    } = *scope;
     let owners = || condition(Expr::col(Alias::new(col::OWNER_ID)), range);
     let columns = |columns: &[&str]| Expr::tuple(columns.iter().map(|c| Expr::col(Alias::new(*c))));
     let mut delete = Query::delete();
@@ -180,11 +229,15 @@ pub(crate) fn delete_foldable(
         foldable.and_where(keys.clone());
         delete.and_where(keys);
     }
+    if let Some(share) = slots.condition() {
+        foldable.and_where(share.clone());
+        delete.and_where(share);
+    }
     foldable
         .group_by_columns(group)
         .and_having(Expr::cust("COUNT(*)").gte(min_rows as i64));
     delete
-        .and_where(Expr::col(Alias::new(col::SLOT)).ne(0))
+        .and_where(Expr::col(Alias::new(col::SLOT)).ne(slots.target()))
         .and_where(columns(layout.group()).in_subquery(foldable));
     let mut returned: Vec<Alias> = layout.group().iter().map(|c| Alias::new(*c)).collect();
     returned.push(Alias::new(col::VALUE));
@@ -270,7 +323,19 @@ mod tests {
             upto: Some(10i64.into()),
             limit: 0,
         };
-        let pg = lock_slots(Dialect::Postgres, "c", Layout::Totals, &range, None);
+        let views = ["views".to_owned()];
+        let scope = |range, keys, slots| FoldScope {
+            range,
+            keys,
+            min_rows: 2,
+            slots,
+        };
+        let pg = lock_slots(
+            Dialect::Postgres,
+            "c",
+            Layout::Totals,
+            &scope(&range, None, FoldSlots::ALL),
+        );
         assert_eq!(
             pg.sql,
             r#"SELECT "owner_id", "count_key", "slot", "value" FROM "c" WHERE "owner_id" > $1 AND "owner_id" <= $2 ORDER BY "owner_id" ASC, "count_key" ASC, "slot" ASC FOR UPDATE"#
@@ -279,8 +344,7 @@ mod tests {
             Dialect::Sqlite,
             "c",
             Layout::Buckets,
-            &range,
-            Some(&["views".into()]),
+            &scope(&range, Some(&views), FoldSlots::ALL),
         );
         assert!(!lite.sql.contains("FOR UPDATE"), "{}", lite.sql);
         assert!(
@@ -289,16 +353,16 @@ mod tests {
             lite.sql
         );
 
+        let unbounded = OwnerRange::Keyset {
+            after: None,
+            upto: None,
+            limit: 0,
+        };
         let my = lock_slots(
             Dialect::MySql,
             "c",
             Layout::Totals,
-            &OwnerRange::Keyset {
-                after: None,
-                upto: None,
-                limit: 0,
-            },
-            Some(&["views".into()]),
+            &scope(&unbounded, Some(&views), FoldSlots::ALL),
         );
         assert_eq!(
             my.sql,
@@ -312,10 +376,41 @@ mod tests {
             "DELETE FROM `c` USING (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot` UNION ALL SELECT ?, ?, ?) AS v STRAIGHT_JOIN `c` ON `c`.`owner_id` = v.`owner_id` AND `c`.`count_key` = CONVERT(v.`count_key` USING ascii) AND `c`.`slot` = v.`slot`"
         );
         assert_eq!(my.values.unwrap().0.len(), 6);
-        let pg = delete_foldable(Dialect::Postgres, "c", Layout::Totals, &range, None, 2);
+        let pg = delete_foldable(
+            Dialect::Postgres,
+            "c",
+            Layout::Totals,
+            &scope(&range, None, FoldSlots::ALL),
+        );
         assert_eq!(
             pg.sql,
             r#"DELETE FROM "c" WHERE "owner_id" > $1 AND "owner_id" <= $2 AND "slot" <> $3 AND ("owner_id", "count_key") IN (SELECT "owner_id", "count_key" FROM "c" WHERE "owner_id" > $4 AND "owner_id" <= $5 GROUP BY "owner_id", "count_key" HAVING (COUNT(*)) >= $6) RETURNING "owner_id", "count_key", "value""#
+        );
+        // Writer 1 of 3: its slots (1, 4, 7, ..) into slot 1, locked and
+        // counted alone.
+        let share = FoldSlots::share(1, 3);
+        assert_eq!(share.target(), 1);
+        let my = lock_slots(
+            Dialect::MySql,
+            "c",
+            Layout::Totals,
+            &scope(&range, None, share),
+        );
+        assert!(
+            my.sql
+                .contains("WHERE `owner_id` > ? AND `owner_id` <= ? AND `slot` % ? = ? ORDER BY"),
+            "{}",
+            my.sql
+        );
+        let pg = delete_foldable(
+            Dialect::Postgres,
+            "c",
+            Layout::Totals,
+            &scope(&range, None, share),
+        );
+        assert_eq!(
+            pg.sql,
+            r#"DELETE FROM "c" WHERE "owner_id" > $1 AND "owner_id" <= $2 AND "slot" % $3 = $4 AND "slot" <> $5 AND ("owner_id", "count_key") IN (SELECT "owner_id", "count_key" FROM "c" WHERE "owner_id" > $6 AND "owner_id" <= $7 AND "slot" % $8 = $9 GROUP BY "owner_id", "count_key" HAVING (COUNT(*)) >= $10) RETURNING "owner_id", "count_key", "value""#
         );
     }
 }

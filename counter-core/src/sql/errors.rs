@@ -37,6 +37,83 @@ pub(crate) fn classify(err: &DbErr) -> Classified {
     }
 }
 
+/// Whether `err` is the connection failing rather than the statement: the
+/// pool could not give one, the server could not be reached or closed it
+/// (a reset, a broken pipe, a server shutting down, a Galera node that left
+/// its cluster's primary component), whatever call met it. Every such error
+/// has one kind, [`ErrorKind::Transient`](crate::ErrorKind::Transient): a
+/// caller's retry policy must not depend on whether the fault came at a
+/// `BEGIN` (sea-orm's `DbErr::Conn`) or mid-statement (`DbErr::Exec`).
+pub(crate) fn is_connection_fault(err: &DbErr) -> bool {
+    match err {
+        DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => true,
+        DbErr::Exec(_) | DbErr::Query(_) => {
+            if let Some(lost) = driver_connection_fault(err) {
+                return lost;
+            }
+            match database_code(err).as_deref() {
+                // Class 08: connection exception (MySQL 1047 "WSREP has not
+                // yet prepared node", 1053 "server shutdown" report 08S01);
+                // PostgreSQL operator intervention: admin or crash shutdown,
+                // cannot connect now.
+                Some(code) if code.starts_with("08") => true,
+                Some("57P01" | "57P02" | "57P03") => true,
+                Some(_) => false,
+                None => {
+                    let message = err.to_string();
+                    [
+                        "Connection reset",
+                        "Broken pipe",
+                        "connection closed",
+                        "server has gone away",
+                        "Lost connection to",
+                    ]
+                    .iter()
+                    .any(|needle| message.contains(needle))
+                }
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Whether `err` is the driver's own report of a lost connection (an I/O
+/// error, a closed pool, a protocol stream out of step), when the driver
+/// says.
+#[cfg(any(
+    feature = "sqlx-sqlite",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+))]
+fn driver_connection_fault(err: &DbErr) -> Option<bool> {
+    use sea_orm::{RuntimeErr, sqlx::Error};
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
+            match &**e {
+                Error::Io(_)
+                | Error::Tls(_)
+                | Error::Protocol(_)
+                | Error::PoolTimedOut
+                | Error::PoolClosed
+                | Error::WorkerCrashed => Some(true),
+                // A server's answer: decided by its code.
+                Error::Database(_) => None,
+                _ => Some(false),
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(not(any(
+    feature = "sqlx-sqlite",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+)))]
+fn driver_connection_fault(_: &DbErr) -> Option<bool> {
+    None
+}
+
 /// Whether a "no such table" error is about `table`: PostgreSQL quotes it
 /// (`relation "t" does not exist`), MySQL qualifies it (`Table 'db.t'
 /// doesn't exist`), SQLite names it last (`no such table: t`).

@@ -27,11 +27,11 @@ pub(crate) use align::{owner_key, owner_keys};
 pub(crate) use buckets::{bucket_sums, prune_buckets};
 #[cfg(feature = "migration")]
 pub(crate) use cascade::set_cascade;
-pub(crate) use compact::{FoldDeletion, SlotRow, fold_deletion, lock_slots};
+pub(crate) use compact::{FoldDeletion, FoldScope, FoldSlots, SlotRow, fold_deletion, lock_slots};
 #[cfg_attr(not(feature = "migration"), allow(unused_imports))]
 pub(crate) use ddl::{create_bucket_table, create_key_index, key_index_name};
 pub(crate) use ddl::{create_table, drop_table, owner_fk_name};
-pub(crate) use errors::{Classified, classify, names_table};
+pub(crate) use errors::{Classified, classify, is_connection_fault, names_table};
 pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks, takes_row_key_locks};
 pub(crate) use order::owner_order;
 pub(crate) use owners::{delete_all, delete_orphans_of, delete_owners, orphan_owners};

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod faults;
+mod flush;
 mod races;
 mod reads;
 mod soak;

@@ -5,3 +5,4 @@
 mod collation;
 mod counter_cache;
 mod natural_keys;
+mod parent_ids;

@@ -569,3 +569,56 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    /// `Compact::share(writer)` folds only that writer's share of each
+    /// counter's slots (`s % count == index`) into the share's first slot:
+    /// the other shares' rows are neither read nor written (on a Galera
+    /// node, where this is the default, they are other nodes' rows), and
+    /// no total changes. Folding every share in turn leaves one row each.
+    async fn a_writer_share_folds_only_its_own_slots(t: TestDb) {
+        let name = "share_counters";
+        let counters = table(name, 12);
+        counters.create_table(&t.db).await.expect("create the table");
+        let totals_before = fill(&t.db, name, 20, 12, 17).await;
+        let share = counter_core::Writer::new(1, 3).expect("writer 1 of 3");
+        let report = counters
+            .compact(&t.db, &Compact::new().share(share))
+            .await
+            .expect("compact writer 1's share");
+        assert_eq!(report.share, Some(share));
+        assert_eq!(report.totals.counters_folded, 20, "{report:?}");
+        assert_eq!(totals(&t.db, &counters, 20).await, totals_before);
+        for owner in 1..=20i64 {
+            let slots: Vec<i16> = raw::slot_rows(&t.db, name, owner, "likes")
+                .await
+                .into_iter()
+                .map(|(slot, _)| slot)
+                .collect();
+            // Slots 1, 4, 7, 10 folded into 1; the others untouched.
+            assert_eq!(slots, [0, 1, 2, 3, 5, 6, 8, 9, 11], "[{}] owner {owner}", t.backend);
+        }
+        for index in [0, 2] {
+            let other = counter_core::Writer::new(index, 3).expect("a writer");
+            counters
+                .compact(&t.db, &Compact::new().share(other))
+                .await
+                .expect("compact another share");
+        }
+        assert_eq!(totals(&t.db, &counters, 20).await, totals_before);
+        let slots: Vec<i16> = raw::slot_rows(&t.db, name, 7i64, "likes")
+            .await
+            .into_iter()
+            .map(|(slot, _)| slot)
+            .collect();
+        assert_eq!(slots, [0, 1, 2], "[{}] one row per share", t.backend);
+        // Every slot into slot 0, as everywhere but on a Galera node.
+        counters
+            .compact(&t.db, &Compact::new().all_slots())
+            .await
+            .expect("compact every slot");
+        assert_eq!(raw::slot_rows(&t.db, name, 7i64, "likes").await.len(), 1);
+        assert_eq!(totals(&t.db, &counters, 20).await, totals_before);
+        t.finish().await;
+    }
+}

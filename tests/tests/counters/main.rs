@@ -10,6 +10,7 @@ mod concurrency;
 mod derive;
 mod entity;
 mod errors;
+mod logs;
 mod migrations;
 mod owners;
 mod ranking;

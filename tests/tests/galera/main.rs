@@ -8,12 +8,15 @@
 //! * one hot counter written from all three nodes (fixed slots, adaptive
 //!   slots, and writer shares): exact, and every node reads the same total;
 //! * sorted batches and write-behind buffers on every node;
-//! * compactions started on two nodes at once while all three write;
+//! * compactions started on two nodes at once while all three write, and
+//!   compactions looping on two nodes while 24 writers on every node write
+//!   one hot counter (folding every slot, then each node its own share);
 //! * a counter cache's concurrent double deletes, one on each of two nodes;
 //! * recounts that repair, refused on every node with a typed error
 //!   (their lock is one node's), dry runs allowed;
 //! * a node killed mid-run (SIGKILL) and rejoined: every acknowledged
-//!   write is in the total, on every node.
+//!   write is in the total, on every node; every call that meets the dead
+//!   node fails with the same kind (`Transient`).
 //!
 //! Runs where `COUNTER_TEST_GALERA_PROVIDER` names the Galera library.
 
@@ -49,6 +52,7 @@ async fn galera_cluster_counts_exactly() {
     report.extend(scenarios::hot_counter_on_every_node(&nodes).await);
     report.extend(scenarios::batches_and_buffers_on_every_node(&nodes).await);
     report.extend(scenarios::compactions_on_two_nodes_at_once(&nodes).await);
+    report.extend(scenarios::compaction_with_writers_on_every_node(&nodes).await);
     report.extend(scenarios::double_deletes_on_two_nodes(&nodes).await);
     report.extend(scenarios::recounts_are_refused(&nodes).await);
     let conflicts_after = conflicts(&cluster).await;

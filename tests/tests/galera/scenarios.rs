@@ -323,6 +323,143 @@ pub async fn compactions_on_two_nodes_at_once(nodes: &[DatabaseConnection]) -> F
     ]
 }
 
+/// The field check's shape: 24 writers (8 per node, each node writing its
+/// own share of 48 slots) on one hot counter, compactions looping on nodes
+/// 0 and 1 while they write: first folding every slot (`all_slots`: each
+/// fold of another node's rows loses certification to that node's
+/// writers), then the default on a Galera node, each node folding its own
+/// share. The node-share compactions must commit while the writes run;
+/// afterwards a compaction on every node leaves at most one row per node;
+/// every acknowledged write is in the total, on every node.
+pub async fn compaction_with_writers_on_every_node(nodes: &[DatabaseConnection]) -> Figures {
+    let table = CounterTable::new("g_compact_hot")
+        .unwrap()
+        .with_slots(48)
+        .unwrap();
+    let counters = Counters::<i64>::new(table.clone());
+    counters.create_table(&nodes[0]).await.unwrap();
+    let mut shares = Vec::new();
+    for node in nodes {
+        shares.push(
+            Writer::of_galera_node(node)
+                .await
+                .unwrap()
+                .expect("a Galera node"),
+        );
+    }
+    let mut figures = Figures::new();
+    let mut acknowledged = 0;
+    for (phase, options) in [
+        ("whole", Compact::new().all_slots()),
+        ("share", Compact::new()),
+    ] {
+        let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let compactors: Vec<_> = nodes[..2]
+            .iter()
+            .map(|db| {
+                let (db, counters, options) = (db.clone(), counters.clone(), options.clone());
+                let writing = writing.clone();
+                tokio::spawn(async move {
+                    let (mut ok, mut lost, mut folded) = (0u64, 0u64, 0u64);
+                    while writing.load(Ordering::Relaxed) && ok + lost < 200 {
+                        match counters.compact(&db, &options).await {
+                            Ok(report) => {
+                                ok += 1;
+                                folded += report.totals.counters_folded;
+                            }
+                            // Lost every retry to the writers: nothing changed.
+                            Err(e) if e.kind() == ErrorKind::Transient => lost += 1,
+                            Err(e) => panic!("compaction: {e}"),
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    (ok, lost, folded)
+                })
+            })
+            .collect();
+        let stop_at = Instant::now() + Duration::from_secs(5);
+        let shares = shares.clone();
+        let writer_table = table.clone();
+        acknowledged += on_every_node(nodes, 8, move |node, db, _| {
+            let counters = Counters::<i64>::new(writer_table.clone().with_writer(shares[node]));
+            async move {
+                let mut sum = 0;
+                while Instant::now() < stop_at && sum < 2_000 {
+                    counters.increment(&db, 1, "likes").await?;
+                    sum += 1;
+                }
+                Ok(sum)
+            }
+        })
+        .await;
+        writing.store(false, Ordering::Relaxed);
+        let (mut ok, mut lost, mut folded) = (Vec::new(), 0, 0);
+        for compactor in compactors {
+            let (o, l, f) = compactor.await.unwrap();
+            ok.push(o);
+            lost += l;
+            folded += f;
+        }
+        let (ok_label, lost_label, folded_label) = match phase {
+            "whole" => (
+                "compact_whole_ok",
+                "compact_whole_lost",
+                "compact_whole_folded",
+            ),
+            _ => (
+                "compact_share_ok",
+                "compact_share_lost",
+                "compact_share_folded",
+            ),
+        };
+        if phase == "share" {
+            // Progress while every node wrote, on each compacting node.
+            assert!(
+                ok.iter().all(|&o| o > 0),
+                "node-share compactions committed {ok:?}, lost {lost}"
+            );
+        }
+        figures.extend([
+            (ok_label, ok.iter().sum()),
+            (lost_label, lost),
+            (folded_label, folded),
+        ]);
+    }
+    // Quiet now: each node folds its share; one row per node is left.
+    for node in nodes {
+        let report = counters.compact(node, &Compact::new()).await.unwrap();
+        assert!(report.share.is_some(), "{report:?}");
+    }
+    let rows: i64 = {
+        let select = Query::select()
+            .expr_as(sea_orm::sea_query::Expr::cust("COUNT(*)"), Alias::new("n"))
+            .from(Alias::new("g_compact_hot"))
+            .to_owned();
+        nodes[0]
+            .query_one(&select)
+            .await
+            .unwrap()
+            .unwrap()
+            .try_get("", "n")
+            .unwrap()
+    };
+    assert!(
+        rows <= 3,
+        "{rows} rows after every node compacted its share"
+    );
+    let off = same_on_every_node(nodes, "compacted hot counter", acknowledged, |db| {
+        let counters = counters.clone();
+        async move { counters.get(&db, 1, "likes").await.unwrap() }
+    })
+    .await;
+    figures.extend([
+        ("compact_hot_writes", acknowledged as u64),
+        ("compact_hot_rows_after", rows as u64),
+        ("compact_hot_first_read_behind", off),
+    ]);
+    figures
+}
+
 mod shelf {
     use counter_core::SlottedCounter;
     use sea_orm::entity::prelude::*;
@@ -505,9 +642,11 @@ pub async fn node_killed_and_rejoined(
                             given_up.fetch_add(1, Ordering::Relaxed);
                         }
                         // Only the killed node's writers fail otherwise:
-                        // their outcome is unknown, and they stop.
+                        // their outcome is unknown, and they stop. A lost
+                        // connection is one kind, whatever the call.
                         Err(e) => {
                             assert_eq!(i, 2, "node {i}: {e}");
+                            assert_eq!(e.kind(), ErrorKind::Transient, "{e:?}");
                             failed.fetch_add(1, Ordering::Relaxed);
                             break;
                         }
@@ -516,6 +655,10 @@ pub async fn node_killed_and_rejoined(
             }));
         }
     }
+    // A pool of its own on the node to be killed, with a short wait, for
+    // the other calls to meet the dead node.
+    let probe = counter_tests::servers::pool(&cluster.urls()[2], 2, Duration::from_secs(2)).await;
+    counters.get(&probe, 1, "likes").await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let killer = cluster.clone();
     tokio::task::spawn_blocking(move || killer.kill(2))
@@ -524,6 +667,29 @@ pub async fn node_killed_and_rejoined(
     for writer in writers {
         writer.await.unwrap();
     }
+    // Every call on the dead node fails with the same kind.
+    let mut dead_node_calls = 0;
+    for call in ["increment", "batch", "compact", "read"] {
+        let outcome = match call {
+            "increment" => counters.increment(&probe, 1, "likes").await,
+            "batch" => {
+                let mut batch = DeltaBatch::new();
+                batch.add(&counters, 1, "likes", 1).unwrap();
+                batch.add(&counters, 2, "likes", 1).unwrap();
+                batch.apply(&probe).await.map(drop)
+            }
+            "compact" => counters.compact(&probe, &Compact::new()).await.map(drop),
+            _ => counters.get(&probe, 1, "likes").await.map(drop),
+        };
+        let error = outcome.expect_err("a call on a dead node");
+        assert_eq!(
+            error.kind(),
+            ErrorKind::Transient,
+            "{call} on the dead node: {error:?}"
+        );
+        dead_node_calls += 1;
+    }
+    let _ = probe.close().await;
     let restarter = cluster.clone();
     let started = Instant::now();
     tokio::task::spawn_blocking(move || restarter.restart(2))
@@ -552,6 +718,7 @@ pub async fn node_killed_and_rejoined(
         ("kill_in_doubt", in_doubt),
         ("kill_given_up", given_up.load(Ordering::Relaxed)),
         ("kill_lost", acknowledged.saturating_sub(total)),
+        ("dead_node_calls_transient", dead_node_calls),
         ("rejoin_ms", rejoin_ms),
     ]
 }

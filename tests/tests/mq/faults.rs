@@ -4,7 +4,6 @@
 //! restarted, and a 3-node JetStream cluster losing a node.
 
 use std::{
-    process::Command,
     sync::{
         Arc,
         atomic::{AtomicU32, Ordering},
@@ -20,6 +19,7 @@ use counter_mq::{
 };
 use counter_tests::{
     Backend, TestDb, backend_test,
+    child::{self, SharedDb},
     mq::{
         self, AmqpQueue, AnyPublisher, Broker, Bus, NatsCluster, PrivateNats, Workload,
         consume_until, consume_until_applied, jetstream, nats_source_redelivering, stream_ready,
@@ -27,7 +27,6 @@ use counter_tests::{
     },
     proxy::{Fault, Proxy},
 };
-use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
 use super::{consumer, report, tables};
 
@@ -83,17 +82,6 @@ impl ChildSpec {
     }
 }
 
-async fn connect(url: &str, schema: Option<&str>) -> DatabaseConnection {
-    let mut options = ConnectOptions::new(url);
-    options.max_connections(2).sqlx_logging(false);
-    if let Some(schema) = schema {
-        options.set_schema_search_path(schema);
-    }
-    Database::connect(options)
-        .await
-        .expect("connect the child's database")
-}
-
 /// The child consumer: runs only in a process started by
 /// `consumer_aborted_at_each_point` (with `COUNTER_MQ_CHILD` set), and
 /// aborts the process at its named point of the third batch. In an ordinary
@@ -104,7 +92,7 @@ async fn child_consumer_process() {
         return;
     };
     let spec = ChildSpec::decode(&spec);
-    let db = connect(&spec.db_url, spec.schema.as_deref()).await;
+    let db = child::connect(&spec.db_url, spec.schema.as_deref()).await;
     let posts = counter_tests::counters::<i64>(&spec.table, 4);
     let point = FaultPoint::named(spec.point).expect("a fault point");
     let seen = Arc::new(AtomicU32::new(0));
@@ -145,25 +133,7 @@ async fn child_consumer_process() {
 
 /// Runs the child consumer and checks that it died by `SIGABRT`.
 async fn run_child(spec: &ChildSpec) {
-    let exe = std::env::current_exe().expect("the test binary");
-    let spec = spec.encode();
-    let status = tokio::task::spawn_blocking(move || {
-        Command::new(exe)
-            .args([
-                "--exact",
-                "faults::child_consumer_process",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(CHILD, spec)
-            .env_remove("COUNTER_TEST_REPORT")
-            .env_remove("COUNTER_TEST_FIGURES")
-            .status()
-            .expect("run the child consumer")
-    })
-    .await
-    .expect("the child");
+    let status = child::run("faults::child_consumer_process", CHILD, spec.encode()).await;
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         status.signal(),
@@ -172,51 +142,13 @@ async fn run_child(spec: &ChildSpec) {
     );
 }
 
-/// The database a child process can open too: a file for SQLite, the
-/// test's scratch space on a server.
-struct SharedDb {
-    db: DatabaseConnection,
-    url: String,
-    schema: Option<String>,
-    test: Option<TestDb>,
-    _dir: Option<std::path::PathBuf>,
-}
-
-async fn shared_db(backend: Backend, label: &str) -> Option<SharedDb> {
-    if backend == Backend::Sqlite {
-        let dir = std::env::temp_dir().join(format!(
-            "counter-mq-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let url = format!("sqlite://{}?mode=rwc", dir.join("counters.db").display());
-        let db = connect(&url, None).await;
-        return Some(SharedDb {
-            db,
-            url,
-            schema: None,
-            test: None,
-            _dir: Some(dir),
-        });
-    }
-    let test = TestDb::open(backend, label).await?;
-    Some(SharedDb {
-        db: test.db.clone(),
-        url: test.url().expect("a server URL").to_owned(),
-        schema: test.schema().map(str::to_owned),
-        test: Some(test),
-        _dir: None,
-    })
-}
-
 backend_test! {
     /// The consumer's process aborted before a batch's `COMMIT`, after it
     /// (nothing acknowledged) and between its acknowledgements, on each
     /// broker: a second consumer finishes the queue, the redelivered
     /// messages of a committed batch are skipped, and every total is exact.
     async fn consumer_aborted_at_each_point(b: Backend) {
-        let Some(shared) = shared_db(b, "consumer_aborted_at_each_point").await else {
+        let Some(shared) = SharedDb::open(b, "consumer_aborted_at_each_point").await else {
             return;
         };
         let nats_bin = mq::nats_server(b, "consumer_aborted_at_each_point");
@@ -364,9 +296,7 @@ backend_test! {
                 );
             }
         }
-        if let Some(test) = shared.test {
-            test.finish().await;
-        }
+        shared.finish().await;
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod buffered;
 mod consumers;
+mod edges;
 mod faults;
 mod flows;
 mod poison;

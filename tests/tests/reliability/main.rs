@@ -4,6 +4,7 @@
 //! backend. Each test reports its figures with `counter_tests::figures`.
 
 mod cancellation;
+mod fault_kinds;
 mod faults;
 mod hostile;
 mod model;
