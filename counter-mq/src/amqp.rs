@@ -185,8 +185,9 @@ pub struct AmqpSource {
     prefetch: u16,
     source: String,
     link: Option<Link>,
-    /// The queue's ready messages, and when they were asked.
-    lag: Option<(Instant, u64)>,
+    /// The queue's ready messages, when they were asked, and whether that
+    /// was while idle.
+    lag: Option<(Instant, u64, bool)>,
 }
 
 /// One connection's channel and consumer.
@@ -270,10 +271,12 @@ impl AmqpSource {
     /// a passive declare, one round trip at most once per
     /// `LAG_READING_AGE` (a recent reading answers in between), bounded so
     /// a slow broker never holds a batch; `None` when the broker does not
-    /// answer.
-    async fn ready_messages(&mut self) -> Option<u64> {
-        if let Some((asked, lag)) = self.lag
+    /// answer. The first reading `idle` asks afresh: a reading taken with
+    /// the last batch would report its backlog after the queue drained.
+    async fn ready_messages(&mut self, idle: bool) -> Option<u64> {
+        if let Some((asked, lag, while_idle)) = self.lag
             && asked.elapsed() < LAG_READING_AGE
+            && (while_idle || !idle)
         {
             return Some(lag);
         }
@@ -289,7 +292,7 @@ impl AmqpSource {
         match tokio::time::timeout(LAG_READING_TIMEOUT, declare).await {
             Ok(Ok(queue)) => {
                 let lag = u64::from(queue.message_count());
-                self.lag = Some((Instant::now(), lag));
+                self.lag = Some((Instant::now(), lag, idle));
                 Some(lag)
             }
             Ok(Err(error)) => {
@@ -402,11 +405,11 @@ impl Source for AmqpSource {
     }
 
     async fn lag(&mut self, _last: &Self::Delivery) -> Option<u64> {
-        self.ready_messages().await
+        self.ready_messages(false).await
     }
 
     async fn idle_lag(&mut self) -> Option<u64> {
-        self.ready_messages().await
+        self.ready_messages(true).await
     }
 
     async fn ack(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
