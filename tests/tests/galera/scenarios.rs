@@ -360,20 +360,20 @@ pub async fn compaction_with_writers_on_every_node(nodes: &[DatabaseConnection])
                 let (db, counters, options) = (db.clone(), counters.clone(), options.clone());
                 let writing = writing.clone();
                 tokio::spawn(async move {
-                    let (mut ok, mut lost, mut folded) = (0u64, 0u64, 0u64);
-                    while writing.load(Ordering::Relaxed) && ok + lost < 200 {
+                    let (mut ok, mut refused, mut folded) = (0u64, 0u64, 0u64);
+                    while writing.load(Ordering::Relaxed) && ok + refused < 200 {
                         match counters.compact(&db, &options).await {
                             Ok(report) => {
                                 ok += 1;
                                 folded += report.totals.counters_folded;
                             }
                             // Lost every retry to the writers: nothing changed.
-                            Err(e) if e.kind() == ErrorKind::Transient => lost += 1,
+                            Err(e) if e.kind() == ErrorKind::Transient => refused += 1,
                             Err(e) => panic!("compaction: {e}"),
                         }
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
-                    (ok, lost, folded)
+                    (ok, refused, folded)
                 })
             })
             .collect();
@@ -393,22 +393,22 @@ pub async fn compaction_with_writers_on_every_node(nodes: &[DatabaseConnection])
         })
         .await;
         writing.store(false, Ordering::Relaxed);
-        let (mut ok, mut lost, mut folded) = (Vec::new(), 0, 0);
+        let (mut ok, mut refused, mut folded) = (Vec::new(), 0, 0);
         for compactor in compactors {
             let (o, l, f) = compactor.await.unwrap();
             ok.push(o);
-            lost += l;
+            refused += l;
             folded += f;
         }
-        let (ok_label, lost_label, folded_label) = match phase {
+        let (ok_label, refused_label, folded_label) = match phase {
             "whole" => (
                 "compact_whole_ok",
-                "compact_whole_lost",
+                "compact_whole_refused",
                 "compact_whole_folded",
             ),
             _ => (
                 "compact_share_ok",
-                "compact_share_lost",
+                "compact_share_refused",
                 "compact_share_folded",
             ),
         };
@@ -416,12 +416,12 @@ pub async fn compaction_with_writers_on_every_node(nodes: &[DatabaseConnection])
             // Progress while every node wrote, on each compacting node.
             assert!(
                 ok.iter().all(|&o| o > 0),
-                "node-share compactions committed {ok:?}, lost {lost}"
+                "node-share compactions committed {ok:?}, refused {refused}"
             );
         }
         figures.extend([
             (ok_label, ok.iter().sum()),
-            (lost_label, lost),
+            (refused_label, refused),
             (folded_label, folded),
         ]);
     }
