@@ -538,7 +538,7 @@ async fn with_amqp(
         }
         let mut lanes = Vec::new();
         for queue in &queues {
-            let publisher = AmqpPublisher::connect(url, queue.name.clone()).await?;
+            let publisher = AmqpPublisher::connect(url, queue.clone()).await?;
             let queue = queue.clone();
             lanes.push((publisher, async move || {
                 AmqpSource::connect(url, queue, prefetch).await

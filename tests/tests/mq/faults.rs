@@ -649,7 +649,7 @@ backend_test! {
         let proxy = Proxy::start("127.0.0.1:5672").await.expect("a proxy");
         let via = format!("amqp://guest:guest@{}/%2f", proxy.addr());
         let publisher = AnyPublisher::Amqp(
-            counter_mq::amqp::AmqpPublisher::connect(&via, queue.settings.name.clone())
+            counter_mq::amqp::AmqpPublisher::connect(&via, queue.settings.clone())
                 .await
                 .expect("a publisher through the proxy"),
         );
