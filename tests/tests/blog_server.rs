@@ -3,6 +3,7 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
+use blog_migration::{Migrator, MigratorTrait};
 use blog_server::{
     CountReader, DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS, MAX_DAILY_DAYS,
     MAX_MOST_LIKED, MAX_PAGE, PAGE_SIZE,
@@ -24,7 +25,6 @@ use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::TokioExecutor,
 };
-use migration::{Migrator, MigratorTrait};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Set,
 };

@@ -6,7 +6,6 @@ use std::{future::Future, marker::PhantomData, sync::Arc};
 use sea_orm::{
     ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, Iterable, QueryFilter,
     SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
-    sea_query::{Expr, ExprTrait},
 };
 
 use super::{CounterCache, hooks, parents, rows};
@@ -126,9 +125,10 @@ impl<E: CounterCache> OwnWrite for Delete<E> {
         if let Some(key) = rows::key_of_active(&self.am)
             && rows::lock::<E, _>(txn, key).await?.is_empty()
         {
-            // A statement that matches nothing: the only way to make
-            // sea-orm's `DeleteResult` (non-exhaustive) of 0 rows.
-            return E::delete_many().filter(Expr::val(1).eq(2)).exec(txn).await;
+            // Nothing is sent: sea-orm's own result of a delete that
+            // removed nothing (`DeleteResult` is non-exhaustive; `empty`
+            // is how sea-orm itself builds one).
+            return Ok(DeleteResult::empty());
         }
         self.am.clone().delete(txn).await
     }

@@ -12,11 +12,11 @@ mod reads;
 mod soak;
 mod writes;
 
+use blog_migration::{Migrator, MigratorTrait};
 use counter_core::{Counters, SlottedCounter};
 use counter_redis::CachedCounters;
 use counter_tests::{TestDb, counters};
 use entity::post;
-use migration::{Migrator, MigratorTrait};
 use sea_orm::DatabaseConnection;
 
 /// The blog schema (posts, `post_counters`, comments).

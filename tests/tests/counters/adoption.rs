@@ -825,17 +825,30 @@ backend_test! {
                 .unwrap();
         })
         .await;
-        let delete = {
-            let row = comments::Entity::insert_counted(db, new_comment(1))
+        let row = comments::Entity::insert_counted(db, new_comment(1))
+            .await
+            .unwrap();
+        let delete = statements(&sent, || async {
+            let gone = comments::Entity::delete_counted(db, row.clone().into())
                 .await
                 .unwrap();
-            statements(&sent, || async {
-                comments::Entity::delete_counted(db, row.into())
-                    .await
-                    .unwrap();
-            })
-            .await
-        };
+            assert_eq!(gone.rows_affected, 1);
+        })
+        .await;
+        // The same row again: locked and found missing, no `DELETE` sent.
+        let delete_missing = statements(&sent, || async {
+            let gone = comments::Entity::delete_counted(db, row.into())
+                .await
+                .unwrap();
+            assert_eq!(gone.rows_affected, 0);
+        })
+        .await;
+        let deletes_sent = sent
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.trim_start().to_uppercase().starts_with("DELETE"))
+            .count();
         // The metric callback sees the statements of sea-orm's own
         // statements; `BEGIN` and `COMMIT` go through the driver unseen.
         figures(
@@ -846,6 +859,7 @@ backend_test! {
                 ("increment_windowed", windowed),
                 ("insert_counted", insert),
                 ("delete_counted", delete),
+                ("delete_counted_missing", delete_missing),
             ],
         );
         assert_eq!(increment, 1, "[{}] {:#?}", t.backend, sent.lock().unwrap());
@@ -854,6 +868,8 @@ backend_test! {
         let insert_expected = if t.backend == Backend::MySql { 3 } else { 2 };
         assert_eq!(insert, insert_expected, "[{}]", t.backend);
         assert_eq!(delete, 4, "[{}]", t.backend);
+        assert_eq!(deletes_sent, 0, "[{}] {:#?}", t.backend, sent.lock().unwrap());
+        assert_eq!(delete_missing, 1, "[{}] the lock's read alone", t.backend);
         t.finish().await;
     }
 }

@@ -1,10 +1,10 @@
 //! The example's derived post entity, used next to ordinary entity queries
 //! in one transaction.
 
+use blog_migration::{Migrator, MigratorTrait};
 use counter_core::SlottedCounter;
 use counter_tests::{TestDb, backend_test};
 use entity::post::{self, counters::Key as PostKey};
-use migration::{Migrator, MigratorTrait};
 use sea_orm::{ActiveModelTrait, EntityTrait, QueryOrder, Set, TransactionTrait};
 
 backend_test! {

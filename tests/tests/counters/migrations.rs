@@ -1,9 +1,9 @@
 //! The migration crate and the ready-made companion-table migration.
 
+use blog_migration::{Migrator, MigratorTrait, SchemaManager};
 use counter_core::{CounterError, CounterTable, Counters, FlushLedger, SlottedCounter};
 use counter_tests::{TestDb, backend_test};
 use entity::{post, user};
-use migration::{Migrator, MigratorTrait, SchemaManager};
 
 backend_test! {
     #[tokio::test(flavor = "multi_thread")]
@@ -140,7 +140,7 @@ backend_test! {
     #[tokio::test(flavor = "multi_thread")]
     #[label = "upgrade_migration"]
     async fn the_upgrade_migration_brings_an_old_table_up_to_date(t: TestDb) {
-        use migration::MigrationTrait;
+        use blog_migration::MigrationTrait;
         let b = t.backend;
         let old = Counters::<i64>::new(CounterTable::new("legacy").unwrap());
         old.create_table(&t.db).await.unwrap();
@@ -168,7 +168,7 @@ backend_test! {
         );
         let upgrade = new.upgrade_migration();
         assert_eq!(
-            migration::MigrationName::name(&upgrade),
+            blog_migration::MigrationName::name(&upgrade),
             "counter_core_upgrade_legacy_v2"
         );
         upgrade.up(&schema).await.unwrap();

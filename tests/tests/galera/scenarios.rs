@@ -619,6 +619,9 @@ pub async fn node_killed_and_rejoined(
     let counters = Counters::<i64>::new(table.clone());
     let (acknowledged, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let given_up = Arc::new(AtomicU64::new(0));
+    // The longest one write took on a surviving node: the pause while the
+    // cluster evicts the dead node.
+    let longest_ms = Arc::new(AtomicU64::new(0));
     let stop_at = Instant::now() + Duration::from_secs(8);
     let mut writers = Vec::new();
     for (i, db) in nodes.iter().enumerate() {
@@ -627,14 +630,19 @@ pub async fn node_killed_and_rejoined(
             let share = table.clone().with_writer(Writer::new(i as u16, 3).unwrap());
             let counters = Counters::<i64>::new(share);
             let (acknowledged, failed) = (acknowledged.clone(), failed.clone());
-            let given_up = given_up.clone();
+            let (given_up, longest_ms) = (given_up.clone(), longest_ms.clone());
             writers.push(tokio::spawn(async move {
                 let mut n = 0u64;
                 while Instant::now() < stop_at && n < 5_000 {
                     n += 1;
+                    let started = Instant::now();
                     match counters.increment(&db, 1, "likes").await {
                         Ok(()) => {
                             acknowledged.fetch_add(1, Ordering::Relaxed);
+                            if i != 2 {
+                                let ms = started.elapsed().as_millis() as u64;
+                                longest_ms.fetch_max(ms, Ordering::Relaxed);
+                            }
                         }
                         // Refused by the database after every retry:
                         // rolled back, not counted.
@@ -719,6 +727,10 @@ pub async fn node_killed_and_rejoined(
         ("kill_given_up", given_up.load(Ordering::Relaxed)),
         ("kill_lost", acknowledged.saturating_sub(total)),
         ("dead_node_calls_transient", dead_node_calls),
+        (
+            "survivor_longest_write_ms",
+            longest_ms.load(Ordering::Relaxed),
+        ),
         ("rejoin_ms", rejoin_ms),
     ]
 }

@@ -37,7 +37,7 @@
 //! `-wal` and `-shm` files on every exit; the bench table is dropped at the
 //! end and, where the connection still works, after an error.
 //!
-//! `cargo run --release -p examples --bin compact-bench -- --database-url <URL>`
+//! `cargo run --release -p bench --bin compact-bench -- --database-url <URL>`
 
 use std::{
     path::PathBuf,

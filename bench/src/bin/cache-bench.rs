@@ -42,7 +42,7 @@
 //! left behind expires with the cache's 10-minute TTL. The counter table is
 //! dropped at the end, and a temporary SQLite file removed.
 //!
-//! `cargo run --release -p examples --bin cache-bench -- --database-url <URL>
+//! `cargo run --release -p bench --bin cache-bench -- --database-url <URL>
 //! --redis-url redis://127.0.0.1:6379 [--redis-cluster <URL>,<URL>,<URL>]
 //! [--json <PATH>]`
 

@@ -5,7 +5,7 @@
 //! (`--workload zipf`); and batch reads against a naive loop.
 //!
 //! ```text
-//! cargo run --release -p examples --bin counter-bench -- \
+//! cargo run --release -p bench --bin counter-bench -- \
 //!     --database-url postgres://postgres@127.0.0.1:5432/test \
 //!     --workload business --clients 64 --json bench.json --svg bench.svg
 //! ```

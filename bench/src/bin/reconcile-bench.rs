@@ -19,7 +19,7 @@
 //! expected truth, stored total and drift, the sum of the damage as
 //! `total_abs_drift`, and every owner as checked (exit 1 otherwise).
 //!
-//! `cargo run --release -p examples --bin reconcile-bench -- --database-url <URL>`
+//! `cargo run --release -p bench --bin reconcile-bench -- --database-url <URL>`
 
 use std::{collections::BTreeMap, process::ExitCode, time::Instant};
 

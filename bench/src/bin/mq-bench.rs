@@ -43,7 +43,7 @@
 //! the run's dedup rows are deleted at the end (the dedup table itself is
 //! shared, and stays). `sqlite::memory:` runs on a pool of one connection.
 //!
-//! `cargo run --release -p examples --bin mq-bench -- --database-url <URL>
+//! `cargo run --release -p bench --bin mq-bench -- --database-url <URL>
 //! --broker nats|amqp [--json <PATH>]` (`RUST_LOG=counter_mq=debug` logs
 //! each batch's timing to stderr).
 

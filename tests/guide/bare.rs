@@ -1,0 +1,3 @@
+// The crates' common names and nothing else: for blocks that declare their
+// own entities or tables.
+include!("common.rs");

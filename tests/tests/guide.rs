@@ -1,0 +1,86 @@
+//! The guide compiles: every Rust block of README.md, docs/guide/*.md and
+//! the published crates' READMEs, each in a module of its own after its
+//! page's context (`tests/guide/*.rs`), type-checked with this test binary.
+//! `build.rs` extracts them; this file includes them and checks that none
+//! was left out and that a block not compiled says why.
+
+include!(concat!(env!("OUT_DIR"), "/guide_blocks.rs"));
+
+/// `crate::models`, as the adoption guide's Loco files name the app's
+/// models.
+#[allow(warnings, clippy::all)]
+pub mod models {
+    include!("../guide/adoption.rs");
+}
+
+/// The pages the build script reads, as it reads them.
+fn pages() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_owned();
+    let mut pages = vec![root.join("README.md")];
+    let mut guide: Vec<_> = std::fs::read_dir(root.join("docs/guide"))
+        .expect("docs/guide")
+        .map(|e| e.expect("a page").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    guide.sort();
+    pages.extend(guide);
+    for krate in [
+        "counter-core",
+        "counter-derive",
+        "counter-redis",
+        "counter-mq",
+    ] {
+        pages.push(root.join(krate).join("README.md"));
+    }
+    pages
+}
+
+#[test]
+fn every_rust_block_of_the_guide_is_compiled_or_says_why_not() {
+    let mut fences = 0;
+    let mut ignored_without_reason = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).expect("a page");
+        let mut lines = text.lines().enumerate();
+        while let Some((i, line)) = lines.next() {
+            let Some(info) = line.strip_prefix("```") else {
+                continue;
+            };
+            let rust = info == "rust" || info.starts_with("rust,");
+            if rust {
+                fences += 1;
+                if info.split(',').any(|o| o == "ignore") {
+                    let first = lines.next().map(|(_, l)| l).unwrap_or_default();
+                    if !first.trim_start().starts_with("// not compiled:") {
+                        ignored_without_reason.push(format!("{}:{}", page.display(), i + 1));
+                    }
+                }
+            }
+            // The rest of the fence, whatever its language.
+            for (_, inner) in lines.by_ref() {
+                if inner.trim_end() == "```" {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(
+        BLOCKS.len(),
+        fences,
+        "the build script compiled {} blocks, the pages have {fences} Rust fences",
+        BLOCKS.len()
+    );
+    assert!(
+        ignored_without_reason.is_empty(),
+        "blocks not compiled without a `// not compiled: <why>` first line: {ignored_without_reason:?}"
+    );
+    let compiled = BLOCKS
+        .iter()
+        .filter(|(_, _, kind)| *kind != "ignored")
+        .count();
+    eprintln!("{compiled} of {fences} Rust blocks of the guide compiled");
+    assert!(compiled > 20, "the guide has more blocks than {compiled}");
+}
