@@ -27,7 +27,7 @@ pub(crate) const PRUNE_BATCH: u64 = 10_000;
 /// The database's current time in Unix seconds: one clock for every
 /// consumer, so a consumer whose clock is ahead cannot prune rows another
 /// still needs.
-fn now(backend: DbBackend) -> &'static str {
+pub(crate) fn now(backend: DbBackend) -> &'static str {
     match backend {
         DbBackend::Postgres => "CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) AS BIGINT)",
         // Signed: `UNIX_TIMESTAMP()` is unsigned, and a cutoff before 1970

@@ -71,6 +71,7 @@ mod consumer;
 mod dedup;
 mod error;
 mod fault;
+pub mod ledger;
 pub mod message;
 pub mod nats;
 mod publish;

@@ -1,0 +1,152 @@
+//! The HTTP API: routes, their OpenAPI document, and the layers every
+//! request passes (request id, trace span, metrics, timeout, body limit,
+//! authentication).
+//!
+//! ```text
+//! POST /v1/{ns}/counters:add          POST /v1/{ns}/counters:addAndGet
+//! POST /v1/{ns}/counters:batchAdd     GET|POST /v1/{ns}/counts:batchGet
+//! GET  /v1/{ns}/top                   GET  /v1/{ns}/series
+//! GET  /v1/{ns}/keys                  POST /v1/{ns}/admin:check  POST /v1/{ns}/admin:compact
+//! GET  /healthz  /readyz  /metrics  /openapi.json
+//! ```
+
+mod admin;
+mod extract;
+mod ops;
+mod read;
+mod write;
+
+use std::time::Duration;
+
+use axum::{
+    Router,
+    extract::{DefaultBodyLimit, Request, State},
+    http::{HeaderName, Uri},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+};
+use tower_http::{
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::{DefaultOnResponse, TraceLayer},
+};
+use utoipa::OpenApi;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+pub use write::{IDEMPOTENCY_KEY, REPLAYED};
+
+use crate::{auth, problem::Problem, state::AppState};
+
+/// The header carrying each request's id (set if the client sent none,
+/// echoed on the answer, and a field of every log line of the request).
+pub const REQUEST_ID: &str = "x-request-id";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "counter-service",
+        description = "Slotted counters over HTTP: idempotent adds, batch gets, rankings, series. \
+                       Every error is RFC 9457 problem details with a `kind`."
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "counters", description = "Adds"),
+        (name = "counts", description = "Reads"),
+        (name = "admin", description = "Maintenance on demand (admin scope)"),
+        (name = "operations", description = "Probes, metrics, this document (no token)"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        openapi
+            .components
+            .get_or_insert_default()
+            .add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+    }
+}
+
+/// The routes and their OpenAPI document, registered together: a route
+/// cannot exist without its entry.
+fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(write::add))
+        .routes(routes!(write::add_and_get))
+        .routes(routes!(write::batch_add))
+        .routes(routes!(read::batch_get, read::batch_get_post))
+        .routes(routes!(read::top))
+        .routes(routes!(read::series))
+        .routes(routes!(read::keys))
+        .routes(routes!(admin::check))
+        .routes(routes!(admin::compact))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::openapi))
+        .split_for_parts()
+}
+
+/// The OpenAPI document of this version of the service.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    routes().1
+}
+
+/// The service's router over `state`.
+pub(crate) fn router(state: AppState) -> Router {
+    let (routes, openapi) = routes();
+    let _ = state
+        .openapi
+        .set(openapi.to_pretty_json().unwrap_or_default());
+    let request_id = HeaderName::from_static(REQUEST_ID);
+    routes
+        .fallback(|uri: Uri| async move { Problem::no_route(uri.path()) })
+        .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
+        // Innermost first: the token, the body bound, the deadline, the
+        // figures, then the span and the id around everything.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .layer(DefaultBodyLimit::max(state.server.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(middleware::from_fn(crate::metrics::track))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request| {
+                    let id = request
+                        .headers()
+                        .get(REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id = %id,
+                        caller = tracing::field::Empty,
+                    )
+                })
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+        )
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(state)
+}
+
+/// Answers 503 when a request outlives `server.request_timeout_ms`. A
+/// write's transaction runs in a task of its own and ends whole either way:
+/// the client retries with its Idempotency-Key and learns what happened.
+async fn deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let limit: Duration = state.server.request_timeout();
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => Problem::timeout(limit.as_millis() as u64).into_response(),
+    }
+}

@@ -1,0 +1,411 @@
+//! `counts:batchGet`, `top`, `series` and `keys`.
+
+use std::collections::BTreeMap;
+
+use axum::{Extension, extract::State};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::extract::{Json, Ns, Query};
+use crate::{
+    auth::Caller,
+    config::Scope,
+    dispatch,
+    namespace::{Handle, KeyInfo, Namespace},
+    owner::ServiceOwner,
+    problem::{Problem, ProblemBody},
+    state::AppState,
+};
+
+/// `GET counts:batchGet`'s query: comma-separated lists.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct BatchGetQuery {
+    /// Owners, comma-separated (`1,2,3`); use POST for owners with commas.
+    pub owners: String,
+    /// Keys, comma-separated (`likes,views`).
+    pub keys: String,
+}
+
+/// `POST counts:batchGet`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchGetRequest {
+    /// Owners (strings, or numbers in an integer namespace).
+    #[schema(value_type = Vec<Object>)]
+    pub owners: Vec<Value>,
+    /// Keys.
+    pub keys: Vec<String>,
+}
+
+/// Totals by owner, then by key: every owner and key asked for, zero-filled.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchGetReply {
+    /// `{"<owner>": {"<key>": total}}`.
+    pub counts: BTreeMap<String, BTreeMap<String, i64>>,
+}
+
+/// The totals of many owners' keys in one read (AIP-231 `batchGet`).
+#[utoipa::path(
+    get,
+    path = "/v1/{ns}/counts:batchGet",
+    tag = "counts",
+    params(("ns" = String, Path, description = "The namespace"), BatchGetQuery),
+    responses(
+        (status = 200, description = "Every owner and key, zero-filled", body = BatchGetReply),
+        (status = 400, description = "Bad input, or over a batch bound", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such namespace", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn batch_get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Ns(ns): Ns,
+    Query(query): Query<BatchGetQuery>,
+) -> Result<axum::Json<BatchGetReply>, Problem> {
+    let owners: Vec<Value> = split(&query.owners)
+        .map(|o| Value::String(o.to_owned()))
+        .collect();
+    let keys: Vec<String> = split(&query.keys).map(str::to_owned).collect();
+    counts(&state, &caller, &ns, owners, keys).await
+}
+
+/// `counts:batchGet` with the lists in a body: for long lists.
+#[utoipa::path(
+    post,
+    path = "/v1/{ns}/counts:batchGet",
+    tag = "counts",
+    params(("ns" = String, Path, description = "The namespace")),
+    request_body = BatchGetRequest,
+    responses(
+        (status = 200, description = "Every owner and key, zero-filled", body = BatchGetReply),
+        (status = 400, description = "Bad input, or over a batch bound", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn batch_get_post(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Ns(ns): Ns,
+    Json(request): Json<BatchGetRequest>,
+) -> Result<axum::Json<BatchGetReply>, Problem> {
+    counts(&state, &caller, &ns, request.owners, request.keys).await
+}
+
+fn split(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').filter(|s| !s.is_empty())
+}
+
+async fn counts(
+    state: &AppState,
+    caller: &Caller,
+    ns: &str,
+    owners: Vec<Value>,
+    keys: Vec<String>,
+) -> Result<axum::Json<BatchGetReply>, Problem> {
+    let namespace = state.namespace(ns)?;
+    caller.allow(&namespace.name, Scope::Read)?;
+    let (max_owners, max_keys) = (state.server.max_batch_owners, state.server.max_batch_keys);
+    if owners.is_empty() || owners.len() > max_owners {
+        return Err(Problem::over_bound("batch owners", max_owners, owners.len()).with("min", 1));
+    }
+    if keys.is_empty() || keys.len() > max_keys {
+        return Err(Problem::over_bound("batch keys", max_keys, keys.len()).with("min", 1));
+    }
+    for key in &keys {
+        namespace.key(key)?;
+    }
+    metrics::histogram!("counter_service_batch_size", "op" => "batchGet")
+        .record((owners.len() * keys.len()) as f64);
+    let counts = dispatch!(&namespace.table, h => read_counts(state, h, &owners, &keys).await?);
+    Ok(axum::Json(BatchGetReply { counts }))
+}
+
+async fn read_counts<I: ServiceOwner>(
+    state: &AppState,
+    handle: &Handle<I>,
+    owners: &[Value],
+    keys: &[String],
+) -> Result<BTreeMap<String, BTreeMap<String, i64>>, Problem> {
+    let owners: Vec<I> = owners.iter().map(I::from_json).collect::<Result<_, _>>()?;
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let totals = match &handle.cached {
+        Some(cached) => cached.get_many(&state.db, &owners, &keys).await?,
+        None => handle.counters.get_many(&state.db, &owners, &keys).await?,
+    };
+    Ok(totals
+        .into_iter()
+        .map(|(owner, by_key)| (owner.render(), by_key.into_iter().collect()))
+        .collect())
+}
+
+/// `top`'s query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct TopQuery {
+    /// The key ranked.
+    pub key: String,
+    /// Owners per page, 1 to 1,000 (default 10).
+    pub limit: Option<usize>,
+    /// The `next` cursor of the page before.
+    pub after: Option<String>,
+}
+
+/// One ranked owner.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RankedOwner {
+    /// The owner.
+    pub owner: String,
+    /// Its total.
+    pub total: i64,
+}
+
+/// A page of a ranking.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TopReply {
+    /// Highest first; ties by owner, ascending.
+    pub owners: Vec<RankedOwner>,
+    /// The cursor of the next page, if this one was full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// The most-counted owners of a key, exact, in keyset pages.
+#[utoipa::path(
+    get,
+    path = "/v1/{ns}/top",
+    tag = "counts",
+    params(("ns" = String, Path, description = "The namespace"), TopQuery),
+    responses(
+        (status = 200, description = "A page", body = TopReply),
+        (status = 400, description = "Bad input", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn top(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Ns(ns): Ns,
+    Query(query): Query<TopQuery>,
+) -> Result<axum::Json<TopReply>, Problem> {
+    let namespace = state.namespace(&ns)?;
+    caller.allow(&namespace.name, Scope::Read)?;
+    let key = namespace.key(&query.key)?;
+    let limit = query.limit.unwrap_or(10);
+    if !(1..=MAX_TOP).contains(&limit) {
+        return Err(Problem::over_bound("limit", MAX_TOP, limit).with("min", 1));
+    }
+    let reply = dispatch!(&namespace.table, h => ranked(&state, h, key, limit, query.after.as_deref()).await?);
+    Ok(axum::Json(reply))
+}
+
+/// The longest ranking page.
+const MAX_TOP: usize = 1_000;
+
+async fn ranked<I: ServiceOwner>(
+    state: &AppState,
+    handle: &Handle<I>,
+    key: &str,
+    limit: usize,
+    after: Option<&str>,
+) -> Result<TopReply, Problem> {
+    let page = match after {
+        None => handle.counters.top(&state.db, key, limit).await?,
+        Some(cursor) => {
+            let (total, owner) = decode_cursor(cursor)?;
+            let last = counter_core::Ranked {
+                owner: I::from_text(&owner)?,
+                total,
+            };
+            handle
+                .counters
+                .top_after(&state.db, key, &last, limit)
+                .await?
+        }
+    };
+    let next = (page.len() == limit)
+        .then(|| {
+            page.last()
+                .map(|r| encode_cursor(r.total, &r.owner.render()))
+        })
+        .flatten();
+    Ok(TopReply {
+        owners: page
+            .into_iter()
+            .map(|r| RankedOwner {
+                owner: r.owner.render(),
+                total: r.total,
+            })
+            .collect(),
+        next,
+    })
+}
+
+/// A cursor: the last owner and total of a page, as hex of their JSON, so
+/// it travels in a query string untouched.
+fn encode_cursor(total: i64, owner: &str) -> String {
+    let json = serde_json::json!([total, owner]).to_string();
+    json.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
+    let bad = || Problem::bad_request("`after` is not a cursor this service gave");
+    if cursor.len() % 2 != 0 || cursor.len() > 1_200 {
+        return Err(bad());
+    }
+    let bytes: Vec<u8> = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(cursor.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    serde_json::from_slice::<(i64, String)>(&bytes).map_err(|_| bad())
+}
+
+/// `series`'s query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SeriesQuery {
+    /// The owner.
+    pub owner: String,
+    /// A windowed key.
+    pub key: String,
+    /// The first bucket's start (RFC 3339), inclusive.
+    pub from: DateTime<Utc>,
+    /// The end (RFC 3339), exclusive.
+    pub to: DateTime<Utc>,
+}
+
+/// One bucket.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Bucket {
+    /// Its start.
+    pub start: DateTime<Utc>,
+    /// Its count.
+    pub count: i64,
+}
+
+/// A zero-filled series and its sum.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SeriesReply {
+    /// Oldest first.
+    pub buckets: Vec<Bucket>,
+    /// The count over the whole range.
+    pub sum: i64,
+}
+
+/// A windowed key's count per bucket over `[from, to)`, and their sum.
+#[utoipa::path(
+    get,
+    path = "/v1/{ns}/series",
+    tag = "counts",
+    params(("ns" = String, Path, description = "The namespace"), SeriesQuery),
+    responses(
+        (status = 200, description = "The series", body = SeriesReply),
+        (status = 400, description = "Bad input, a key without a window, a reversed or too long range", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn series(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Ns(ns): Ns,
+    Query(query): Query<SeriesQuery>,
+) -> Result<axum::Json<SeriesReply>, Problem> {
+    let namespace = state.namespace(&ns)?;
+    caller.allow(&namespace.name, Scope::Read)?;
+    let key = namespace.key(&query.key)?;
+    let buckets = dispatch!(&namespace.table, h => {
+        let owner = ServiceOwner::from_text(&query.owner)?;
+        h.counters.series(&state.db, owner, key, query.from, query.to).await?
+    });
+    let buckets: Vec<Bucket> = buckets
+        .into_iter()
+        .map(|(start, count)| Bucket { start, count })
+        .collect();
+    let sum = buckets
+        .iter()
+        .try_fold(0i64, |sum, b| sum.checked_add(b.count))
+        .ok_or_else(|| {
+            Problem::from(counter_core::CounterError::Overflow {
+                context: "the sum of a series".into(),
+            })
+        })?;
+    Ok(axum::Json(SeriesReply { buckets, sum }))
+}
+
+/// A namespace's keys.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeysReply {
+    /// The declared keys.
+    pub keys: Vec<KeyInfo>,
+    /// Open key sets (`prefix*`).
+    pub patterns: Vec<String>,
+    /// Keys of the open sets that have counters (at most 1,000).
+    pub in_use: Vec<String>,
+}
+
+/// The namespace's declared keys, its key patterns, and the pattern keys
+/// in use.
+#[utoipa::path(
+    get,
+    path = "/v1/{ns}/keys",
+    tag = "counts",
+    params(("ns" = String, Path, description = "The namespace")),
+    responses(
+        (status = 200, description = "The keys", body = KeysReply),
+        (status = 404, description = "No such namespace", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn keys(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Ns(ns): Ns,
+) -> Result<axum::Json<KeysReply>, Problem> {
+    let namespace = state.namespace(&ns)?;
+    caller.allow(&namespace.name, Scope::Read)?;
+    let in_use = if namespace.prefixes.is_empty() {
+        Vec::new()
+    } else {
+        keys_in_use(&state, namespace).await?
+    };
+    Ok(axum::Json(KeysReply {
+        keys: namespace.keys.values().cloned().collect(),
+        patterns: namespace.prefixes.iter().map(|p| format!("{p}*")).collect(),
+        in_use,
+    }))
+}
+
+/// The distinct keys of the table that match a pattern, through the key
+/// index `(count_key, owner_id)`; the table name is the configuration's.
+async fn keys_in_use(state: &AppState, namespace: &Namespace) -> Result<Vec<String>, Problem> {
+    use sea_orm::{
+        ConnectionTrait,
+        sea_query::{Alias, Expr, ExprTrait, Order, Query},
+    };
+    let mut query = Query::select();
+    query
+        .distinct()
+        .column(Alias::new("count_key"))
+        .from(Alias::new(namespace.table_name()))
+        .order_by(Alias::new("count_key"), Order::Asc)
+        .limit(1_000);
+    let mut any = sea_orm::sea_query::Condition::any();
+    // `_` and `%` in a prefix match more than it; the exact check below
+    // filters those out.
+    for prefix in &namespace.prefixes {
+        any = any.add(Expr::col(Alias::new("count_key")).like(format!("{prefix}%")));
+    }
+    query.cond_where(any);
+    let backend = state.db.get_database_backend();
+    let rows = state.db.query_all_raw(backend.build(&query)).await?;
+    let mut keys = Vec::with_capacity(rows.len());
+    for row in rows {
+        let key: String = row.try_get_by_index(0)?;
+        if namespace
+            .prefixes
+            .iter()
+            .any(|p| key.starts_with(p.as_str()))
+        {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}

@@ -1,0 +1,258 @@
+//! Bearer tokens: who may call, with which scopes, on which namespaces.
+//!
+//! A request's token is compared with every configured secret in constant
+//! time (`subtle`), all of them, so neither a match's position nor a
+//! prefix shows in the answer's timing. Secrets never reach a log line:
+//! the token's `name` does.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Instant,
+};
+
+use axum::{
+    extract::{Request, State},
+    http::header::AUTHORIZATION,
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use subtle::ConstantTimeEq;
+
+use crate::{
+    config::{ConfigError, Scope, TokenConfig},
+    problem::Problem,
+    rate::RateLimit,
+    state::AppState,
+};
+
+/// The shortest secret accepted.
+const MIN_SECRET_LEN: usize = 16;
+
+/// The configured tokens, or none at all when the service is open.
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    open: bool,
+    tokens: Vec<Arc<Token>>,
+}
+
+/// One token, as the service keeps it.
+#[derive(Debug)]
+pub(crate) struct Token {
+    pub name: String,
+    secret: Secret,
+    scopes: BTreeSet<Scope>,
+    /// `None`: every namespace.
+    namespaces: Option<BTreeSet<String>>,
+    limit: Option<RateLimit>,
+}
+
+struct Secret(Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Who is calling: put in each request's extensions by [`authenticate`].
+#[derive(Debug, Clone)]
+pub(crate) enum Caller {
+    /// An open service: everything is allowed.
+    Open,
+    /// A token holder.
+    Token(Arc<Token>),
+}
+
+impl Caller {
+    /// `Ok` if the caller may act with `scope` on `namespace`; 403 naming
+    /// what is missing otherwise.
+    pub fn allow(&self, namespace: &str, scope: Scope) -> Result<(), Problem> {
+        let Caller::Token(token) = self else {
+            return Ok(());
+        };
+        if !token.scopes.contains(&scope) {
+            return Err(Problem::forbidden(format!(
+                "the token `{}` lacks the `{scope}` scope",
+                token.name
+            )));
+        }
+        if token
+            .namespaces
+            .as_ref()
+            .is_some_and(|n| !n.contains(namespace))
+        {
+            return Err(Problem::forbidden(format!(
+                "the token `{}` may not touch this namespace",
+                token.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// The name logs and metrics use.
+    pub fn name(&self) -> &str {
+        match self {
+            Caller::Open => "open",
+            Caller::Token(token) => &token.name,
+        }
+    }
+}
+
+impl Tokens {
+    /// The tokens of the configuration, their secrets read from the
+    /// environment where they say so; `namespaces` are the declared ones.
+    pub fn build(
+        open: bool,
+        configs: &[TokenConfig],
+        namespaces: &BTreeMap<String, impl Sized>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        if !open && configs.is_empty() {
+            return Err(ConfigError::invalid(
+                "tokens",
+                "no tokens are configured: add `[[tokens]]` (or set `server.open = true` for a service only local callers reach)",
+            ));
+        }
+        let mut names = BTreeSet::new();
+        let mut tokens = Vec::new();
+        for (i, config) in configs.iter().enumerate() {
+            let at = format!("tokens.{i}");
+            if config.name.is_empty() || !names.insert(config.name.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("{at}.name"),
+                    "each token has a name of its own",
+                ));
+            }
+            let secret = match (&config.secret, &config.secret_env) {
+                (Some(secret), None) => secret.clone(),
+                (None, Some(var)) => env(var).ok_or_else(|| {
+                    ConfigError::invalid(
+                        format!("{at}.secret_env"),
+                        format!("the environment variable `{var}` is not set"),
+                    )
+                })?,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        at,
+                        "a token has exactly one of `secret` and `secret_env`",
+                    ));
+                }
+            };
+            if secret.chars().count() < MIN_SECRET_LEN
+                || secret.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(ConfigError::invalid(
+                    format!("{at}.secret"),
+                    format!("a secret is at least {MIN_SECRET_LEN} characters, without spaces"),
+                ));
+            }
+            if config.scopes.is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("{at}.scopes"),
+                    "name at least one of read, write, admin",
+                ));
+            }
+            let all = config.namespaces.iter().any(|n| n == "*");
+            for namespace in config.namespaces.iter().filter(|n| *n != "*") {
+                if !namespaces.contains_key(namespace) {
+                    return Err(ConfigError::invalid(
+                        format!("{at}.namespaces"),
+                        format!("no namespace `{namespace}`"),
+                    ));
+                }
+            }
+            let limit = match config.rate_per_second {
+                None => None,
+                Some(rate) if rate > 0.0 && rate.is_finite() => {
+                    let burst = config.burst.unwrap_or(rate.max(1.0));
+                    if !(burst >= 1.0 && burst.is_finite()) {
+                        return Err(ConfigError::invalid(format!("{at}.burst"), "at least 1"));
+                    }
+                    Some(RateLimit::new(rate, burst))
+                }
+                Some(_) => {
+                    return Err(ConfigError::invalid(
+                        format!("{at}.rate_per_second"),
+                        "a positive number",
+                    ));
+                }
+            };
+            tokens.push(Arc::new(Token {
+                name: config.name.clone(),
+                secret: Secret(secret.into_bytes()),
+                scopes: config.scopes.iter().copied().collect(),
+                namespaces: (!all).then(|| config.namespaces.iter().cloned().collect()),
+                limit,
+            }));
+        }
+        Ok(Self {
+            open: open && tokens.is_empty(),
+            tokens,
+        })
+    }
+
+    /// Whether no token is needed.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// The token whose secret is `presented`, comparing it with all of them.
+    fn find(&self, presented: &[u8]) -> Option<Arc<Token>> {
+        let mut found = None;
+        for token in &self.tokens {
+            if bool::from(token.secret.0.ct_eq(presented)) {
+                found = Some(token.clone());
+            }
+        }
+        found
+    }
+}
+
+/// Paths anyone may call: probes, metrics and the API's description.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
+}
+
+/// The middleware: 401 without a valid token, 429 over its rate; the
+/// [`Caller`] for the handlers otherwise, whose scope checks give 403.
+pub(crate) async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if is_public(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let caller = if state.tokens.is_open() {
+        Caller::Open
+    } else {
+        let presented = request
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let Some(presented) = presented else {
+            return Problem::unauthorized("send `Authorization: Bearer <token>`").into_response();
+        };
+        let Some(token) = state.tokens.find(presented.as_bytes()) else {
+            return Problem::unauthorized("the bearer token is not valid").into_response();
+        };
+        if let Some(limit) = &token.limit
+            && let Err(wait) = limit.take(Instant::now())
+        {
+            metrics::counter!("counter_service_rate_limited_total", "token" => token.name.clone())
+                .increment(1);
+            return Problem::rate_limited(wait.as_secs_f64().ceil().max(1.0) as u64)
+                .into_response();
+        }
+        Caller::Token(token)
+    };
+    tracing::Span::current().record("caller", caller.name());
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}

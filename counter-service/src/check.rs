@@ -1,0 +1,126 @@
+//! Check and fix: a key's counts compared with its truth in the business
+//! tables and repaired through the library's recount, which never undoes a
+//! concurrent add (it repairs by adding the drift it saw in a snapshot).
+
+use std::time::Duration;
+
+use counter_core::{Reconcile, Truth};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::{
+    config::CheckConfig, dispatch, namespace::Namespace, owner::ServiceOwner, problem::Problem,
+    state::AppState,
+};
+
+/// What one key's check found, and fixed unless asked not to.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CheckReport {
+    /// The key.
+    pub key: String,
+    /// Owners compared.
+    pub owners_checked: u64,
+    /// Owners whose total differed from the truth.
+    pub owners_drifted: u64,
+    /// The sum of `|truth - total|` over them.
+    pub total_abs_drift: u64,
+    /// Whether the drift was repaired (false: a dry run).
+    pub fixed: bool,
+}
+
+/// The truth of a check's configuration.
+fn truth(check: &CheckConfig) -> Truth {
+    let mut rows = Truth::rows_of(check.table.clone(), check.via.clone());
+    if let Some(column) = &check.sum {
+        rows = rows.sum(column.clone());
+    }
+    if let Some(when) = &check.when {
+        rows = match when.strip_prefix('!') {
+            Some(column) => rows.when(column, false),
+            None => rows.when(when.clone(), true),
+        };
+    }
+    rows.into()
+}
+
+/// Checks (and unless `dry_run`, fixes) the checked keys of `namespace`.
+pub(crate) async fn run(
+    state: &AppState,
+    namespace: &Namespace,
+    dry_run: bool,
+) -> Result<Vec<CheckReport>, Problem> {
+    let mut reports = Vec::new();
+    for (key, check) in &namespace.checks {
+        let report =
+            dispatch!(&namespace.table, h => one(state, &h.counters, key, check, dry_run).await?);
+        metrics::counter!("counter_service_check_owners_drifted_total", "namespace" => namespace.name.clone(), "key" => key.clone())
+            .increment(report.owners_drifted);
+        metrics::counter!("counter_service_check_drift_total", "namespace" => namespace.name.clone(), "key" => key.clone())
+            .increment(report.total_abs_drift);
+        if report.owners_drifted > 0 {
+            tracing::warn!(namespace = %namespace.name, key, owners = report.owners_drifted, drift = report.total_abs_drift, fixed = report.fixed, "check found drift");
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+async fn one<I: ServiceOwner>(
+    state: &AppState,
+    counters: &counter_core::Counters<I>,
+    key: &str,
+    check: &CheckConfig,
+    dry_run: bool,
+) -> Result<CheckReport, Problem> {
+    let report = counters
+        .reconcile(
+            &state.db,
+            key,
+            truth(check),
+            &Reconcile::new().dry_run(dry_run),
+        )
+        .await?;
+    Ok(CheckReport {
+        key: key.to_owned(),
+        owners_checked: report.owners_checked,
+        owners_drifted: report.owners_drifted,
+        total_abs_drift: u64::try_from(report.total_abs_drift).unwrap_or(u64::MAX),
+        fixed: !dry_run,
+    })
+}
+
+/// Runs each key's check on its interval until `stop` resolves.
+pub(crate) async fn schedule(state: AppState, stop: tokio::sync::watch::Receiver<bool>) {
+    let mut tasks = Vec::new();
+    for namespace in state.namespaces.values() {
+        for (key, check) in &namespace.checks {
+            let Some(every) = check.every_seconds else {
+                continue;
+            };
+            let (state, mut stop) = (state.clone(), stop.clone());
+            let (name, key, check) = (namespace.name.clone(), key.clone(), check.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(every));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = stop.changed() => return,
+                    }
+                    let namespace = &state.namespaces[&name];
+                    let one_key = Namespace {
+                        checks: [(key.clone(), check.clone())].into(),
+                        ..namespace.clone()
+                    };
+                    if let Err(problem) = run(&state, &one_key, false).await {
+                        tracing::warn!(namespace = %name, key, status = %problem.status(), "scheduled check failed");
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}

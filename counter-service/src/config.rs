@@ -1,0 +1,585 @@
+//! The configuration: one TOML file, every value of which an environment
+//! variable or a flag can override, checked whole before anything starts.
+//!
+//! ```toml
+//! [server]
+//! listen = "0.0.0.0:8080"
+//!
+//! [database]
+//! url = "postgres://counter@db/counts"
+//!
+//! [[tokens]]
+//! name = "web"
+//! secret_env = "COUNTER_TOKEN_WEB"   # or `secret = "..."`
+//! scopes = ["read", "write"]
+//! namespaces = ["posts"]
+//!
+//! [namespaces.posts]
+//! table = "post_counters"
+//! owner = "integer"                   # integer | uuid | string
+//! keys.likes = {}
+//! keys.views = { slots = "adaptive", window = "day" }
+//! key_patterns = ["reaction:*"]       # an open key set: a new key is a new row
+//! ```
+//!
+//! Overrides, applied to the file's values in this order: environment
+//! variables `COUNTER_SERVICE__<PATH>` (path segments joined by `__`, e.g.
+//! `COUNTER_SERVICE__DATABASE__URL`, `COUNTER_SERVICE__TOKENS__0__SECRET`),
+//! then `--set path=value` flags (`--set server.listen=0.0.0.0:9000`). A
+//! value is read as TOML (`32`, `true`, `["read"]`) and as a string when it
+//! is not TOML.
+//!
+//! Every file error names its line; every value error names its path.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+/// The prefix of the environment variables that override configuration values.
+pub const ENV_PREFIX: &str = "COUNTER_SERVICE__";
+
+/// The configuration the service runs with when it is given none: the demo
+/// namespace on an embedded SQLite file, open (no tokens), on 127.0.0.1.
+pub const DEMO: &str = include_str!("../counter-service.example.toml");
+
+/// Why a configuration was refused: what is wrong and where.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the configuration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, or a value has the wrong type or an
+    /// unknown name: the message names the line and column.
+    #[error("{origin}: {message}")]
+    Parse {
+        /// The file, or the override, the error is in.
+        origin: String,
+        /// toml's message, with the line, the column and the text around it.
+        message: String,
+    },
+    /// A value is well formed but refused: the path names it.
+    #[error("configuration value `{path}`: {reason}")]
+    Invalid {
+        /// Where, e.g. `namespaces.posts.keys.views.slots`.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The HTTP listener and its bounds.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// The database holding the counters.
+    #[serde(default)]
+    pub database: DatabaseConfig,
+    /// An optional Redis cache in front of batch gets (`counter-redis`).
+    pub cache: Option<CacheConfig>,
+    /// An optional broker whose messages the service counts (`counter-mq`).
+    pub broker: Option<BrokerConfig>,
+    /// Idempotency-Key handling.
+    #[serde(default)]
+    pub idempotency: IdempotencyConfig,
+    /// Bearer tokens; none at all only with `server.open = true`.
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+    /// The namespaces, by name.
+    #[serde(default)]
+    pub namespaces: BTreeMap<String, NamespaceConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The address to listen on (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// Serve without tokens: every caller may do everything. Only when set
+    /// explicitly; such a service should listen on a loopback address.
+    pub open: bool,
+    /// A request that takes longer is answered 503 (default 10,000 ms).
+    pub request_timeout_ms: u64,
+    /// The largest request body (default 1 MiB): larger is 413.
+    pub max_body_bytes: usize,
+    /// The most items of one `counters:batchAdd` (default 1,000).
+    pub max_batch_items: usize,
+    /// The most owners of one `counts:batchGet` (default 1,000).
+    pub max_batch_owners: usize,
+    /// The most keys of one `counts:batchGet` (default 32).
+    pub max_batch_keys: usize,
+    /// Log lines as `text` (default) or `json`.
+    pub log_format: LogFormat,
+    /// How long a shutdown waits for requests in flight (default 10,000 ms).
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080),
+            open: false,
+            request_timeout_ms: 10_000,
+            max_body_bytes: 1 << 20,
+            max_batch_items: 1_000,
+            max_batch_owners: 1_000,
+            max_batch_keys: 32,
+            log_format: LogFormat::Text,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// `request_timeout_ms` as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// A SeaORM URL: `sqlite://file.db?mode=rwc`, `postgres://...`,
+    /// `mysql://...` (default: the demo's SQLite file).
+    pub url: String,
+    /// PostgreSQL only: the schema to work in (the connection's search path).
+    pub schema: Option<String>,
+    /// Pool size (default 32; SQLite uses one connection, its one writer).
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://counter-service.db?mode=rwc".into(),
+            schema: None,
+            max_connections: 32,
+        }
+    }
+}
+
+/// `[cache]`: batch gets through `counter-redis`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// `redis://host:port`.
+    pub redis_url: String,
+    /// The key prefix of this service's entries (default `counter-service`).
+    #[serde(default = "default_cache_namespace")]
+    pub namespace: String,
+    /// How long an entry lives without a write (default 3,600 s).
+    #[serde(default = "default_cache_ttl")]
+    pub ttl_seconds: u64,
+}
+
+fn default_cache_namespace() -> String {
+    "counter-service".into()
+}
+
+fn default_cache_ttl() -> u64 {
+    3_600
+}
+
+/// `[broker]`: count what business services publish, with `counter-mq`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase", tag = "kind")]
+pub enum BrokerConfig {
+    /// NATS JetStream.
+    Nats {
+        /// `nats://host:port`.
+        url: String,
+        /// The stream (default `COUNTERS`, created if missing).
+        #[serde(default = "default_stream")]
+        stream: String,
+        /// The durable consumer's name (default `counter-service`).
+        #[serde(default = "default_consumer")]
+        consumer: String,
+    },
+    /// RabbitMQ.
+    Amqp {
+        /// `amqp://user:pass@host:port/vhost`.
+        url: String,
+        /// The queue (default `counters`, declared if missing).
+        #[serde(default = "default_queue")]
+        queue: String,
+    },
+}
+
+fn default_stream() -> String {
+    "COUNTERS".into()
+}
+
+fn default_consumer() -> String {
+    "counter-service".into()
+}
+
+fn default_queue() -> String {
+    "counters".into()
+}
+
+/// `[idempotency]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyConfig {
+    /// How long a key is remembered, in hours (default 24, at least 1): a
+    /// retry within it gets the first answer.
+    pub retention_hours: u64,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        Self {
+            retention_hours: 24,
+        }
+    }
+}
+
+/// `[[tokens]]`: one bearer token.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The name logs and metrics use (the secret never appears anywhere).
+    pub name: String,
+    /// The secret itself, at least 16 characters...
+    pub secret: Option<String>,
+    /// ...or the environment variable that holds it.
+    pub secret_env: Option<String>,
+    /// What it may do: `read`, `write`, `admin`.
+    pub scopes: Vec<Scope>,
+    /// The namespaces it may touch; `["*"]` (the default) for all.
+    #[serde(default = "all_namespaces")]
+    pub namespaces: Vec<String>,
+    /// Requests per second allowed on average (default: unlimited).
+    pub rate_per_second: Option<f64>,
+    /// Requests allowed at once above the rate (default: one second's worth).
+    pub burst: Option<f64>,
+}
+
+fn all_namespaces() -> Vec<String> {
+    vec!["*".into()]
+}
+
+/// Secrets stay out of `Debug`, hence out of logs and panics.
+impl fmt::Debug for TokenConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenConfig")
+            .field("name", &self.name)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("secret_env", &self.secret_env)
+            .field("scopes", &self.scopes)
+            .field("namespaces", &self.namespaces)
+            .field("rate_per_second", &self.rate_per_second)
+            .field("burst", &self.burst)
+            .finish()
+    }
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Batch gets, rankings, series, key lists.
+    Read,
+    /// Adds.
+    Write,
+    /// Check-and-fix and compaction on demand.
+    Admin,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Admin => "admin",
+        })
+    }
+}
+
+/// `[namespaces.<name>]`: one companion table and its keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceConfig {
+    /// The companion table `(owner_id, count_key, slot, value)`.
+    pub table: String,
+    /// The owner id type.
+    pub owner: OwnerType,
+    /// Slots of keys that set none (default 16): a number or `"adaptive"`.
+    #[serde(default)]
+    pub slots: Option<SlotsSetting>,
+    /// The declared keys.
+    #[serde(default)]
+    pub keys: BTreeMap<String, KeyConfig>,
+    /// Open key sets: `prefix*` admits every valid key starting with
+    /// `prefix` (a new key is a new row: no DDL, no restart).
+    #[serde(default)]
+    pub key_patterns: Vec<String>,
+}
+
+/// The owner id type of a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerType {
+    /// A 64-bit signed integer; JSON numbers or decimal strings.
+    Integer,
+    /// A UUID, as a string.
+    Uuid,
+    /// A string of at most 255 characters.
+    String,
+}
+
+/// A key's slots: a count or `"adaptive"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum SlotsSetting {
+    /// A fixed count, 1 to 1,024.
+    Fixed(u16),
+    /// `"adaptive"`: one row until writes contend.
+    Named(SlotsName),
+}
+
+/// The named slot settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotsName {
+    /// `SlotPolicy::adaptive(1..=256)`.
+    Adaptive,
+}
+
+/// `keys.<name>`: one declared key.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// Its slots (default: the namespace's).
+    pub slots: Option<SlotsSetting>,
+    /// Also counted per `hour` or per `day`.
+    pub window: Option<WindowSetting>,
+    /// Check and fix against a truth in the business database.
+    pub check: Option<CheckConfig>,
+}
+
+/// A key's time buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowSetting {
+    /// Per hour.
+    Hour,
+    /// Per day.
+    Day,
+}
+
+/// `keys.<name>.check`: the truth a key is checked and fixed against, the
+/// rows of a business table counted by owner (`SELECT via, COUNT(*) FROM
+/// table GROUP BY via`), in the counters' database.
+///
+/// Names, not SQL text: the library builds the query, quoting the names and
+/// grouping string owners in the companion table's exact collation (a
+/// hand-written `GROUP BY` in MySQL's default collation merges `abc` and
+/// `ABC`, and the recount would move counts between them).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckConfig {
+    /// The business table, e.g. `comments`.
+    pub table: String,
+    /// Its column holding the owner id, e.g. `post_id`.
+    pub via: String,
+    /// Add up this integer column instead of counting rows.
+    pub sum: Option<String>,
+    /// Count only rows whose boolean column is true (`"!column"`: false).
+    pub when: Option<String>,
+    /// Run every this many seconds (default: only on demand, by
+    /// `POST /v1/{ns}/admin:check`).
+    pub every_seconds: Option<u64>,
+}
+
+impl Config {
+    /// The configuration in `path` with the process's overrides applied:
+    /// `COUNTER_SERVICE__*` variables, then `overrides` (`path=value`).
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_text(
+            &text,
+            &path.display().to_string(),
+            std::env::vars(),
+            overrides,
+        )
+    }
+
+    /// The demo configuration ([`DEMO`]) with the process's overrides.
+    pub fn demo(overrides: &[String]) -> Result<Self, ConfigError> {
+        Self::from_text(
+            DEMO,
+            "the built-in demo configuration",
+            std::env::vars(),
+            overrides,
+        )
+    }
+
+    /// A configuration from TOML text, `origin` naming it in errors, with
+    /// `env`'s `COUNTER_SERVICE__*` variables and then `overrides` applied.
+    pub fn from_text(
+        text: &str,
+        origin: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &[String],
+    ) -> Result<Self, ConfigError> {
+        // Parsed typed first, so that a mistake in the file itself (a typo
+        // in a name, a string for a number) is reported with its line.
+        toml::from_str::<Config>(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut from_env: Vec<(String, String)> = env
+            .into_iter()
+            .filter_map(|(name, value)| {
+                let path = name.strip_prefix(ENV_PREFIX)?;
+                Some((
+                    path.split("__")
+                        .map(str::to_lowercase)
+                        .collect::<Vec<_>>()
+                        .join("."),
+                    value,
+                ))
+            })
+            .collect();
+        from_env.sort();
+        for (path, value) in &from_env {
+            set_path(
+                &mut table,
+                path,
+                value,
+                &format!("{ENV_PREFIX}{}", path.to_uppercase().replace('.', "__")),
+            )?;
+        }
+        for assignment in overrides {
+            let (path, value) = assignment.split_once('=').ok_or_else(|| {
+                ConfigError::invalid(
+                    assignment,
+                    "an override is `path=value`, e.g. `server.listen=0.0.0.0:8080`",
+                )
+            })?;
+            set_path(&mut table, path.trim(), value, &format!("--set {path}"))?;
+        }
+        let config: Config =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Parse {
+                    origin: format!("{origin} with its overrides"),
+                    message: e.to_string(),
+                })?;
+        Ok(config)
+    }
+}
+
+/// Sets `path` (`a.b.0.c`) in `table` to `value`, read as TOML when it is.
+/// Missing tables on the way are created; array items must exist.
+fn set_path(
+    table: &mut toml::Table,
+    path: &str,
+    value: &str,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    let segments: Vec<&str> = path.split('.').map(str::trim).collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return Err(ConfigError::invalid(
+            origin,
+            format!("`{path}` is not a configuration path"),
+        ));
+    }
+    let mut root = toml::Value::Table(std::mem::take(table));
+    let result = assign(&mut root, &segments, parse_value(value), path, origin);
+    if let toml::Value::Table(t) = root {
+        *table = t;
+    }
+    result
+}
+
+/// Walks `segments` from `node`, creating missing tables, and sets the last.
+fn assign(
+    node: &mut toml::Value,
+    segments: &[&str],
+    value: toml::Value,
+    path: &str,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    let Some((first, rest)) = segments.split_first() else {
+        *node = value;
+        return Ok(());
+    };
+    let next = step(node, first, path, origin)?;
+    assign(next, rest, value, path, origin)
+}
+
+fn step<'a>(
+    value: &'a mut toml::Value,
+    segment: &str,
+    path: &str,
+    origin: &str,
+) -> Result<&'a mut toml::Value, ConfigError> {
+    match value {
+        toml::Value::Table(t) => Ok(t
+            .entry(segment.to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))),
+        toml::Value::Array(items) => segment
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| items.get_mut(i))
+            .ok_or_else(|| {
+                ConfigError::invalid(origin, format!("`{path}`: no array item `{segment}`"))
+            }),
+        _ => Err(ConfigError::invalid(
+            origin,
+            format!("`{path}`: `{segment}`'s parent is not a table"),
+        )),
+    }
+}
+
+/// `value` as TOML (`32`, `true`, `["a"]`, `"quoted"`), else as a string.
+fn parse_value(value: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_owned()))
+}

@@ -1,0 +1,185 @@
+//! `counter-service`: serve, migrate, check a configuration, print the
+//! OpenAPI document.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use counter_service::{Config, Service, config::LogFormat};
+
+/// The counting service: slotted counters over HTTP and a queue.
+///
+/// With no configuration at all it serves a demo namespace on an embedded
+/// SQLite file, on 127.0.0.1:8080, and prints a `curl` line to try.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// The configuration file (TOML); without one, the built-in demo.
+    #[arg(long, short, env = "COUNTER_SERVICE_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// Overrides one configuration value: `--set server.listen=0.0.0.0:8080`.
+    #[arg(long = "set", value_name = "PATH=VALUE", global = true)]
+    set: Vec<String>,
+    /// Shorthand for `--set server.listen=ADDR`.
+    #[arg(long, global = true)]
+    listen: Option<String>,
+    /// Shorthand for `--set database.url=URL`.
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve (the default).
+    Serve {
+        /// Create missing tables first (what `migrate` does).
+        #[arg(long)]
+        migrate: bool,
+    },
+    /// Create or upgrade the namespaces' tables and the idempotency tables.
+    Migrate,
+    /// Check the configuration and print it (secrets redacted).
+    CheckConfig,
+    /// Print the OpenAPI document.
+    Openapi,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut overrides = cli.set.clone();
+    if let Some(listen) = &cli.listen {
+        overrides.push(format!("server.listen=\"{listen}\""));
+    }
+    if let Some(url) = &cli.database_url {
+        overrides.push(format!("database.url=\"{url}\""));
+    }
+    let demo = cli.config.is_none();
+    let config = match &cli.config {
+        Some(path) => Config::load(path, &overrides),
+        None => Config::demo(&overrides),
+    };
+    let config = match config {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("counter-service: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logs(config.server.log_format);
+    let outcome: Result<(), Box<dyn std::error::Error>> =
+        match cli.command.unwrap_or(Command::Serve { migrate: false }) {
+            Command::Openapi => {
+                println!(
+                    "{}",
+                    counter_service::api::openapi_document()
+                        .to_pretty_json()
+                        .unwrap_or_default()
+                );
+                Ok(())
+            }
+            Command::CheckConfig => {
+                println!("{config:#?}");
+                Ok(())
+            }
+            Command::Migrate => Service::migrate(&config)
+                .await
+                .map(|tables| println!("ready: {}", tables.join(", ")))
+                .map_err(Into::into),
+            // The demo creates its own tables: its one command must just work.
+            Command::Serve { migrate } => serve(config, migrate || demo, demo).await,
+        };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("counter-service: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(
+    config: Config,
+    migrate: bool,
+    demo: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if migrate {
+        Service::migrate(&config).await?;
+    }
+    let listen = config.server.listen;
+    let open = config.server.open;
+    let first = config.namespaces.iter().next().map(|(name, ns)| {
+        let key = ns
+            .keys
+            .keys()
+            .next()
+            .cloned()
+            .unwrap_or_else(|| "likes".into());
+        (name.clone(), key)
+    });
+    let service = Service::start(config).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let address = listener.local_addr()?;
+    if open && !address.ip().is_loopback() {
+        tracing::warn!(%address, "serving without tokens on a non-loopback address");
+    }
+    println!("counter-service listening on http://{address}");
+    if let Some((namespace, key)) = first {
+        let auth = if open {
+            ""
+        } else {
+            " -H 'Authorization: Bearer <token>'"
+        };
+        println!(
+            "try: curl -s -X POST http://{address}/v1/{namespace}/counters:addAndGet{auth} \
+             -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' \
+             -d '{{\"owner\": \"1\", \"key\": \"{key}\", \"delta\": 1}}'"
+        );
+        println!(
+            "then: curl -s 'http://{address}/v1/{namespace}/counts:batchGet?owners=1,2&keys={key}'{auth}"
+        );
+    }
+    if demo {
+        println!(
+            "(the built-in demo: an embedded SQLite file; `--config FILE` for your own, see counter-service.example.toml)"
+        );
+    }
+    service.serve(listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what an orchestrator sends).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        tokio::signal::ctrl_c().await.ok();
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}
+
+fn init_logs(format: LogFormat) {
+    use tracing_subscriber::{EnvFilter, fmt};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}

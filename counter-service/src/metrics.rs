@@ -1,0 +1,78 @@
+//! Prometheus metrics: requests by route and status with latency
+//! histograms (a middleware), batch sizes and check drift (where they
+//! happen), cache and consumer figures (read when scraped).
+
+use std::{sync::OnceLock, time::Instant};
+
+use axum::{
+    extract::{MatchedPath, Request},
+    middleware::Next,
+    response::Response,
+};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::state::AppState;
+
+/// The process's recorder, installed once (a process may run several
+/// services, as the tests do; they share it).
+pub(crate) fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0,
+                ])
+                .expect("static buckets are valid")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder already installed (an embedding program's)
+            // keeps the facade's calls; this handle then renders nothing.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// The middleware counting each request by route, method and status.
+pub(crate) async fn track(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("counter_service_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!("counter_service_request_duration_seconds", "route" => route, "method" => method)
+        .record(start.elapsed().as_secs_f64());
+    response
+}
+
+/// Sets the gauges read from the cache and the consumer, then renders.
+pub(crate) fn render(state: &AppState) -> String {
+    if let Some(cache) = &state.cache {
+        let stats = cache.stats();
+        metrics::gauge!("counter_service_cache_hits").set(stats.hits as f64);
+        metrics::gauge!("counter_service_cache_misses").set(stats.misses as f64);
+        let reads = stats.hits + stats.misses;
+        if reads > 0 {
+            metrics::gauge!("counter_service_cache_hit_ratio")
+                .set(stats.hits as f64 / reads as f64);
+        }
+        metrics::gauge!("counter_service_cache_redis_errors").set(stats.redis_errors as f64);
+    }
+    if let Some(feed) = &state.feed {
+        let stats = feed.stats();
+        if let Some(lag) = stats.lag {
+            metrics::gauge!("counter_service_consumer_lag").set(lag as f64);
+        }
+        metrics::gauge!("counter_service_consumer_applied").set(stats.applied as f64);
+        metrics::gauge!("counter_service_consumer_duplicates").set(stats.duplicates_skipped as f64);
+        metrics::gauge!("counter_service_consumer_rejected").set(stats.rejected as f64);
+    }
+    state.metrics.render()
+}

@@ -1,0 +1,252 @@
+//! A namespace: one companion table, its owner type and the keys it admits.
+
+use std::collections::BTreeMap;
+
+use counter_core::{CounterTable, Counters, SlotPolicy, Window, validate_key};
+use counter_redis::{CachedCounters, CountCache};
+use serde::Serialize;
+
+use crate::{
+    config::{
+        CheckConfig, ConfigError, NamespaceConfig, OwnerType, SlotsName, SlotsSetting,
+        WindowSetting,
+    },
+    problem::{Problem, preview},
+};
+
+/// The handle of a namespace's table, by owner type. Operations are
+/// written once, generic over the owner type, and dispatched with
+/// [`dispatch!`](crate::dispatch).
+#[derive(Debug, Clone)]
+pub(crate) enum Table {
+    Integer(Handle<i64>),
+    Uuid(Handle<uuid::Uuid>),
+    String(Handle<String>),
+}
+
+/// A namespace's typed handles: the table, and the cache in front of it.
+#[derive(Clone)]
+pub(crate) struct Handle<I> {
+    pub counters: Counters<I>,
+    pub cached: Option<CachedCounters<I>>,
+}
+
+impl<I: counter_core::OwnerId> std::fmt::Debug for Handle<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("table", &self.counters.table().name())
+            .field("cached", &self.cached.is_some())
+            .finish()
+    }
+}
+
+impl<I: counter_core::OwnerId> Handle<I> {
+    fn new(table: CounterTable) -> Self {
+        Self {
+            counters: Counters::new(table),
+            cached: None,
+        }
+    }
+}
+
+/// Runs `$body` with `$c` bound to the namespace's [`Handle`].
+#[macro_export]
+#[doc(hidden)]
+macro_rules! dispatch {
+    ($table:expr, $c:ident => $body:expr) => {
+        match $table {
+            $crate::namespace::Table::Integer($c) => $body,
+            $crate::namespace::Table::Uuid($c) => $body,
+            $crate::namespace::Table::String($c) => $body,
+        }
+    };
+}
+
+/// One declared key, as listed by `GET /v1/{ns}/keys`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct KeyInfo {
+    /// The key.
+    pub name: String,
+    /// `"16"`-style fixed slots or `"adaptive"`.
+    pub slots: String,
+    /// `hour`, `day`, or absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// Whether a check-and-fix truth is configured.
+    pub checked: bool,
+}
+
+/// A namespace, built from its configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Namespace {
+    pub name: String,
+    pub table: Table,
+    pub keys: BTreeMap<String, KeyInfo>,
+    /// Prefixes of the open key sets (`prefix*` in the configuration).
+    pub prefixes: Vec<String>,
+    pub checks: BTreeMap<String, CheckConfig>,
+}
+
+/// Namespace names: what fits a URL segment and a ledger source.
+const MAX_NAMESPACE_LEN: usize = 32;
+
+impl Namespace {
+    /// Builds and validates `config`, naming the bad value's path.
+    pub fn build(name: &str, config: &NamespaceConfig) -> Result<Self, ConfigError> {
+        let path = format!("namespaces.{name}");
+        let valid_name = !name.is_empty()
+            && name.len() <= MAX_NAMESPACE_LEN
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !valid_name {
+            return Err(ConfigError::invalid(
+                path,
+                format!(
+                    "a namespace name is 1 to {MAX_NAMESPACE_LEN} lowercase letters, digits, `_` or `-`, starting with a letter"
+                ),
+            ));
+        }
+        let invalid =
+            |at: String, e: counter_core::CounterError| ConfigError::invalid(at, e.to_string());
+        let mut table = CounterTable::new(config.table.clone())
+            .map_err(|e| invalid(format!("{path}.table"), e))?;
+        if let Some(slots) = config.slots {
+            table = table
+                .with_slot_policy(policy(slots).map_err(|e| invalid(format!("{path}.slots"), e))?);
+        }
+        let mut keys = BTreeMap::new();
+        let mut checks = BTreeMap::new();
+        for (key, key_config) in &config.keys {
+            let at = format!("{path}.keys.{key}");
+            validate_key(key).map_err(|e| invalid(at.clone(), e))?;
+            if let Some(slots) = key_config.slots {
+                let slots = policy(slots).map_err(|e| invalid(format!("{at}.slots"), e))?;
+                table = table
+                    .with_key_slot_policy(key, slots)
+                    .map_err(|e| invalid(at.clone(), e))?;
+            }
+            if let Some(window) = key_config.window {
+                let window = match window {
+                    WindowSetting::Hour => Window::Hour,
+                    WindowSetting::Day => Window::Day,
+                };
+                table = table
+                    .with_key_window(key, window)
+                    .map_err(|e| invalid(format!("{at}.window"), e))?;
+            }
+            if let Some(check) = &key_config.check {
+                if check.every_seconds == Some(0) {
+                    return Err(ConfigError::invalid(
+                        format!("{at}.check.every_seconds"),
+                        "at least 1",
+                    ));
+                }
+                checks.insert(key.clone(), check.clone());
+            }
+            keys.insert(
+                key.clone(),
+                KeyInfo {
+                    name: key.clone(),
+                    slots: match table.slot_policy_for(key) {
+                        SlotPolicy::Fixed(n) => n.get().to_string(),
+                        _ => "adaptive".into(),
+                    },
+                    window: key_config.window.map(|w| match w {
+                        WindowSetting::Hour => "hour".into(),
+                        WindowSetting::Day => "day".into(),
+                    }),
+                    checked: key_config.check.is_some(),
+                },
+            );
+        }
+        let mut prefixes = Vec::new();
+        for (i, pattern) in config.key_patterns.iter().enumerate() {
+            let at = format!("{path}.key_patterns.{i}");
+            let prefix = pattern
+                .strip_suffix('*')
+                .filter(|p| !p.contains('*'))
+                .ok_or_else(|| {
+                    ConfigError::invalid(
+                        at.clone(),
+                        "a key pattern is a prefix and one `*` at its end, e.g. `reaction:*`",
+                    )
+                })?;
+            // The prefix followed by one more character must be a valid key.
+            validate_key(&format!("{prefix}a")).map_err(|e| invalid(at, e))?;
+            prefixes.push(prefix.to_owned());
+        }
+        if keys.is_empty() && prefixes.is_empty() {
+            return Err(ConfigError::invalid(
+                path,
+                "a namespace declares `keys` or `key_patterns`",
+            ));
+        }
+        let table = match config.owner {
+            OwnerType::Integer => Table::Integer(Handle::new(table)),
+            OwnerType::Uuid => Table::Uuid(Handle::new(table)),
+            OwnerType::String => Table::String(Handle::new(table)),
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            table,
+            keys,
+            prefixes,
+            checks,
+        })
+    }
+
+    /// `key` if this namespace admits it: declared, or valid and matching
+    /// an open key set; otherwise a 400 naming the declared keys.
+    pub fn key<'k>(&self, key: &'k str) -> Result<&'k str, Problem> {
+        if self.keys.contains_key(key) {
+            return Ok(key);
+        }
+        if self
+            .prefixes
+            .iter()
+            .any(|p| key.starts_with(p.as_str()) && key.len() > p.len())
+        {
+            validate_key(key)?;
+            return Ok(key);
+        }
+        let declared: Vec<&str> = self.keys.keys().map(String::as_str).collect();
+        let patterns: Vec<String> = self.prefixes.iter().map(|p| format!("{p}*")).collect();
+        Err(Problem::bad_request(format!(
+            "namespace `{}` has no key `{}` (keys: {}{})",
+            self.name,
+            preview(key),
+            declared.join(", "),
+            if patterns.is_empty() {
+                String::new()
+            } else {
+                format!("; patterns: {}", patterns.join(", "))
+            }
+        ))
+        .with("kind", "invalid_input"))
+    }
+
+    /// The companion table's name.
+    pub fn table_name(&self) -> &str {
+        dispatch!(&self.table, h => h.counters.table().name())
+    }
+
+    /// Puts `cache` in front of this namespace's batch gets (and registers
+    /// it for the table's writes, which invalidate it).
+    pub fn use_cache(&mut self, cache: &CountCache) {
+        dispatch!(&mut self.table, h => h.cached = Some(cache.table(&h.counters)));
+    }
+
+    /// The ledger source of this namespace's HTTP adds.
+    pub fn source(&self) -> String {
+        format!("http:{}", self.name)
+    }
+}
+
+fn policy(slots: SlotsSetting) -> Result<SlotPolicy, counter_core::CounterError> {
+    match slots {
+        SlotsSetting::Fixed(n) => Ok(SlotPolicy::Fixed(counter_core::Slots::new(n)?)),
+        SlotsSetting::Named(SlotsName::Adaptive) => SlotPolicy::adaptive(1..=256),
+    }
+}

@@ -1,0 +1,329 @@
+//! Every error as RFC 9457 problem details (`application/problem+json`),
+//! with the library's error kind as the extension member `kind`.
+//!
+//! ```json
+//! {"type": "urn:counter-service:problem:invalid-input", "title": "Invalid input",
+//!  "status": 400, "detail": "a string owner id is at most 255 characters long",
+//!  "kind": "invalid_input"}
+//! ```
+//!
+//! A client branches on `status` and `kind`; `detail` is for people. The
+//! service's own failures (the database's, a bug) are logged with their
+//! cause and answered with a fixed text.
+
+use axum::{
+    Json,
+    extract::rejection::{JsonRejection, PathRejection, QueryRejection},
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use counter_core::{CounterError, ErrorKind};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// The media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// One failed request: its status, its problem type and what to say.
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    slug: &'static str,
+    kind: &'static str,
+    detail: String,
+    extensions: Map<String, Value>,
+    retry_after: Option<u64>,
+}
+
+/// The problem document: what `Problem` serializes to.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ProblemBody {
+    /// `urn:counter-service:problem:<slug>`.
+    #[serde(rename = "type")]
+    pub kind_uri: String,
+    /// A short summary of the problem type.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What happened, for people.
+    pub detail: String,
+    /// The error kind: `invalid_input`, `overflow`, `transient`,
+    /// `schema_missing`, `misuse`, `database` (the library's), or the
+    /// service's `not_found`, `unauthorized`, `forbidden`, `rate_limited`,
+    /// `conflict`, `too_large`, `timeout`, `internal`.
+    pub kind: String,
+}
+
+impl Problem {
+    fn new(
+        status: StatusCode,
+        slug: &'static str,
+        kind: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            slug,
+            kind,
+            detail: detail.into(),
+            extensions: Map::new(),
+            retry_after: None,
+        }
+    }
+
+    /// 400: a malformed or refused value.
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-input",
+            "invalid_input",
+            detail,
+        )
+    }
+
+    /// 400 for a value over one of the service's bounds, naming it.
+    pub fn over_bound(bound: &'static str, max: usize, got: usize) -> Self {
+        Self::bad_request(format!("{bound}: {got} is over the limit of {max}"))
+            .with("bound", bound)
+            .with("max", max)
+    }
+
+    /// 404: no such namespace.
+    pub fn unknown_namespace(name: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown-namespace",
+            "not_found",
+            format!("no namespace `{}`", preview(name)),
+        )
+    }
+
+    /// 404: no such route.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "not_found",
+            format!(
+                "no route `{}`; the API is listed at /openapi.json",
+                preview(path)
+            ),
+        )
+    }
+
+    /// 405: a route that exists, with a method it does not take.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "invalid_input",
+            "this route does not take this method; see /openapi.json",
+        )
+    }
+
+    /// 401: no token, or none that matches.
+    pub fn unauthorized(detail: &'static str) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "unauthorized",
+            detail,
+        )
+    }
+
+    /// 403: a valid token outside its scopes or namespaces.
+    pub fn forbidden(detail: String) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "forbidden", detail)
+    }
+
+    /// 429, with `Retry-After` in whole seconds.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        let mut problem = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate-limited",
+            "rate_limited",
+            format!("this token's request rate is used up; retry in {retry_after_secs} s"),
+        );
+        problem.retry_after = Some(retry_after_secs);
+        problem
+    }
+
+    /// 409: an `Idempotency-Key` (or item id) used before with another body.
+    pub fn idempotency_conflict(key: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "idempotency-key-reused",
+            "conflict",
+            format!(
+                "the id `{}` was used before with another request; a retry must send the same request",
+                preview(key)
+            ),
+        )
+    }
+
+    /// 503: the request took longer than `server.request_timeout_ms`.
+    pub fn timeout(millis: u64) -> Self {
+        let mut problem = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            "timeout",
+            format!(
+                "the request took longer than {millis} ms; its outcome is unknown: \
+                 retry with the same Idempotency-Key"
+            ),
+        );
+        problem.retry_after = Some(1);
+        problem
+    }
+
+    /// 500: a bug on the service's side; the cause goes to the log only.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(%cause, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal",
+            "internal error",
+        )
+    }
+
+    /// 503: the database could not serve the request; the cause is logged.
+    pub fn unavailable(kind: &'static str, cause: impl std::fmt::Display) -> Self {
+        tracing::warn!(%cause, "database unavailable");
+        let mut problem = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            kind,
+            "the database is unavailable; retry later (with the same Idempotency-Key for an add)",
+        );
+        problem.retry_after = Some(1);
+        problem
+    }
+
+    /// Adds an extension member.
+    pub fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
+        self.extensions.insert(name.to_owned(), value.into());
+        self
+    }
+
+    /// The status code.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    fn title(&self) -> &'static str {
+        match self.slug {
+            "invalid-input" => "Invalid input",
+            "too-large" => "Payload too large",
+            "unknown-namespace" => "Unknown namespace",
+            "not-found" => "Not found",
+            "method-not-allowed" => "Method not allowed",
+            "unauthorized" => "Unauthorized",
+            "forbidden" => "Forbidden",
+            "rate-limited" => "Too many requests",
+            "idempotency-key-reused" => "Idempotency key reused",
+            "overflow" => "Counter overflow",
+            "timeout" => "Request timed out",
+            "unavailable" => "Service unavailable",
+            "unsupported-media-type" => "Unsupported media type",
+            _ => "Internal error",
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let mut body = Map::new();
+        body.insert(
+            "type".into(),
+            format!("urn:counter-service:problem:{}", self.slug).into(),
+        );
+        body.insert("title".into(), self.title().into());
+        body.insert("status".into(), self.status.as_u16().into());
+        body.insert("detail".into(), self.detail.into());
+        body.insert("kind".into(), self.kind.into());
+        body.extend(self.extensions);
+        let mut response = (self.status, Json(Value::Object(body))).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The library's errors by kind: the caller's input is 400, an overflow
+/// 409, the database's trouble 503, a misuse (a bug of ours) 500.
+impl From<CounterError> for Problem {
+    fn from(error: CounterError) -> Self {
+        match error.kind() {
+            ErrorKind::InvalidInput => Self::bad_request(error.to_string()),
+            ErrorKind::Overflow => Self::new(
+                StatusCode::CONFLICT,
+                "overflow",
+                "overflow",
+                error.to_string(),
+            ),
+            ErrorKind::Transient => Self::unavailable("transient", &error),
+            ErrorKind::SchemaMissing => Self::unavailable("schema_missing", &error),
+            ErrorKind::Database => Self::unavailable("database", &error),
+            ErrorKind::Misuse => Self::internal(&error),
+            _ => Self::internal(&error),
+        }
+    }
+}
+
+impl From<sea_orm::DbErr> for Problem {
+    fn from(error: sea_orm::DbErr) -> Self {
+        CounterError::from(error).into()
+    }
+}
+
+/// A JSON body axum refused: its status (400, 413, 415, 422 as 400) and
+/// axum's text.
+impl From<JsonRejection> for Problem {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too-large",
+                "too_large",
+                "the request body is over the service's limit (server.max_body_bytes)",
+            )
+            .with("bound", "max_body_bytes"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "invalid_input",
+                "the body must be JSON, sent with `Content-Type: application/json`",
+            ),
+            _ => Self::bad_request(rejection.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for Problem {
+    fn from(rejection: QueryRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for Problem {
+    fn from(rejection: PathRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+/// At most 64 characters of `text`, for messages: a 10 kB owner id is not
+/// echoed whole.
+pub(crate) fn preview(text: &str) -> String {
+    let mut shown: String = text.chars().take(64).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    shown.escape_debug().to_string()
+}

@@ -1,0 +1,283 @@
+//! Starting, migrating and stopping the service.
+
+use std::{collections::BTreeMap, future::Future, time::Duration};
+
+use axum::Router;
+use counter_redis::{CountCache, RedisTarget};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+
+use crate::{
+    api,
+    auth::Tokens,
+    check,
+    config::{Config, ConfigError},
+    dispatch, feed, idempotency,
+    namespace::Namespace,
+    state::{AppState, Shared},
+};
+
+/// Why the service did not start: each names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be reached.
+    #[error("cannot connect to the database: {0}")]
+    Database(String),
+    /// A namespace's table is missing or differs from its declaration.
+    #[error(
+        "namespace `{namespace}`: {problem}; run `counter-service migrate` (with the same configuration)"
+    )]
+    Schema {
+        /// The namespace.
+        namespace: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The idempotency tables are missing.
+    #[error("the idempotency tables are missing ({0}); run `counter-service migrate`")]
+    Ledger(String),
+    /// The cache could not be set up.
+    #[error("cache: {0}")]
+    Cache(String),
+    /// The broker could not be reached, or its consumer not started.
+    #[error("broker: {0}")]
+    Broker(String),
+}
+
+/// A started service: its state checked, its background tasks running.
+pub struct Service {
+    state: AppState,
+    stop: watch::Sender<bool>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field(
+                "namespaces",
+                &self.state.namespaces.keys().collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// The configured namespaces, built and checked.
+fn namespaces(config: &Config) -> Result<BTreeMap<String, Namespace>, ConfigError> {
+    let mut namespaces = BTreeMap::new();
+    let mut tables = BTreeMap::new();
+    for (name, ns) in &config.namespaces {
+        let namespace = Namespace::build(name, ns)?;
+        if let Some(other) = tables.insert(namespace.table_name().to_owned(), name.clone()) {
+            return Err(ConfigError::invalid(
+                format!("namespaces.{name}.table"),
+                format!("the table is namespace `{other}`'s already"),
+            ));
+        }
+        namespaces.insert(name.clone(), namespace);
+    }
+    if namespaces.is_empty() {
+        return Err(ConfigError::invalid(
+            "namespaces",
+            "declare at least one namespace",
+        ));
+    }
+    Ok(namespaces)
+}
+
+/// Opens the configured database: SQLite on one connection (its one
+/// writer), the others on a pool of `max_connections`.
+async fn connect(config: &Config) -> Result<DatabaseConnection, StartError> {
+    let url = &config.database.url;
+    let mut options = ConnectOptions::new(url.clone());
+    let sqlite = url.starts_with("sqlite:");
+    options
+        .max_connections(if sqlite {
+            1
+        } else {
+            config.database.max_connections.max(1)
+        })
+        .min_connections(0)
+        .connect_timeout(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10))
+        .sqlx_logging(false);
+    if let Some(schema) = &config.database.schema {
+        options.set_schema_search_path(schema.clone());
+    }
+    let db = Database::connect(options)
+        .await
+        .map_err(|e| StartError::Database(e.to_string()))?;
+    if config.database.schema.is_some() && db.get_database_backend() != DbBackend::Postgres {
+        return Err(ConfigError::invalid("database.schema", "only PostgreSQL has schemas").into());
+    }
+    Ok(db)
+}
+
+impl Service {
+    /// Creates what is missing: each namespace's tables (and bucket
+    /// tables), the idempotency ledger and the replies table. Idempotent;
+    /// returns the namespaces' table names.
+    pub async fn migrate(config: &Config) -> Result<Vec<String>, StartError> {
+        let namespaces = namespaces(config)?;
+        let db = connect(config).await?;
+        let mut done = Vec::new();
+        for namespace in namespaces.values() {
+            dispatch!(&namespace.table, h => h.counters.create_table(&db).await).map_err(|e| {
+                StartError::Schema {
+                    namespace: namespace.name.clone(),
+                    problem: e.to_string(),
+                }
+            })?;
+            done.push(namespace.table_name().to_owned());
+        }
+        idempotency::create_tables(&db)
+            .await
+            .map_err(|e| StartError::Ledger(e.to_string()))?;
+        db.close()
+            .await
+            .map_err(|e| StartError::Database(e.to_string()))?;
+        Ok(done)
+    }
+
+    /// Checks the configuration, connects, checks every table
+    /// (`check_table`: a missing or drifted table refuses the start), and
+    /// starts the cache, the queue consumer and the scheduled checks.
+    pub async fn start(config: Config) -> Result<Self, StartError> {
+        let mut namespaces = namespaces(&config)?;
+        let tokens = Tokens::build(
+            config.server.open,
+            &config.tokens,
+            &config.namespaces,
+            |var| std::env::var(var).ok(),
+        )?;
+        if config.idempotency.retention_hours == 0 {
+            return Err(ConfigError::invalid("idempotency.retention_hours", "at least 1").into());
+        }
+        let db = connect(&config).await?;
+        for namespace in namespaces.values() {
+            let drift = dispatch!(&namespace.table, h => h.counters.check_table(&db).await)
+                .map_err(|e| StartError::Schema {
+                    namespace: namespace.name.clone(),
+                    problem: e.to_string(),
+                })?;
+            if !drift.is_empty() {
+                let problems: Vec<String> = drift.iter().map(ToString::to_string).collect();
+                return Err(StartError::Schema {
+                    namespace: namespace.name.clone(),
+                    problem: problems.join("; "),
+                });
+            }
+        }
+        idempotency::check_tables(&db)
+            .await
+            .map_err(|e| StartError::Ledger(e.to_string()))?;
+        let (cache, redis) = match &config.cache {
+            None => (None, None),
+            Some(settings) => {
+                let cache =
+                    CountCache::builder(RedisTarget::standalone(settings.redis_url.clone()))
+                        .namespace(settings.namespace.clone())
+                        .ttl(Duration::from_secs(settings.ttl_seconds.max(1)))
+                        .build()
+                        .await
+                        .map_err(|e| StartError::Cache(e.to_string()))?;
+                for namespace in namespaces.values_mut() {
+                    namespace.use_cache(&cache);
+                }
+                let client = redis::Client::open(settings.redis_url.as_str())
+                    .map_err(|e| StartError::Cache(e.to_string()))?;
+                (Some(cache), Some(client))
+            }
+        };
+        let (stop, stopped) = watch::channel(false);
+        let mut background = Vec::new();
+        let feed = match &config.broker {
+            None => None,
+            Some(broker) => {
+                let (status, task) =
+                    feed::start(broker, db.clone(), namespaces.values(), stopped.clone()).await?;
+                background.push(task);
+                Some(status)
+            }
+        };
+        let state = AppState::new(Shared {
+            db,
+            namespaces,
+            tokens,
+            server: config.server.clone(),
+            cache,
+            redis,
+            metrics: crate::metrics::handle(),
+            feed,
+            retention: Duration::from_secs(config.idempotency.retention_hours * 3_600),
+            openapi: Default::default(),
+        });
+        background.push(tokio::spawn(check::schedule(
+            state.clone(),
+            stopped.clone(),
+        )));
+        background.push(tokio::spawn(prune(state.clone(), stopped)));
+        Ok(Self {
+            state,
+            stop,
+            background,
+        })
+    }
+
+    /// The router, for serving it on a listener of your own (or testing).
+    pub fn router(&self) -> Router {
+        api::router(self.state.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then stops
+    /// gracefully: no new connections, requests in flight finished, the
+    /// queue consumer stopped after its batch (committed and acknowledged),
+    /// owed cache deletions flushed.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let router = self.router();
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        self.stop().await;
+        served
+    }
+
+    /// Stops the background tasks: the consumer after its batch, the
+    /// scheduled checks between runs; then flushes owed cache deletions.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.background {
+            let _ = task.await;
+        }
+        if let Some(cache) = &self.state.cache
+            && let Err(e) = cache.flush_invalidations(Duration::from_secs(5)).await
+        {
+            tracing::warn!(error = %e, "cache deletions still owed at shutdown");
+        }
+    }
+}
+
+/// Forgets idempotency keys older than the retention, hourly.
+async fn prune(state: AppState, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(3_600));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        for namespace in state.namespaces.values() {
+            if let Err(e) =
+                idempotency::prune(&state.db, &namespace.source(), state.retention).await
+            {
+                tracing::warn!(namespace = %namespace.name, error = %e, "pruning idempotency keys failed");
+            }
+        }
+    }
+}

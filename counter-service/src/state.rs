@@ -1,0 +1,52 @@
+//! What every handler shares: the pool, the namespaces, the tokens, the
+//! bounds, the cache and the metrics.
+
+use std::{collections::BTreeMap, ops::Deref, sync::Arc, time::Duration};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use sea_orm::DatabaseConnection;
+
+use crate::{
+    auth::Tokens, config::ServerConfig, feed::FeedStatus, namespace::Namespace, problem::Problem,
+};
+
+/// The shared state; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct AppState(Arc<Shared>);
+
+pub(crate) struct Shared {
+    pub db: DatabaseConnection,
+    pub namespaces: BTreeMap<String, Namespace>,
+    pub tokens: Tokens,
+    pub server: ServerConfig,
+    pub cache: Option<counter_redis::CountCache>,
+    /// A client of the cache's Redis, for `/readyz`'s `PING`.
+    pub redis: Option<redis::Client>,
+    pub metrics: PrometheusHandle,
+    pub feed: Option<FeedStatus>,
+    /// How long idempotency keys are kept.
+    pub retention: Duration,
+    /// The OpenAPI document, set once the router is built.
+    pub openapi: std::sync::OnceLock<String>,
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+
+    /// The namespace `name`, or 404.
+    pub fn namespace(&self, name: &str) -> Result<&Namespace, Problem> {
+        self.namespaces
+            .get(name)
+            .ok_or_else(|| Problem::unknown_namespace(name))
+    }
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
