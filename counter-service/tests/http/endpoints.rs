@@ -1,0 +1,167 @@
+//! Every endpoint, answered as documented, and listed in `/openapi.json`.
+
+use std::collections::BTreeSet;
+
+use counter_tests::{TestDb, backend_test};
+use sea_orm::ConnectionTrait;
+use serde_json::{Value, json};
+
+use crate::support::{NAMESPACES, Running, Scratch, config_text};
+
+/// Every route the tests below call, as `METHOD path`: the OpenAPI
+/// document must list each, and nothing else.
+const ROUTES: &[&str] = &[
+    "POST /v1/{ns}/counters:add",
+    "POST /v1/{ns}/counters:addAndGet",
+    "POST /v1/{ns}/counters:batchAdd",
+    "GET /v1/{ns}/counts:batchGet",
+    "POST /v1/{ns}/counts:batchGet",
+    "GET /v1/{ns}/top",
+    "GET /v1/{ns}/series",
+    "GET /v1/{ns}/keys",
+    "POST /v1/{ns}/admin:check",
+    "POST /v1/{ns}/admin:compact",
+    "GET /healthz",
+    "GET /readyz",
+    "GET /metrics",
+    "GET /openapi.json",
+];
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_endpoint(t: TestDb) {
+        let scratch = Scratch::of(&t);
+        let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
+        let b = t.backend;
+
+        // Adds, on each owner type.
+        let added = service.post("/v1/posts/counters:add", None, json!({"owner": 1, "key": "likes"})).await.ok();
+        assert_eq!(added, json!({"applied": true}), "[{b}]");
+        let total = service
+            .post("/v1/posts/counters:addAndGet", None, json!({"owner": "1", "key": "likes", "delta": 4}))
+            .await
+            .ok();
+        assert_eq!(total, json!({"applied": true, "total": 5}), "[{b}]");
+        let user = "7f0c7a53-5c1d-4c49-9d33-5ad0f7a1b2c3";
+        service.post("/v1/users/counters:add", None, json!({"owner": user, "key": "followers", "delta": 3})).await.ok();
+        service.post("/v1/tags/counters:add", None, json!({"owner": "rust's \"best\"", "key": "uses"})).await.ok();
+        let batch = service
+            .post(
+                "/v1/posts/counters:batchAdd",
+                None,
+                json!({"items": [
+                    {"id": "b-1", "owner": 2, "key": "likes", "delta": 7},
+                    {"id": "b-2", "owner": 3, "key": "reaction:heart"},
+                    {"owner": 2, "key": "views", "delta": 2, "at": "2026-11-02T10:00:00Z"},
+                    {"owner": 2, "key": "views", "delta": 5, "at": "2026-11-04T10:00:00Z"},
+                ]}),
+            )
+            .await
+            .ok();
+        assert_eq!(batch, json!({"applied": 4, "duplicates": 0}), "[{b}]");
+
+        // Batch gets, by GET and by POST, zero-filled.
+        let got = service.get("/v1/posts/counts:batchGet?owners=1,2,3,4&keys=likes,views,reaction:heart", None).await.ok();
+        assert_eq!(
+            got["counts"],
+            json!({
+                "1": {"likes": 5, "views": 0, "reaction:heart": 0},
+                "2": {"likes": 7, "views": 7, "reaction:heart": 0},
+                "3": {"likes": 0, "views": 0, "reaction:heart": 1},
+                "4": {"likes": 0, "views": 0, "reaction:heart": 0},
+            }),
+            "[{b}]"
+        );
+        assert_eq!(service.totals("users", None, json!([user]), json!(["followers"])).await, json!({user: {"followers": 3}}));
+        assert_eq!(
+            service.totals("tags", None, json!(["rust's \"best\"", "other"]), json!(["uses"])).await,
+            json!({"rust's \"best\"": {"uses": 1}, "other": {"uses": 0}})
+        );
+
+        // Rankings in keyset pages.
+        for (owner, delta) in [(10, 3), (11, 9), (12, 3)] {
+            service.post("/v1/posts/counters:add", None, json!({"owner": owner, "key": "likes", "delta": delta})).await.ok();
+        }
+        let page = service.get("/v1/posts/top?key=likes&limit=2", None).await.ok();
+        assert_eq!(page["owners"], json!([{"owner": "11", "total": 9}, {"owner": "2", "total": 7}]), "[{b}]");
+        let next = page["next"].as_str().expect("a full page has a cursor").to_owned();
+        let page = service.get(&format!("/v1/posts/top?key=likes&limit=3&after={next}"), None).await.ok();
+        assert_eq!(
+            page["owners"],
+            json!([{"owner": "1", "total": 5}, {"owner": "10", "total": 3}, {"owner": "12", "total": 3}]),
+            "[{b}]"
+        );
+
+        // A series of a windowed key: zero-filled days and their sum.
+        let series = service
+            .get("/v1/posts/series?owner=2&key=views&from=2026-11-01T00:00:00Z&to=2026-11-05T00:00:00Z", None)
+            .await
+            .ok();
+        let counts: Vec<i64> = series["buckets"].as_array().unwrap().iter().map(|b| b["count"].as_i64().unwrap()).collect();
+        assert_eq!((counts, series["sum"].clone()), (vec![0, 2, 0, 5], json!(7)), "[{b}]");
+        service
+            .get("/v1/posts/series?owner=2&key=likes&from=2026-11-01T00:00:00Z&to=2026-11-05T00:00:00Z", None)
+            .await
+            .assert_problem(400, "invalid_input");
+
+        // Keys: declared, patterns, and the pattern keys in use.
+        let keys = service.get("/v1/posts/keys", None).await.ok();
+        let names: Vec<&str> = keys["keys"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["comments", "likes", "views"], "[{b}]");
+        assert_eq!((keys["patterns"].clone(), keys["in_use"].clone()), (json!(["reaction:*"]), json!(["reaction:heart"])), "[{b}]");
+
+        // Check and fix: seeded drift found and repaired.
+        let db = scratch.connect(&t).await;
+        db.execute_unprepared("CREATE TABLE comments (id INTEGER PRIMARY KEY, post_id BIGINT NOT NULL)").await.unwrap();
+        db.execute_unprepared("INSERT INTO comments (id, post_id) VALUES (1, 1), (2, 1), (3, 2)").await.unwrap();
+        service.post("/v1/posts/counters:add", None, json!({"owner": 2, "key": "comments", "delta": 5})).await.ok();
+        let check = service.post("/v1/posts/admin:check?dry_run=true", None, json!({})).await;
+        let check = check.ok();
+        assert_eq!(check["checks"][0]["owners_drifted"], 2, "[{b}] {check}");
+        let check = service.post("/v1/posts/admin:check", None, json!({})).await.ok();
+        assert_eq!((check["checks"][0]["owners_drifted"].clone(), check["checks"][0]["fixed"].clone()), (json!(2), json!(true)), "[{b}]");
+        assert_eq!(
+            service.totals("posts", None, json!([1, 2]), json!(["comments"])).await,
+            json!({"1": {"comments": 2}, "2": {"comments": 1}}),
+            "[{b}]"
+        );
+
+        // Compaction folds slot rows and changes no total.
+        for _ in 0..20 {
+            service.post("/v1/posts/counters:add", None, json!({"owner": 1, "key": "likes"})).await.ok();
+        }
+        let compact = service.post("/v1/posts/admin:compact", None, json!({})).await.ok();
+        assert!(compact["rows_after"].as_u64() <= compact["rows_before"].as_u64(), "[{b}] {compact}");
+        assert_eq!(service.totals("posts", None, json!([1]), json!(["likes"])).await, json!({"1": {"likes": 25}}), "[{b}]");
+
+        // Operations.
+        assert_eq!(service.get("/healthz", None).await.text, "ok");
+        let ready = service.get("/readyz", None).await.ok();
+        assert_eq!((ready["status"].clone(), ready["database"]["ok"].clone()), (json!("ready"), json!(true)), "[{b}]");
+        let metrics = service.get("/metrics", None).await;
+        assert_eq!(metrics.status, 200);
+        for name in ["counter_service_requests_total", "counter_service_request_duration_seconds", "counter_service_batch_size"] {
+            assert!(metrics.text.contains(name), "[{b}] /metrics lacks {name}");
+        }
+        assert!(metrics.text.contains("route=\"/v1/{ns}/counters:add\""), "[{b}] requests by route");
+
+        // The OpenAPI document lists every route exercised here, and only those.
+        let document = service.get("/openapi.json", None).await.ok();
+        assert_eq!(routes_of(&document), ROUTES.iter().map(|r| r.to_string()).collect::<BTreeSet<_>>(), "[{b}]");
+        assert_eq!(document["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+
+        service.stop().await;
+        t.finish().await;
+    }
+}
+
+/// `METHOD path` of every operation of an OpenAPI document.
+fn routes_of(document: &Value) -> BTreeSet<String> {
+    let mut routes = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in item.as_object().unwrap().keys() {
+            routes.insert(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    routes
+}

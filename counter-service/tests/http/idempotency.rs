@@ -1,0 +1,122 @@
+//! Exactly once: one key from 16 clients at once, across two instances on
+//! one database; retried batches; a key reused with another request.
+
+use std::sync::Arc;
+
+use counter_tests::{TestDb, backend_test, figures};
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+
+use crate::support::{NAMESPACES, Running, Scratch, config_text};
+
+/// Sends `body` with `key` from `clients` tasks at once, spread over
+/// `services`; returns each answer's status, body and replay header.
+async fn at_once(services: &[&Running], clients: usize, path: &str, key: &str, body: Value) -> Vec<(u16, String, bool)> {
+    let barrier = Arc::new(Barrier::new(clients));
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let (api, barrier, body) = (services[i % services.len()].api.clone(), barrier.clone(), body.clone());
+            let (path, key) = (path.to_owned(), key.to_owned());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let reply = api.post_keyed(&path, None, &key, body).await;
+                (reply.status, reply.text.clone(), reply.header("idempotent-replayed") == Some("true"))
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn one_key_sixteen_clients_two_instances(t: TestDb) {
+        let scratch = Scratch::of(&t);
+        let text = config_text("open = true", &scratch, NAMESPACES);
+        let first = Running::start(&text).await;
+        let second = Running::start(&text).await;
+        let b = t.backend;
+
+        // 16 clients, one instance, one key: one add, 16 equal answers.
+        let body = json!({"owner": 1, "key": "likes", "delta": 5});
+        let answers = at_once(&[&first], 16, "/v1/posts/counters:addAndGet", "k-one", body.clone()).await;
+        let replays = answers.iter().filter(|a| a.2).count();
+        assert!(answers.iter().all(|a| a.0 == 200 && a.1 == answers[0].1), "[{b}] {answers:?}");
+        assert_eq!((answers[0].1.as_str(), replays), ("{\"applied\":true,\"total\":5}", 15), "[{b}]");
+
+        // The same across two instances on one database: the service is
+        // stateless, any instance replays any key.
+        let answers = at_once(&[&first, &second], 16, "/v1/posts/counters:addAndGet", "k-two", body.clone()).await;
+        assert!(answers.iter().all(|a| a.0 == 200 && a.1 == answers[0].1), "[{b}] {answers:?}");
+        assert_eq!((answers[0].1.as_str(), answers.iter().filter(|a| a.2).count()), ("{\"applied\":true,\"total\":10}", 15), "[{b}]");
+
+        // 200 keys, each sent twice at once to both instances: 200 adds.
+        let mut tasks = Vec::new();
+        for i in 0..200 {
+            for api in [first.api.clone(), second.api.clone()] {
+                tasks.push(tokio::spawn(async move {
+                    api.post_keyed("/v1/posts/counters:add", None, &format!("k-{i}"), json!({"owner": 2, "key": "likes"})).await.status
+                }));
+            }
+        }
+        let mut statuses = Vec::new();
+        for task in tasks {
+            statuses.push(task.await.unwrap());
+        }
+        assert!(statuses.iter().all(|s| *s == 200), "[{b}] {statuses:?}");
+        let counts = first.totals("posts", None, json!([1, 2]), json!(["likes"])).await;
+        assert_eq!(counts, json!({"1": {"likes": 10}, "2": {"likes": 200}}), "[{b}]");
+        let total_2 = counts["2"]["likes"].as_u64().unwrap();
+        figures("service_idempotency", b, &[("clients", 16), ("instances", 2), ("keys", 202), ("lost", 200u64.saturating_sub(total_2)), ("doubled", total_2.saturating_sub(200))]);
+
+        // The same key with another body, or on another endpoint: 409.
+        first.post_keyed("/v1/posts/counters:addAndGet", None, "k-one", json!({"owner": 1, "key": "likes", "delta": 6})).await.assert_problem(409, "conflict");
+        second.post_keyed("/v1/posts/counters:add", None, "k-one", body).await.assert_problem(409, "conflict");
+        first.stop().await;
+        second.stop().await;
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn batch_items_apply_once_per_id(t: TestDb) {
+        let scratch = Scratch::of(&t);
+        let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
+        let b = t.backend;
+        let path = "/v1/posts/counters:batchAdd";
+        let item = |id: &str, owner: i64, delta: i64| json!({"id": id, "owner": owner, "key": "likes", "delta": delta});
+
+        let first = service.post(path, None, json!({"items": [item("a", 1, 1), item("b", 2, 2)]})).await.ok();
+        assert_eq!(first, json!({"applied": 2, "duplicates": 0}), "[{b}]");
+        // The batch retried with one more item: only the new one applies.
+        let retry = service.post(path, None, json!({"items": [item("a", 1, 1), item("b", 2, 2), item("c", 3, 3)]})).await.ok();
+        assert_eq!(retry, json!({"applied": 1, "duplicates": 2}), "[{b}]");
+        // One id twice in a batch: once.
+        let twice = service.post(path, None, json!({"items": [item("d", 4, 4), item("d", 4, 4)]})).await.ok();
+        assert_eq!(twice, json!({"applied": 1, "duplicates": 1}), "[{b}]");
+        // An id reused for another item: 409 naming it, and nothing of the batch applied.
+        let reused = service.post(path, None, json!({"items": [item("e", 5, 5), item("a", 1, 100)]})).await;
+        reused.assert_problem(409, "conflict");
+        assert_eq!(reused.json["item"], 1, "[{b}]");
+        service.post(path, None, json!({"items": [item("f", 6, 1), item("f", 6, 2)]})).await.assert_problem(409, "conflict");
+        // A whole request under an Idempotency-Key replays its first answer.
+        let keyed = json!({"items": [item("g", 7, 7), {"owner": 7, "key": "likes", "delta": 1}]});
+        let answer = service.post_keyed(path, None, "batch-1", keyed.clone()).await;
+        let replay = service.post_keyed(path, None, "batch-1", keyed).await;
+        assert_eq!((answer.status, replay.status, answer.text.clone()), (200, 200, replay.text.clone()), "[{b}]");
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"), "[{b}]");
+
+        let totals = service.totals("posts", None, json!([1, 2, 3, 4, 5, 6, 7]), json!(["likes"])).await;
+        assert_eq!(
+            totals,
+            json!({"1": {"likes": 1}, "2": {"likes": 2}, "3": {"likes": 3}, "4": {"likes": 4}, "5": {"likes": 0}, "6": {"likes": 0}, "7": {"likes": 8}}),
+            "[{b}]"
+        );
+        service.stop().await;
+        t.finish().await;
+    }
+}

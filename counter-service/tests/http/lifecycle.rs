@@ -1,0 +1,230 @@
+//! The service's life: killed with SIGKILL under load and restarted (every
+//! unanswered add retried with its key), stopped gracefully under load,
+//! fed by HTTP and a queue at once.
+
+use std::{
+    process::Stdio,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use counter_core::{CounterTable, Counters};
+use counter_mq::Publish;
+use counter_tests::{TestDb, backend_test, figures, mq};
+use serde_json::json;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::support::{Api, NAMESPACES, Running, Scratch, config_text};
+
+/// The real binary, started on `config` (a file) and `port`; returns once
+/// it prints its address.
+async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_counter-service"))
+        .args(["--config", config.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}"), "serve", "--migrate"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the counter-service binary");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let started = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("counter-service listening on") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(started, Ok(true), "the binary did not start");
+    // Keep reading its output, so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Adds applied per load, and clients.
+const ADDS: u64 = 600;
+const CLIENTS: u64 = 16;
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn sigkill_under_load_then_retries_count_once(t: TestDb) {
+        let scratch = Scratch::of(&t);
+        let file = std::env::temp_dir().join(format!("counter-service-kill-{}-{}.toml", t.backend, std::process::id()));
+        std::fs::write(&file, config_text("open = true", &scratch, NAMESPACES)).unwrap();
+        let port = free_port();
+        let mut child = spawn_binary(&file, port).await;
+        let api = Api::new(format!("http://127.0.0.1:{port}"));
+
+        // 16 clients, 600 adds with a key each, each retried until answered.
+        let acked = Arc::new(AtomicU64::new(0));
+        let retries = Arc::new(AtomicU64::new(0));
+        let replays = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let (api, acked, retries, replays) = (api.clone(), acked.clone(), retries.clone(), replays.clone());
+                tokio::spawn(async move {
+                    for n in (client..ADDS).step_by(CLIENTS as usize) {
+                        let key = format!("kill-{n}");
+                        loop {
+                            assert!(Instant::now() < deadline, "add {n} unanswered after 120 s");
+                            let body = Some(json!({"owner": 1, "key": "likes"}).to_string());
+                            match api.try_call(hyper::Method::POST, "/v1/posts/counters:add", None, &[("idempotency-key", &key)], body).await {
+                                Ok(reply) if reply.status == 200 => {
+                                    acked.fetch_add(1, Ordering::Relaxed);
+                                    if reply.header("idempotent-replayed") == Some("true") {
+                                        replays.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    break;
+                                }
+                                // 503 while the database or the process
+                                // comes back; a reset while it is dead.
+                                _ => {
+                                    retries.fetch_add(1, Ordering::Relaxed);
+                                    tokio::time::sleep(Duration::from_millis(50)).await;
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+
+        // SIGKILL once a third is acknowledged, then start it again.
+        let wait = Instant::now();
+        while acked.load(Ordering::Relaxed) < ADDS / 3 {
+            assert!(wait.elapsed() < Duration::from_secs(60), "the load did not start");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        let acked_at_kill = acked.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut child = spawn_binary(&file, port).await;
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let total = api.totals("posts", None, json!([1]), json!(["likes"])).await["1"]["likes"].as_u64().unwrap();
+        let (lost, doubled) = (ADDS.saturating_sub(total), total.saturating_sub(ADDS));
+        figures(
+            "service_sigkill",
+            t.backend,
+            &[
+                ("adds", ADDS),
+                ("acked_at_kill", acked_at_kill),
+                ("retries", retries.load(Ordering::Relaxed)),
+                ("replayed", replays.load(Ordering::Relaxed)),
+                ("lost", lost),
+                ("doubled", doubled),
+            ],
+        );
+        assert_eq!((lost, doubled), (0, 0), "[{}] total {total} of {ADDS}", t.backend);
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        let _ = std::fs::remove_file(&file);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn graceful_shutdown_loses_no_acknowledged_add(t: TestDb) {
+        let scratch = Scratch::of(&t);
+        let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
+        let acked = Arc::new(AtomicU64::new(0));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let (api, acked, stopping) = (service.api.clone(), acked.clone(), stopping.clone());
+                tokio::spawn(async move {
+                    // Without keys: at least once, so every 200 must be in
+                    // the total and nothing unanswered may be.
+                    for _ in 0..200 {
+                        let body = Some(json!({"owner": 1, "key": "likes"}).to_string());
+                        match api.try_call(hyper::Method::POST, "/v1/posts/counters:add", None, &[], body).await {
+                            Ok(reply) if reply.status == 200 => {
+                                acked.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(reply) => panic!("{reply:?}"),
+                            Err(_) if stopping.load(Ordering::Relaxed) => return,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let wait = Instant::now();
+        while acked.load(Ordering::Relaxed) < 300 {
+            assert!(wait.elapsed() < Duration::from_secs(60), "the load did not start");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        stopping.store(true, Ordering::Relaxed);
+        service.stop().await;
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let acked = acked.load(Ordering::Relaxed);
+        let db = scratch.connect(&t).await;
+        let posts = Counters::<i64>::new(CounterTable::new("post_counters").unwrap());
+        let total = posts.get(&db, 1, "likes").await.unwrap() as u64;
+        figures("service_graceful_shutdown", t.backend, &[("acked", acked), ("total", total), ("lost", acked.saturating_sub(total)), ("doubled", total.saturating_sub(acked))]);
+        assert_eq!(total, acked, "[{}] every acknowledged add, and only those", t.backend);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn http_and_queue_adds_sum_exactly(t: TestDb) {
+        let Some(amqp) = mq::amqp_url(t.backend, t.label()) else {
+            return t.finish().await;
+        };
+        let scratch = Scratch::of(&t);
+        let queue = mq::AmqpQueue::named(&amqp, t.label()).await;
+        let broker = format!("[broker]\nkind = \"amqp\"\nurl = \"{amqp}\"\nqueue = \"{}\"\n", queue.settings.name);
+        let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{broker}"))).await;
+        let posts = Counters::<i64>::new(CounterTable::new("post_counters").unwrap());
+        let publisher = queue.publisher().await;
+
+        const EACH: u64 = 500;
+        let http = {
+            let api = service.api.clone();
+            tokio::spawn(async move {
+                for n in 0..EACH {
+                    api.post_keyed("/v1/posts/counters:add", None, &format!("h-{n}"), json!({"owner": 9, "key": "likes"})).await.ok();
+                }
+            })
+        };
+        for _ in 0..EACH {
+            publisher.publish(&posts, 9, "likes", 1).await.unwrap();
+        }
+        http.await.unwrap();
+        // The queue drains into the same counter.
+        let wait = Instant::now();
+        let total = loop {
+            let total = service.totals("posts", None, json!([9]), json!(["likes"])).await["9"]["likes"].as_u64().unwrap();
+            if total >= 2 * EACH || wait.elapsed() > Duration::from_secs(60) {
+                break total;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let ready = service.get("/readyz", None).await.ok();
+        assert_eq!(ready["broker"]["ok"], true, "{ready}");
+        figures("service_http_and_queue", t.backend, &[("http", EACH), ("queue", EACH), ("lost", (2 * EACH).saturating_sub(total)), ("doubled", total.saturating_sub(2 * EACH))]);
+        assert_eq!(total, 2 * EACH, "[{}]", t.backend);
+        service.stop().await;
+        queue.delete().await;
+        t.finish().await;
+    }
+}

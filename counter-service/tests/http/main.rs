@@ -1,0 +1,10 @@
+//! The service over real HTTP, on every configured backend: each test
+//! starts it (in process, or the real binary) on a scratch database of its
+//! own and calls it as a client in any language would.
+
+mod auth;
+mod endpoints;
+mod hostile;
+mod idempotency;
+mod lifecycle;
+mod support;
