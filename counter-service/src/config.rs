@@ -583,3 +583,106 @@ fn parse_value(value: &str) -> toml::Value {
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_owned()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_demo_configuration_is_valid() {
+        let config = Config::from_text(DEMO, "demo", env(&[]), &[]).unwrap();
+        assert!(config.server.open);
+        assert!(config.server.listen.ip().is_loopback());
+        assert_eq!(config.namespaces["demo"].keys.len(), 2);
+    }
+
+    #[test]
+    fn a_bad_file_names_its_line() {
+        let text = "[server]\nlisten = \"127.0.0.1:8080\"\nopen = \"yes\"\n";
+        let error = Config::from_text(text, "svc.toml", env(&[]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("svc.toml: "), "{error}");
+        assert!(error.contains("line 3"), "{error}");
+        let typo = "[server]\nlisten_on = \"127.0.0.1:8080\"\n";
+        let error = Config::from_text(typo, "svc.toml", env(&[]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("line 2") && error.contains("listen_on"),
+            "{error}"
+        );
+        let broken = "[namespaces.posts\ntable = 1\n";
+        let error = Config::from_text(broken, "svc.toml", env(&[]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("line 1"), "{error}");
+    }
+
+    #[test]
+    fn environment_then_flags_override_the_file() {
+        let vars = env(&[
+            ("COUNTER_SERVICE__SERVER__LISTEN", "0.0.0.0:9000"),
+            ("COUNTER_SERVICE__DATABASE__MAX_CONNECTIONS", "8"),
+            (
+                "COUNTER_SERVICE__NAMESPACES__DEMO__KEYS__LIKES__SLOTS",
+                "64",
+            ),
+            ("UNRELATED", "x"),
+        ]);
+        let config = Config::from_text(DEMO, "demo", vars.clone(), &[]).unwrap();
+        assert_eq!(config.server.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(config.database.max_connections, 8);
+        assert_eq!(
+            config.namespaces["demo"].keys["likes"].slots,
+            Some(SlotsSetting::Fixed(64))
+        );
+        let flags = [
+            "server.listen=127.0.0.1:7000".to_owned(),
+            "database.url=postgres://db/counts".to_owned(),
+        ];
+        let config = Config::from_text(DEMO, "demo", vars, &flags).unwrap();
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:7000");
+        assert_eq!(config.database.url, "postgres://db/counts");
+    }
+
+    #[test]
+    fn a_bad_override_names_itself() {
+        let error = Config::from_text(
+            DEMO,
+            "demo",
+            env(&[("COUNTER_SERVICE__SERVER__OPEN", "maybe")]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("open"), "{error}");
+        let error = Config::from_text(DEMO, "demo", env(&[]), &["server.listen".to_owned()])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("path=value"), "{error}");
+        let error = Config::from_text(DEMO, "demo", env(&[]), &["server.listen.port=1".to_owned()])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("server.listen.port"), "{error}");
+    }
+
+    #[test]
+    fn token_secrets_stay_out_of_debug() {
+        let text =
+            "[[tokens]]\nname = \"web\"\nsecret = \"very-secret-value-123\"\nscopes = [\"read\"]\n";
+        let config = Config::from_text(text, "t", env(&[]), &[]).unwrap();
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("very-secret-value-123") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
+}

@@ -85,7 +85,10 @@ async fn unsafe_or_broken_configurations_refuse_to_start() {
         let config = Config::from_text(&text, "test", std::iter::empty(), &[]);
         match config {
             Err(e) => e.to_string(),
-            Ok(config) => Service::start(config).await.expect_err("must not start").to_string(),
+            Ok(config) => Service::start(config)
+                .await
+                .expect_err("must not start")
+                .to_string(),
         }
     };
     // No tokens without `open = true`.
@@ -94,12 +97,24 @@ async fn unsafe_or_broken_configurations_refuse_to_start() {
     // A short secret, an unknown scope, an unknown namespace.
     let token = |body: &str| format!("{database}{NAMESPACES}\n[[tokens]]\nname = \"t\"\n{body}\n");
     let error = refused(token("secret = \"short\"\nscopes = [\"read\"]")).await;
-    assert!(error.contains("tokens.0.secret") && error.contains("at least 16"), "{error}");
+    assert!(
+        error.contains("tokens.0.secret") && error.contains("at least 16"),
+        "{error}"
+    );
     let error = refused(token("secret = \"0123456789abcdef0\"\nscopes = [\"root\"]")).await;
     assert!(error.contains("line") && error.contains("root"), "{error}");
-    let error = refused(token("secret = \"0123456789abcdef0\"\nscopes = [\"read\"]\nnamespaces = [\"nope\"]")).await;
-    assert!(error.contains("tokens.0.namespaces") && error.contains("nope"), "{error}");
-    let error = refused(token("secret_env = \"COUNTER_SERVICE_TEST_UNSET_VAR\"\nscopes = [\"read\"]")).await;
+    let error = refused(token(
+        "secret = \"0123456789abcdef0\"\nscopes = [\"read\"]\nnamespaces = [\"nope\"]",
+    ))
+    .await;
+    assert!(
+        error.contains("tokens.0.namespaces") && error.contains("nope"),
+        "{error}"
+    );
+    let error = refused(token(
+        "secret_env = \"COUNTER_SERVICE_TEST_UNSET_VAR\"\nscopes = [\"read\"]",
+    ))
+    .await;
     assert!(error.contains("COUNTER_SERVICE_TEST_UNSET_VAR"), "{error}");
     // A table that was never migrated: a refusal to start, not a 500 later.
     let error = refused(format!("[server]\nopen = true\n{database}{NAMESPACES}")).await;

@@ -165,3 +165,47 @@ fn routes_of(document: &Value) -> BTreeSet<String> {
     }
     routes
 }
+
+backend_test! {
+    /// Batch gets through the Redis cache: every read after an acknowledged
+    /// add sees it, and the cache serves the repeated reads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn cached_batch_gets_see_every_acknowledged_add(t: TestDb) {
+        let Some(redis) = counter_tests::redis::shared_url(t.backend, t.label()) else {
+            return t.finish().await;
+        };
+        let scratch = Scratch::of(&t);
+        let cache = format!(
+            "[cache]\nredis_url = \"{redis}\"\nnamespace = \"{}\"\n",
+            counter_tests::redis::namespace(t.backend, t.label())
+        );
+        let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{cache}"))).await;
+        let b = t.backend;
+        let owners = json!([1, 2, 3]);
+        let mut stale = 0u64;
+        for n in 1..=100u64 {
+            service.post("/v1/posts/counters:add", None, json!({"owner": 1 + n % 3, "key": "likes"})).await.ok();
+            // Read twice: the second read is the cache's.
+            for _ in 0..2 {
+                let counts = service.totals("posts", None, owners.clone(), json!(["likes"])).await;
+                let seen: u64 = (1..=3).map(|o| counts[o.to_string()]["likes"].as_u64().unwrap()).sum();
+                if seen != n {
+                    stale += 1;
+                }
+            }
+        }
+        let ready = service.get("/readyz", None).await.ok();
+        assert_eq!(ready["cache"]["ok"], true, "[{b}] {ready}");
+        let metrics = service.get("/metrics", None).await.text;
+        let hits = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("counter_service_cache_hits "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        counter_tests::figures("service_cached_reads", b, &[("reads", 200), ("owner_hits", hits as u64), ("stale_reads", stale)]);
+        assert_eq!(stale, 0, "[{b}] reads that missed an acknowledged add");
+        assert!(hits >= 50.0, "[{b}] the cache served {hits} of 200 reads");
+        service.stop().await;
+        t.finish().await;
+    }
+}

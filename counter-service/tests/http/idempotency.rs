@@ -11,16 +11,30 @@ use crate::support::{NAMESPACES, Running, Scratch, config_text};
 
 /// Sends `body` with `key` from `clients` tasks at once, spread over
 /// `services`; returns each answer's status, body and replay header.
-async fn at_once(services: &[&Running], clients: usize, path: &str, key: &str, body: Value) -> Vec<(u16, String, bool)> {
+async fn at_once(
+    services: &[&Running],
+    clients: usize,
+    path: &str,
+    key: &str,
+    body: Value,
+) -> Vec<(u16, String, bool)> {
     let barrier = Arc::new(Barrier::new(clients));
     let tasks: Vec<_> = (0..clients)
         .map(|i| {
-            let (api, barrier, body) = (services[i % services.len()].api.clone(), barrier.clone(), body.clone());
+            let (api, barrier, body) = (
+                services[i % services.len()].api.clone(),
+                barrier.clone(),
+                body.clone(),
+            );
             let (path, key) = (path.to_owned(), key.to_owned());
             tokio::spawn(async move {
                 barrier.wait().await;
                 let reply = api.post_keyed(&path, None, &key, body).await;
-                (reply.status, reply.text.clone(), reply.header("idempotent-replayed") == Some("true"))
+                (
+                    reply.status,
+                    reply.text.clone(),
+                    reply.header("idempotent-replayed") == Some("true"),
+                )
             })
         })
         .collect();

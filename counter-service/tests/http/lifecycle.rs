@@ -26,7 +26,14 @@ use crate::support::{Api, NAMESPACES, Running, Scratch, config_text};
 /// it prints its address.
 async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_counter-service"))
-        .args(["--config", config.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}"), "serve", "--migrate"])
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "serve",
+            "--migrate",
+        ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -49,7 +56,11 @@ async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Adds applied per load, and clients.

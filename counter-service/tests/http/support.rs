@@ -113,7 +113,10 @@ impl Scratch {
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 ));
                 Self {
-                    database: format!("[database]\nurl = \"sqlite://{}?mode=rwc\"\n", file.display()),
+                    database: format!(
+                        "[database]\nurl = \"sqlite://{}?mode=rwc\"\n",
+                        file.display()
+                    ),
                     file: Some(file),
                 }
             }
@@ -136,9 +139,11 @@ impl Scratch {
     /// file; `t.db` elsewhere).
     pub async fn connect(&self, t: &TestDb) -> sea_orm::DatabaseConnection {
         match &self.file {
-            Some(file) => sea_orm::Database::connect(format!("sqlite://{}?mode=rwc", file.display()))
-                .await
-                .unwrap(),
+            Some(file) => {
+                sea_orm::Database::connect(format!("sqlite://{}?mode=rwc", file.display()))
+                    .await
+                    .unwrap()
+            }
             None => t.db.clone(),
         }
     }
@@ -170,13 +175,17 @@ impl Running {
     pub async fn start(text: &str) -> Running {
         let config = Config::from_text(text, "the test's configuration", std::iter::empty(), &[])
             .unwrap_or_else(|e| panic!("{e}"));
-        Service::migrate(&config).await.unwrap_or_else(|e| panic!("{e}"));
+        Service::migrate(&config)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         Self::serve(config).await
     }
 
     /// Starts and serves `config`, migrated already.
     pub async fn serve(config: Config) -> Running {
-        let service = Service::start(config).await.unwrap_or_else(|e| panic!("{e}"));
+        let service = Service::start(config)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -236,10 +245,15 @@ impl Reply {
         assert_eq!(self.json["status"], status, "{self:?}");
         assert_eq!(self.json["kind"], kind, "{self:?}");
         assert!(
-            self.json["type"].as_str().is_some_and(|t| t.starts_with("urn:counter-service:problem:")),
+            self.json["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("urn:counter-service:problem:")),
             "{self:?}"
         );
-        assert!(self.json["detail"].as_str().is_some_and(|d| !d.is_empty()), "{self:?}");
+        assert!(
+            self.json["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{self:?}"
+        );
     }
 
     /// Asserts a 200 and returns the JSON.
@@ -267,7 +281,10 @@ impl Api {
         headers: &[(&str, &str)],
         body: Option<String>,
     ) -> Reply {
-        match self.try_call(method.clone(), path, token, headers, body).await {
+        match self
+            .try_call(method.clone(), path, token, headers, body)
+            .await
+        {
             Ok(reply) => reply,
             Err(e) => panic!("{method} {path}: {e}"),
         }
@@ -283,7 +300,9 @@ impl Api {
         headers: &[(&str, &str)],
         body: Option<String>,
     ) -> Result<Reply, String> {
-        let mut request = Request::builder().method(method).uri(format!("{}{path}", self.base));
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
         if body.is_some() {
             request = request.header(CONTENT_TYPE, "application/json");
         }
@@ -320,13 +339,26 @@ impl Api {
 
     /// `POST path` with a JSON body.
     pub async fn post(&self, path: &str, token: Option<&str>, body: Value) -> Reply {
-        self.call(Method::POST, path, token, &[], Some(body.to_string())).await
+        self.call(Method::POST, path, token, &[], Some(body.to_string()))
+            .await
     }
 
     /// `POST path` with an Idempotency-Key.
-    pub async fn post_keyed(&self, path: &str, token: Option<&str>, key: &str, body: Value) -> Reply {
-        self.call(Method::POST, path, token, &[("idempotency-key", key)], Some(body.to_string()))
-            .await
+    pub async fn post_keyed(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        key: &str,
+        body: Value,
+    ) -> Reply {
+        self.call(
+            Method::POST,
+            path,
+            token,
+            &[("idempotency-key", key)],
+            Some(body.to_string()),
+        )
+        .await
     }
 
     /// `GET path`.
