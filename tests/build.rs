@@ -63,6 +63,7 @@ fn main() {
         "counter-derive",
         "counter-redis",
         "counter-mq",
+        "counter-service",
     ] {
         pages.push(root.join(krate).join("README.md"));
     }

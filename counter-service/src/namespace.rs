@@ -223,8 +223,7 @@ impl Namespace {
             } else {
                 format!("; patterns: {}", patterns.join(", "))
             }
-        ))
-        .with("kind", "invalid_input"))
+        )))
     }
 
     /// The companion table's name.

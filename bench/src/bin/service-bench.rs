@@ -85,7 +85,10 @@ const NAIVE: &str = "service_bench_naive";
 
 fn config(database_url: &str, redis: Option<&str>) -> String {
     let cache = redis.map_or_else(String::new, |url| {
-        format!("[cache]\nredis_url = \"{url}\"\nnamespace = \"service-bench-{}\"\n", std::process::id())
+        format!(
+            "[cache]\nredis_url = \"{url}\"\nnamespace = \"service-bench-{}\"\n",
+            std::process::id()
+        )
     });
     format!(
         "[server]\nopen = true\nmax_batch_keys = 4\n[database]\nurl = \"{database_url}\"\nmax_connections = 64\n{cache}\n\
@@ -105,7 +108,13 @@ async fn serve(text: &str) -> Result<String, BoxError> {
     Ok(base)
 }
 
-async fn call(client: &HttpClient, method: Method, url: &str, key: Option<&str>, body: Option<String>) -> Result<(u16, Bytes), BoxError> {
+async fn call(
+    client: &HttpClient,
+    method: Method,
+    url: &str,
+    key: Option<&str>,
+    body: Option<String>,
+) -> Result<(u16, Bytes), BoxError> {
     let mut request = Request::builder().method(method).uri(url);
     if body.is_some() {
         request = request.header("content-type", "application/json");
@@ -113,13 +122,21 @@ async fn call(client: &HttpClient, method: Method, url: &str, key: Option<&str>,
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
     }
-    let response = client.request(request.body(Full::new(body.map(Bytes::from).unwrap_or_default()))?).await?;
+    let response = client
+        .request(request.body(Full::new(body.map(Bytes::from).unwrap_or_default()))?)
+        .await?;
     let status = response.status().as_u16();
     Ok((status, response.into_body().collect().await?.to_bytes()))
 }
 
 /// `adds` POSTs of `path` from `clients` tasks; adds per second.
-async fn hot(client: &HttpClient, url: String, clients: u64, adds: u64, keyed: Option<&'static str>) -> Result<f64, BoxError> {
+async fn hot(
+    client: &HttpClient,
+    url: String,
+    clients: u64,
+    adds: u64,
+    keyed: Option<&'static str>,
+) -> Result<f64, BoxError> {
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let tasks: Vec<_> = (0..clients)
@@ -133,9 +150,12 @@ async fn hot(client: &HttpClient, url: String, clients: u64, adds: u64, keyed: O
                     }
                     let key = keyed.map(|prefix| format!("{prefix}-{n}"));
                     let body = json!({"owner": 1, "key": "likes"}).to_string();
-                    let (status, text) = call(&client, Method::POST, &url, key.as_deref(), Some(body)).await?;
+                    let (status, text) =
+                        call(&client, Method::POST, &url, key.as_deref(), Some(body)).await?;
                     if status != 200 {
-                        return Err(format!("{url}: {status} {}", String::from_utf8_lossy(&text)).into());
+                        return Err(
+                            format!("{url}: {status} {}", String::from_utf8_lossy(&text)).into(),
+                        );
                     }
                 }
             })
@@ -150,23 +170,39 @@ async fn hot(client: &HttpClient, url: String, clients: u64, adds: u64, keyed: O
 /// The naive service: a row per counter, updated in place; a `SELECT` per
 /// owner and key.
 async fn naive(db: DatabaseConnection) -> Result<String, BoxError> {
-    async fn add(State(db): State<DatabaseConnection>, Json(body): Json<serde_json::Value>) -> Result<Json<serde_json::Value>, String> {
+    async fn add(
+        State(db): State<DatabaseConnection>,
+        Json(body): Json<serde_json::Value>,
+    ) -> Result<Json<serde_json::Value>, String> {
         let backend = db.get_database_backend();
         let sql = match backend {
-            DbBackend::Postgres => format!("UPDATE {NAIVE} SET value = value + 1 WHERE owner_id = $1 AND count_key = $2"),
-            _ => format!("UPDATE {NAIVE} SET value = value + 1 WHERE owner_id = ? AND count_key = ?"),
+            DbBackend::Postgres => format!(
+                "UPDATE {NAIVE} SET value = value + 1 WHERE owner_id = $1 AND count_key = $2"
+            ),
+            _ => {
+                format!("UPDATE {NAIVE} SET value = value + 1 WHERE owner_id = ? AND count_key = ?")
+            }
         };
         let owner = body["owner"].as_i64().unwrap_or(0);
         let key = body["key"].as_str().unwrap_or("likes").to_owned();
-        db.execute_raw(Statement::from_sql_and_values(backend, sql, [Value::from(owner), Value::from(key)]))
-            .await
-            .map_err(|e| e.to_string())?;
+        db.execute_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [Value::from(owner), Value::from(key)],
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
         Ok(Json(json!({"applied": true})))
     }
-    async fn batch(State(db): State<DatabaseConnection>, Json(body): Json<serde_json::Value>) -> Result<Json<serde_json::Value>, String> {
+    async fn batch(
+        State(db): State<DatabaseConnection>,
+        Json(body): Json<serde_json::Value>,
+    ) -> Result<Json<serde_json::Value>, String> {
         let backend = db.get_database_backend();
         let sql = match backend {
-            DbBackend::Postgres => format!("SELECT value FROM {NAIVE} WHERE owner_id = $1 AND count_key = $2"),
+            DbBackend::Postgres => {
+                format!("SELECT value FROM {NAIVE} WHERE owner_id = $1 AND count_key = $2")
+            }
             _ => format!("SELECT value FROM {NAIVE} WHERE owner_id = ? AND count_key = ?"),
         };
         let mut counts = serde_json::Map::new();
@@ -174,7 +210,11 @@ async fn naive(db: DatabaseConnection) -> Result<String, BoxError> {
             let mut by_key = serde_json::Map::new();
             for key in body["keys"].as_array().into_iter().flatten() {
                 let row = db
-                    .query_one_raw(Statement::from_sql_and_values(backend, sql.clone(), [Value::from(owner.as_i64()), Value::from(key.as_str())]))
+                    .query_one_raw(Statement::from_sql_and_values(
+                        backend,
+                        sql.clone(),
+                        [Value::from(owner.as_i64()), Value::from(key.as_str())],
+                    ))
                     .await
                     .map_err(|e| e.to_string())?;
                 let value: i64 = row.and_then(|r| r.try_get_by_index(0).ok()).unwrap_or(0);
@@ -210,10 +250,25 @@ where
     Ok(start.elapsed().as_secs_f64() / reads as f64)
 }
 
-async fn http_read(client: &HttpClient, url: &str, body: &str, expect: i64) -> Result<(), BoxError> {
+async fn http_read(
+    client: &HttpClient,
+    url: &str,
+    body: &str,
+    expect: i64,
+) -> Result<(), BoxError> {
     let (status, text) = call(client, Method::POST, url, None, Some(body.to_owned())).await?;
     let value: serde_json::Value = serde_json::from_slice(&text)?;
-    let sum: i64 = value["counts"].as_object().into_iter().flatten().flat_map(|(_, keys)| keys.as_object().into_iter().flatten().filter_map(|(_, v)| v.as_i64())).sum();
+    let sum: i64 = value["counts"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .flat_map(|(_, keys)| {
+            keys.as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(_, v)| v.as_i64())
+        })
+        .sum();
     if status != 200 || sum != expect {
         return Err(format!("{url}: {status}, sum {sum} where {expect} was written").into());
     }
@@ -221,7 +276,12 @@ async fn http_read(client: &HttpClient, url: &str, body: &str, expect: i64) -> R
 }
 
 /// Open loop at `rate` per second for `secs`: latencies in milliseconds.
-async fn offered(client: &HttpClient, url: &str, rate: u64, secs: u64) -> Result<Vec<f64>, BoxError> {
+async fn offered(
+    client: &HttpClient,
+    url: &str,
+    rate: u64,
+    secs: u64,
+) -> Result<Vec<f64>, BoxError> {
     let total = rate * secs;
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(total as usize);
@@ -232,7 +292,14 @@ async fn offered(client: &HttpClient, url: &str, rate: u64, secs: u64) -> Result
         tasks.push(tokio::spawn(async move {
             let sent = Instant::now();
             let body = json!({"owner": 2, "key": "likes"}).to_string();
-            let (status, _) = call(&client, Method::POST, &url, Some(&format!("rate-{n}")), Some(body)).await?;
+            let (status, _) = call(
+                &client,
+                Method::POST,
+                &url,
+                Some(&format!("rate-{n}")),
+                Some(body),
+            )
+            .await?;
             if status != 200 {
                 return Err::<f64, BoxError>(format!("rate cell: {status}").into());
             }
@@ -253,7 +320,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     let temp = std::env::temp_dir().join(format!("service-bench-{}.db", std::process::id()));
-    let url = args.database_url.clone().unwrap_or_else(|| format!("sqlite://{}?mode=rwc", temp.display()));
+    let url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", temp.display()));
     // The naive service gets as many connections as the real one.
     let mut options = sea_orm::ConnectOptions::new(url.clone());
     options.max_connections(64).sqlx_logging(false);
@@ -265,35 +335,61 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     };
     let counters = Counters::<i64>::new(CounterTable::new(TABLE)?.with_slots(32)?);
     counters.drop_table(&db).await?;
-    db.execute_unprepared(&format!("DROP TABLE IF EXISTS {NAIVE}")).await?;
+    db.execute_unprepared(&format!("DROP TABLE IF EXISTS {NAIVE}"))
+        .await?;
     db.execute_unprepared(&format!(
         "CREATE TABLE {NAIVE} (owner_id BIGINT NOT NULL, count_key VARCHAR(64) NOT NULL, value BIGINT NOT NULL, PRIMARY KEY (owner_id, count_key))"
     ))
     .await?;
     // Earlier runs' keys would be replays.
-    db.execute_unprepared("DELETE FROM counter_applied_messages WHERE source = 'http:bench'").await.ok();
-    db.execute_unprepared("DELETE FROM counter_service_replies WHERE source = 'http:bench'").await.ok();
+    db.execute_unprepared("DELETE FROM counter_applied_messages WHERE source = 'http:bench'")
+        .await
+        .ok();
+    db.execute_unprepared("DELETE FROM counter_service_replies WHERE source = 'http:bench'")
+        .await
+        .ok();
 
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1_024).build_http();
+    let client: HttpClient = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1_024)
+        .build_http();
     let service = serve(&config(&url, None)).await?;
     let naive = naive(db.clone()).await?;
     let add = format!("{service}/v1/bench/counters:add");
 
     // Hot counter: keyed, plain, naive.
-    eprintln!("[{backend}] hot counter, {} clients, {} adds per cell", args.clients, args.adds);
+    eprintln!(
+        "[{backend}] hot counter, {} clients, {} adds per cell",
+        args.clients, args.adds
+    );
     let keyed = hot(&client, add.clone(), args.clients, args.adds, Some("hot")).await?;
     let plain = hot(&client, add.clone(), args.clients, args.adds, None).await?;
-    db.execute_unprepared(&format!("INSERT INTO {NAIVE} (owner_id, count_key, value) VALUES (1, 'likes', 0)")).await?;
-    let naive_rate = hot(&client, format!("{naive}/add"), args.clients, args.adds, None).await?;
+    db.execute_unprepared(&format!(
+        "INSERT INTO {NAIVE} (owner_id, count_key, value) VALUES (1, 'likes', 0)"
+    ))
+    .await?;
+    let naive_rate = hot(
+        &client,
+        format!("{naive}/add"),
+        args.clients,
+        args.adds,
+        None,
+    )
+    .await?;
     let total = counters.get(&db, 1, "likes").await? as u64;
     let naive_total: i64 = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), format!("SELECT value FROM {NAIVE} WHERE owner_id = 1")))
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            format!("SELECT value FROM {NAIVE} WHERE owner_id = 1"),
+        ))
         .await?
         .map(|r| r.try_get_by_index(0))
         .transpose()?
         .unwrap_or(0);
     let expected = 2 * args.adds;
-    let (mut lost, mut doubled) = (expected.saturating_sub(total), total.saturating_sub(expected));
+    let (mut lost, mut doubled) = (
+        expected.saturating_sub(total),
+        total.saturating_sub(expected),
+    );
     lost += args.adds.saturating_sub(naive_total as u64);
     doubled += (naive_total as u64).saturating_sub(args.adds);
 
@@ -326,7 +422,10 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
             .collect();
         db.execute_raw(Statement::from_sql_and_values(
             db.get_database_backend(),
-            format!("INSERT INTO {NAIVE} (owner_id, count_key, value) VALUES {}", rows.join(",")),
+            format!(
+                "INSERT INTO {NAIVE} (owner_id, count_key, value) VALUES {}",
+                rows.join(",")
+            ),
             values,
         ))
         .await?;
@@ -334,7 +433,10 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     let written = owners.len() as i64 * 10;
     let body = json!({"owners": owners, "keys": KEYS}).to_string();
     let batch_url = format!("{service}/v1/bench/counts:batchGet");
-    let http = time_reads(args.reads, || http_read(&client, &batch_url, &body, written)).await?;
+    let http = time_reads(args.reads, || {
+        http_read(&client, &batch_url, &body, written)
+    })
+    .await?;
     let in_process = time_reads(args.reads, || async {
         let totals = counters.get_many(&db, &owners, &KEYS).await?;
         let sum: i64 = totals.values().flat_map(|t| t.values()).sum();
@@ -345,18 +447,29 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     })
     .await?;
     let naive_url = format!("{naive}/batchGet");
-    let naive_read = time_reads(args.reads.min(5), || http_read(&client, &naive_url, &body, written)).await?;
+    let naive_read = time_reads(args.reads.min(5), || {
+        http_read(&client, &naive_url, &body, written)
+    })
+    .await?;
     let cached = match &args.redis_url {
         None => None,
         Some(redis) => {
             let cached_service = serve(&config(&url, Some(redis))).await?;
             let cached_url = format!("{cached_service}/v1/bench/counts:batchGet");
-            Some(time_reads(args.reads, || http_read(&client, &cached_url, &body, written)).await?)
+            Some(
+                time_reads(args.reads, || {
+                    http_read(&client, &cached_url, &body, written)
+                })
+                .await?,
+            )
         }
     };
 
     // Latency at a fixed offered rate.
-    eprintln!("[{backend}] {} adds/s offered for {} s", args.rate, args.rate_secs);
+    eprintln!(
+        "[{backend}] {} adds/s offered for {} s",
+        args.rate, args.rate_secs
+    );
     let latencies = offered(&client, &add, args.rate, args.rate_secs).await?;
     let rate_total = counters.get(&db, 2, "likes").await? as u64;
     let offered_adds = args.rate * args.rate_secs;
@@ -364,7 +477,8 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     doubled += rate_total.saturating_sub(offered_adds);
 
     counters.drop_table(&db).await?;
-    db.execute_unprepared(&format!("DROP TABLE {NAIVE}")).await?;
+    db.execute_unprepared(&format!("DROP TABLE {NAIVE}"))
+        .await?;
     if args.database_url.is_none() {
         let _ = std::fs::remove_file(&temp);
     }
@@ -404,7 +518,10 @@ async fn main() -> ExitCode {
     let json_path = args.json.clone();
     match run(args).await {
         Ok(figures) => {
-            println!("{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&figures).unwrap_or_default()
+            );
             if let Some(path) = json_path
                 && let Err(e) = std::fs::write(&path, figures.to_string())
             {
@@ -412,7 +529,10 @@ async fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             if figures["lost"] != 0 || figures["doubled"] != 0 {
-                eprintln!("service-bench: totals differ: lost {}, doubled {}", figures["lost"], figures["doubled"]);
+                eprintln!(
+                    "service-bench: totals differ: lost {}, doubled {}",
+                    figures["lost"], figures["doubled"]
+                );
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS

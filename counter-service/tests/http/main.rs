@@ -3,6 +3,7 @@
 //! own and calls it as a client in any language would.
 
 mod auth;
+mod checks;
 mod endpoints;
 mod hostile;
 mod idempotency;
