@@ -27,6 +27,7 @@
 //! The guide's `service` chapter (`docs/guide/service.md`) has the API,
 //! the guarantees and the deployment notes.
 
+mod adds;
 pub mod api;
 mod auth;
 mod check;

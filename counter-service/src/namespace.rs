@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use counter_core::{CounterTable, Counters, SlotPolicy, Window, validate_key};
 use counter_redis::{CachedCounters, CountCache};
+
+use crate::adds::AddQueue;
 use serde::Serialize;
 
 use crate::{
@@ -29,6 +31,8 @@ pub(crate) enum Table {
 pub(crate) struct Handle<I> {
     pub counters: Counters<I>,
     pub cached: Option<CachedCounters<I>>,
+    /// The add queue, once the service has started.
+    pub adds: Option<AddQueue<I>>,
 }
 
 impl<I: counter_core::OwnerId> std::fmt::Debug for Handle<I> {
@@ -45,6 +49,7 @@ impl<I: counter_core::OwnerId> Handle<I> {
         Self {
             counters: Counters::new(table),
             cached: None,
+            adds: None,
         }
     }
 }
@@ -229,6 +234,11 @@ impl Namespace {
     /// The companion table's name.
     pub fn table_name(&self) -> &str {
         dispatch!(&self.table, h => h.counters.table().name())
+    }
+
+    /// Starts this namespace's add queue on `db`.
+    pub fn start_adds(&mut self, db: &sea_orm::DatabaseConnection) {
+        dispatch!(&mut self.table, h => h.adds = Some(AddQueue::start(db.clone(), h.counters.clone())));
     }
 
     /// Puts `cache` in front of this namespace's batch gets (and registers

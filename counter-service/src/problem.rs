@@ -25,7 +25,7 @@ use serde_json::{Map, Value};
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// One failed request: its status, its problem type and what to say.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Problem {
     status: StatusCode,
     slug: &'static str,

@@ -192,6 +192,9 @@ impl Service {
                 (Some(cache), Some(client))
             }
         };
+        for namespace in namespaces.values_mut() {
+            namespace.start_adds(&db);
+        }
         let (stop, stopped) = watch::channel(false);
         let mut background = Vec::new();
         let feed = match &config.broker {

@@ -91,7 +91,7 @@ fn config(database_url: &str, redis: Option<&str>) -> String {
         )
     });
     format!(
-        "[server]\nopen = true\nmax_batch_keys = 4\n[database]\nurl = \"{database_url}\"\nmax_connections = 64\n{cache}\n\
+        "[server]\nopen = true\nmax_batch_keys = 4\n[database]\nurl = \"{database_url}\"\nmax_connections = 24\n{cache}\n\
          [namespaces.bench]\ntable = \"{TABLE}\"\nowner = \"integer\"\nslots = 32\n\
          keys.likes = {{}}\nkeys.views = {{}}\nkeys.shares = {{}}\nkeys.saves = {{}}\n"
     )
@@ -326,7 +326,7 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
         .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", temp.display()));
     // The naive service gets as many connections as the real one.
     let mut options = sea_orm::ConnectOptions::new(url.clone());
-    options.max_connections(64).sqlx_logging(false);
+    options.max_connections(24).sqlx_logging(false);
     let db = Database::connect(options).await?;
     let backend = match db.get_database_backend() {
         DbBackend::Postgres => "postgres",

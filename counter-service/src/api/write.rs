@@ -2,8 +2,6 @@
 //! is one transaction, applied exactly once per id (see
 //! [`idempotency`](crate::idempotency)).
 
-use std::{collections::HashSet, time::Duration};
-
 use axum::{
     Extension,
     extract::State,
@@ -11,14 +9,13 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
-use counter_core::{Counters, DeltaBatch, ErrorKind, observe};
-use sea_orm::{DatabaseConnection, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::extract::{Json, Ns};
 use crate::{
+    adds::{Item, Op, Outcome, Write},
     auth::Caller,
     config::Scope,
     dispatch, idempotency,
@@ -220,43 +217,6 @@ pub(crate) async fn batch_add(
     write(state, caller, ns, &headers, Op::Batch, request.items).await
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Add,
-    AddAndGet,
-    Batch,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Add => "add",
-            Op::AddAndGet => "addAndGet",
-            Op::Batch => "batchAdd",
-        }
-    }
-}
-
-/// One checked, typed item.
-struct Item<I> {
-    id: Option<String>,
-    owner: I,
-    key: String,
-    delta: i64,
-    at: Option<DateTime<Utc>>,
-    /// What a retry of this id must send again.
-    canonical: String,
-}
-
-/// A checked request, ready to run.
-struct Write<I> {
-    op: Op,
-    source: String,
-    key: Option<String>,
-    canonical: String,
-    items: Vec<Item<I>>,
-}
-
 async fn write(
     state: AppState,
     caller: Caller,
@@ -270,7 +230,8 @@ async fn write(
     let key = idempotency_key(headers)?;
     dispatch!(&namespace.table, h => {
         let write = check(namespace, op, key, items)?;
-        run(state.clone(), h.counters.clone(), write).await
+        let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
+        respond(adds.submit(write).await?)
     })
 }
 
@@ -357,16 +318,10 @@ fn check<I: ServiceOwner>(
     })
 }
 
-/// Runs `write` in a task of its own, so a client that goes away does not
-/// stop it halfway: its transaction commits or rolls back whole, and the
-/// retry finds the answer stored.
-async fn run<I: ServiceOwner>(
-    state: AppState,
-    counters: Counters<I>,
-    write: Write<I>,
-) -> Result<Response, Problem> {
-    let task = tokio::spawn(async move { retrying(&state.db, &counters, &write).await });
-    let outcome = task.await.map_err(Problem::internal)??;
+/// The answer's response: JSON, marked when replayed. The add ran in the
+/// namespace's add queue, whose workers are tasks of their own: a client
+/// that goes away does not stop it halfway, and its retry finds the answer.
+fn respond(outcome: Outcome) -> Result<Response, Problem> {
     let mut response = (
         [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
         outcome.body,
@@ -378,192 +333,4 @@ async fn run<I: ServiceOwner>(
             .insert(REPLAYED, HeaderValue::from_static("true"));
     }
     Ok(response)
-}
-
-/// An answer: its JSON text, first or replayed.
-struct Outcome {
-    body: String,
-    replayed: bool,
-}
-
-/// How an attempt failed.
-enum Failure {
-    /// For good: the answer.
-    Final(Problem),
-    /// The database's trouble: nothing is known to be applied, unless the
-    /// failure was at `COMMIT` (`at_commit`).
-    Retry {
-        cause: counter_core::CounterError,
-        at_commit: bool,
-    },
-}
-
-impl From<Problem> for Failure {
-    fn from(problem: Problem) -> Self {
-        Failure::Final(problem)
-    }
-}
-
-fn database(at_commit: bool) -> impl Fn(sea_orm::DbErr) -> Failure {
-    move |e| Failure::Retry {
-        cause: e.into(),
-        at_commit,
-    }
-}
-
-/// Attempts the write until it commits, fails for good, or its retries run
-/// out. A retry after a failed `COMMIT` (whose outcome is unknown) is
-/// exact only with ids; without, the client hears 503 instead.
-async fn retrying<I: ServiceOwner>(
-    db: &DatabaseConnection,
-    counters: &Counters<I>,
-    write: &Write<I>,
-) -> Result<Outcome, Problem> {
-    let has_ids = write.key.is_some() || write.items.iter().all(|i| i.id.is_some());
-    let mut backoff = Duration::from_millis(5);
-    for attempt in 1.. {
-        let (result, touched) = observe::scope(attempt_once(db, counters, write)).await;
-        match result {
-            Ok(outcome) => {
-                touched.committed().await;
-                return Ok(outcome);
-            }
-            Err(Failure::Final(problem)) => return Err(problem),
-            Err(Failure::Retry { cause, at_commit }) => {
-                let retryable =
-                    matches!(cause.kind(), ErrorKind::Transient) && (has_ids || !at_commit);
-                if !retryable || attempt >= 8 {
-                    return Err(cause.into());
-                }
-                tracing::debug!(%cause, attempt, "add retried");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(200));
-            }
-        }
-    }
-    unreachable!("the loop returns")
-}
-
-async fn attempt_once<I: ServiceOwner>(
-    db: &DatabaseConnection,
-    counters: &Counters<I>,
-    write: &Write<I>,
-) -> Result<Outcome, Failure> {
-    let txn = db.begin().await.map_err(database(false))?;
-    let mut ids: Vec<&str> = write.items.iter().filter_map(|i| i.id.as_deref()).collect();
-    ids.extend(write.key.as_deref());
-    let new = if ids.is_empty() {
-        HashSet::new()
-    } else {
-        idempotency::record(&txn, &write.source, &ids)
-            .await
-            .map_err(database(false))?
-    };
-    if let Some(key) = &write.key
-        && !new.contains(key)
-    {
-        txn.rollback().await.map_err(database(false))?;
-        return replay(db, &write.source, key, &write.canonical).await;
-    }
-    // Items whose id was applied before: the same item is skipped, another
-    // one under that id is refused.
-    let seen_before: Vec<&str> = write
-        .items
-        .iter()
-        .filter_map(|i| i.id.as_deref())
-        .filter(|id| !new.contains(*id))
-        .collect();
-    let stored = idempotency::stored(&txn, &write.source, &seen_before)
-        .await
-        .map_err(database(false))?;
-    let mut batch = DeltaBatch::new();
-    let mut fresh = HashSet::new();
-    let (mut applied, mut duplicates) = (0u64, 0u64);
-    let mut rows: Vec<(&str, &str, Option<&str>)> = Vec::new();
-    for (i, item) in write.items.iter().enumerate() {
-        if let Some(id) = &item.id {
-            if !new.contains(id) {
-                if let Some(before) = stored.get(id)
-                    && before.request != item.canonical
-                {
-                    return Err(Problem::idempotency_conflict(id).with("item", i).into());
-                }
-                duplicates += 1;
-                continue;
-            }
-            if !fresh.insert(id.as_str()) {
-                duplicates += 1;
-                continue;
-            }
-            rows.push((id, &item.canonical, None));
-        }
-        batch
-            .add_at(
-                counters,
-                item.owner.clone(),
-                item.key.as_str(),
-                item.delta,
-                item.at.unwrap_or_else(Utc::now),
-            )
-            .map_err(Problem::from)?;
-        applied += 1;
-    }
-    batch.apply_in(&txn).await.map_err(|e| match e.kind() {
-        ErrorKind::InvalidInput | ErrorKind::Overflow | ErrorKind::Misuse => {
-            Failure::Final(e.into())
-        }
-        _ => Failure::Retry {
-            cause: e,
-            at_commit: false,
-        },
-    })?;
-    let body = match write.op {
-        Op::Add => json!({"applied": true}),
-        Op::AddAndGet => {
-            let item = &write.items[0];
-            let total = counters
-                .get(&txn, item.owner.clone(), item.key.as_str())
-                .await
-                .map_err(|e| Failure::Retry {
-                    cause: e,
-                    at_commit: false,
-                })?;
-            json!({"applied": true, "total": total})
-        }
-        Op::Batch => json!({"applied": applied, "duplicates": duplicates}),
-    }
-    .to_string();
-    if let Some(key) = &write.key {
-        rows.push((key, &write.canonical, Some(&body)));
-    }
-    idempotency::store(&txn, &write.source, &rows)
-        .await
-        .map_err(database(false))?;
-    txn.commit().await.map_err(database(true))?;
-    Ok(Outcome {
-        body,
-        replayed: false,
-    })
-}
-
-/// The first answer to `key`, if it was given to this same request.
-async fn replay(
-    db: &DatabaseConnection,
-    source: &str,
-    key: &str,
-    canonical: &str,
-) -> Result<Outcome, Failure> {
-    let stored = idempotency::stored(db, source, &[key])
-        .await
-        .map_err(database(false))?;
-    match stored.get(key) {
-        Some(first) if first.request == canonical => match &first.reply {
-            Some(body) => Ok(Outcome {
-                body: body.clone(),
-                replayed: true,
-            }),
-            None => Err(Problem::idempotency_conflict(key).into()),
-        },
-        _ => Err(Problem::idempotency_conflict(key).into()),
-    }
 }

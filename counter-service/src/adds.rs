@@ -1,0 +1,509 @@
+//! Applying adds: each namespace's adds go through a queue whose workers
+//! commit what is waiting as one group, one transaction, so 64 clients on
+//! one hot counter cost a few transactions at a time, not 64 (the database
+//! work a request costs shrinks as the load grows: application-level group
+//! commit).
+//!
+//! A group's transaction, for its requests together:
+//!
+//! 1. record the requests' `Idempotency-Key`s in the ledger; a request
+//!    whose key was recorded before is a replay (answered after the commit
+//!    with its stored first answer);
+//! 2. record the item ids of the other requests; an id recorded before with
+//!    another item is that request's 409;
+//! 3. one sorted multi-row upsert of every delta not applied before
+//!    ([`DeltaBatch`]);
+//! 4. the totals that `addAndGet` requests answer, in one read;
+//! 5. store each keyed request's answer beside its key; `COMMIT`.
+//!
+//! A request that fails for good inside a group (a 409, an overflow) is
+//! answered alone, and the group runs again without it: its ids are never
+//! committed without its deltas. Groups never hold one id twice (a request
+//! sharing an id with one in the group waits for the next group), and a
+//! group is at most [`MAX_GROUP_ITEMS`] deltas.
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use counter_core::{Counters, DeltaBatch, ErrorKind, observe};
+use sea_orm::{DatabaseConnection, TransactionTrait};
+use serde_json::json;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use crate::{idempotency, owner::ServiceOwner, problem::Problem};
+
+/// Deltas in one group at most.
+pub(crate) const MAX_GROUP_ITEMS: usize = 2_000;
+/// Groups of a namespace in flight at once.
+const WORKERS: usize = 4;
+/// Requests waiting per namespace before callers wait to enqueue.
+const QUEUE: usize = 10_000;
+/// Attempts of a group before its requests hear 503.
+const ATTEMPTS: u32 = 8;
+
+/// Which endpoint a write came from: what its answer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Add,
+    AddAndGet,
+    Batch,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Add => "add",
+            Op::AddAndGet => "addAndGet",
+            Op::Batch => "batchAdd",
+        }
+    }
+}
+
+/// One checked, typed delta.
+pub(crate) struct Item<I> {
+    pub id: Option<String>,
+    pub owner: I,
+    pub key: String,
+    pub delta: i64,
+    pub at: Option<DateTime<Utc>>,
+    /// What a retry of this id must send again.
+    pub canonical: String,
+}
+
+/// A checked request, ready to run.
+pub(crate) struct Write<I> {
+    pub op: Op,
+    pub source: String,
+    pub key: Option<String>,
+    pub canonical: String,
+    pub items: Vec<Item<I>>,
+}
+
+impl<I> Write<I> {
+    /// Every id the request records: its key and its items' ids.
+    fn ids(&self) -> impl Iterator<Item = &str> {
+        self.key
+            .as_deref()
+            .into_iter()
+            .chain(self.items.iter().filter_map(|i| i.id.as_deref()))
+    }
+}
+
+/// An answer: its JSON text, first or replayed.
+pub(crate) struct Outcome {
+    pub body: String,
+    pub replayed: bool,
+}
+
+struct Job<I> {
+    write: Write<I>,
+    reply: oneshot::Sender<Result<Outcome, Problem>>,
+}
+
+/// A namespace's add queue and its workers.
+pub(crate) struct AddQueue<I> {
+    jobs: mpsc::Sender<Job<I>>,
+}
+
+impl<I> Clone for AddQueue<I> {
+    fn clone(&self) -> Self {
+        Self {
+            jobs: self.jobs.clone(),
+        }
+    }
+}
+
+impl<I: ServiceOwner> AddQueue<I> {
+    /// Starts the workers; they end when every handle is dropped.
+    pub fn start(db: DatabaseConnection, counters: Counters<I>) -> Self {
+        let (jobs, waiting) = mpsc::channel(QUEUE);
+        let waiting = Arc::new(Mutex::new(Waiting {
+            receiver: waiting,
+            carried: VecDeque::new(),
+        }));
+        for _ in 0..WORKERS {
+            let (db, counters, waiting) = (db.clone(), counters.clone(), waiting.clone());
+            tokio::spawn(async move {
+                loop {
+                    let group = waiting.lock().await.next_group().await;
+                    let Some(group) = group else { return };
+                    run_group(&db, &counters, group).await;
+                }
+            });
+        }
+        Self { jobs }
+    }
+
+    /// Applies `write` with whatever else is waiting; its answer.
+    pub async fn submit(&self, write: Write<I>) -> Result<Outcome, Problem> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job { write, reply })
+            .await
+            .map_err(|_| Problem::internal("the add queue is closed"))?;
+        answer
+            .await
+            .map_err(|_| Problem::internal("an add worker stopped"))?
+    }
+}
+
+/// The queue's receiving end, and requests held back from a group because
+/// an id of theirs was in it.
+struct Waiting<I> {
+    receiver: mpsc::Receiver<Job<I>>,
+    carried: VecDeque<Job<I>>,
+}
+
+impl<I> Waiting<I> {
+    /// The next group: what is waiting now (at least one request), without
+    /// an id twice, at most [`MAX_GROUP_ITEMS`] deltas (a larger request
+    /// goes alone). `None` once the queue is closed and empty.
+    async fn next_group(&mut self) -> Option<Vec<Job<I>>> {
+        if self.carried.is_empty() {
+            self.carried.push_back(self.receiver.recv().await?);
+        }
+        while self.carried.len() < MAX_GROUP_ITEMS {
+            match self.receiver.try_recv() {
+                Ok(job) => self.carried.push_back(job),
+                Err(_) => break,
+            }
+        }
+        let mut group = Vec::new();
+        let mut ids: HashSet<String> = HashSet::new();
+        let mut items = 0;
+        let mut held = VecDeque::new();
+        while let Some(job) = self.carried.pop_front() {
+            let size = job.write.items.len();
+            let fits = group.is_empty() || items + size <= MAX_GROUP_ITEMS;
+            if !fits || job.write.ids().any(|id| ids.contains(id)) {
+                held.push_back(job);
+                continue;
+            }
+            ids.extend(job.write.ids().map(str::to_owned));
+            items += size;
+            group.push(job);
+        }
+        self.carried = held;
+        Some(group)
+    }
+}
+
+/// How a group's attempt failed.
+enum Failure {
+    /// Request `index` fails for good: answer it, run the rest again.
+    Exclude(usize, Problem),
+    /// The database refused the group's deltas for good (an overflowing
+    /// slot), which no request can be blamed for alone: run each alone.
+    Split(Problem),
+    /// The database's trouble: nothing is known to be applied, unless the
+    /// failure was at `COMMIT` (`at_commit`).
+    Retry {
+        cause: counter_core::CounterError,
+        at_commit: bool,
+    },
+}
+
+fn database(at_commit: bool) -> impl Fn(sea_orm::DbErr) -> Failure {
+    move |e| Failure::Retry {
+        cause: e.into(),
+        at_commit,
+    }
+}
+
+/// A request's fate in a committed group.
+enum Done {
+    Answered(Outcome),
+    /// Its key was applied before: replay the stored answer.
+    Replay,
+}
+
+/// Runs `jobs` as one group until it commits, answering every request.
+async fn run_group<I: ServiceOwner>(
+    db: &DatabaseConnection,
+    counters: &Counters<I>,
+    mut jobs: Vec<Job<I>>,
+) {
+    let mut backoff = Duration::from_millis(5);
+    let mut attempt = 0;
+    while !jobs.is_empty() {
+        let (result, touched) = observe::scope(attempt_group(db, counters, &jobs)).await;
+        match result {
+            Ok(done) => {
+                touched.committed().await;
+                for (job, done) in jobs.into_iter().zip(done) {
+                    let answer = match done {
+                        Done::Answered(outcome) => Ok(outcome),
+                        Done::Replay => {
+                            let key = job.write.key.as_deref().unwrap_or_default();
+                            replay(db, &job.write.source, key, &job.write.canonical).await
+                        }
+                    };
+                    let _ = job.reply.send(answer);
+                }
+                return;
+            }
+            Err(Failure::Exclude(index, problem)) => {
+                let _ = jobs.remove(index).reply.send(Err(problem));
+            }
+            Err(Failure::Split(problem)) => {
+                if jobs.len() == 1 {
+                    let _ = jobs.remove(0).reply.send(Err(problem));
+                    return;
+                }
+                for job in jobs {
+                    Box::pin(run_group(db, counters, vec![job])).await;
+                }
+                return;
+            }
+            Err(Failure::Retry { cause, at_commit }) => {
+                attempt += 1;
+                if !matches!(cause.kind(), ErrorKind::Transient) || attempt >= ATTEMPTS {
+                    let problem = Problem::from(cause);
+                    for job in jobs {
+                        let _ = job.reply.send(Err(problem.clone()));
+                    }
+                    return;
+                }
+                if at_commit {
+                    // Its outcome is unknown: a request with ids learns it
+                    // by running again (its ids say what was applied); one
+                    // without would be applied twice.
+                    let (keep, unsure): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|job| {
+                        job.write.key.is_some() || job.write.items.iter().all(|i| i.id.is_some())
+                    });
+                    for job in unsure {
+                        let _ = job
+                            .reply
+                            .send(Err(Problem::unavailable("transient", &cause)));
+                    }
+                    jobs = keep;
+                }
+                tracing::debug!(%cause, attempt, "add group retried");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// One attempt: the group's transaction, committed, or rolled back whole.
+async fn attempt_group<I: ServiceOwner>(
+    db: &DatabaseConnection,
+    counters: &Counters<I>,
+    jobs: &[Job<I>],
+) -> Result<Vec<Done>, Failure> {
+    let txn = db.begin().await.map_err(database(false))?;
+    let bodies = match group_in(&txn, counters, jobs).await {
+        Ok(bodies) => bodies,
+        Err(failure) => {
+            let _ = txn.rollback().await;
+            return Err(failure);
+        }
+    };
+    txn.commit().await.map_err(database(true))?;
+    Ok(bodies
+        .into_iter()
+        .map(|body| match body {
+            Some(body) => Done::Answered(Outcome {
+                body,
+                replayed: false,
+            }),
+            None => Done::Replay,
+        })
+        .collect())
+}
+
+/// Steps 1 to 5 on `txn`: each request's answer, `None` for a replay.
+async fn group_in<I: ServiceOwner>(
+    txn: &sea_orm::DatabaseTransaction,
+    counters: &Counters<I>,
+    jobs: &[Job<I>],
+) -> Result<Vec<Option<String>>, Failure> {
+    let source = &jobs[0].write.source;
+    // 1. The requests' keys: a key recorded before is a replay.
+    let keys: Vec<&str> = jobs.iter().filter_map(|j| j.write.key.as_deref()).collect();
+    let new_keys = if keys.is_empty() {
+        HashSet::new()
+    } else {
+        idempotency::record(txn, source, &keys)
+            .await
+            .map_err(database(false))?
+    };
+    let replay: Vec<bool> = jobs
+        .iter()
+        .map(|j| j.write.key.as_ref().is_some_and(|k| !new_keys.contains(k)))
+        .collect();
+    // 2. The item ids of the requests that run.
+    let item_ids: Vec<&str> = jobs
+        .iter()
+        .zip(&replay)
+        .filter(|(_, replay)| !**replay)
+        .flat_map(|(j, _)| j.write.items.iter().filter_map(|i| i.id.as_deref()))
+        .collect();
+    let new_items = if item_ids.is_empty() {
+        HashSet::new()
+    } else {
+        idempotency::record(txn, source, &item_ids)
+            .await
+            .map_err(database(false))?
+    };
+    let seen_before: Vec<&str> = item_ids
+        .iter()
+        .copied()
+        .filter(|id| !new_items.contains(*id))
+        .collect();
+    let stored = idempotency::stored(txn, source, &seen_before)
+        .await
+        .map_err(database(false))?;
+    // 3. One batch of every delta to apply.
+    let mut batch = DeltaBatch::new();
+    let mut counts = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.iter().enumerate() {
+        if replay[index] {
+            counts.push((0, 0));
+            continue;
+        }
+        let (mut applied, mut duplicates) = (0u64, 0u64);
+        let mut fresh = HashSet::new();
+        for (i, item) in job.write.items.iter().enumerate() {
+            if let Some(id) = &item.id {
+                if !new_items.contains(id) {
+                    if let Some(before) = stored.get(id)
+                        && before.request != item.canonical
+                    {
+                        return Err(Failure::Exclude(
+                            index,
+                            Problem::idempotency_conflict(id).with("item", i),
+                        ));
+                    }
+                    duplicates += 1;
+                    continue;
+                }
+                if !fresh.insert(id.as_str()) {
+                    duplicates += 1;
+                    continue;
+                }
+            }
+            let at = item.at.unwrap_or_else(Utc::now);
+            if let Err(e) = batch.add_at(
+                counters,
+                item.owner.clone(),
+                item.key.as_str(),
+                item.delta,
+                at,
+            ) {
+                return Err(Failure::Exclude(index, e.into()));
+            }
+            applied += 1;
+        }
+        counts.push((applied, duplicates));
+    }
+    batch.apply_in(txn).await.map_err(|e| match e.kind() {
+        ErrorKind::InvalidInput | ErrorKind::Overflow | ErrorKind::Misuse => {
+            Failure::Split(e.into())
+        }
+        _ => Failure::Retry {
+            cause: e,
+            at_commit: false,
+        },
+    })?;
+    // 4. The totals `addAndGet` answers, in one read.
+    let wanted: Vec<(I, &str)> = jobs
+        .iter()
+        .zip(&replay)
+        .filter(|(j, replay)| !**replay && j.write.op == Op::AddAndGet)
+        .map(|(j, _)| {
+            (
+                j.write.items[0].owner.clone(),
+                j.write.items[0].key.as_str(),
+            )
+        })
+        .collect();
+    let totals = if wanted.is_empty() {
+        HashMap::new()
+    } else {
+        let owners: Vec<I> = wanted.iter().map(|(o, _)| o.clone()).collect();
+        let keys: Vec<&str> = wanted.iter().map(|(_, k)| *k).collect();
+        counters
+            .get_many(txn, &owners, &keys)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::Overflow => Failure::Split(e.into()),
+                _ => Failure::Retry {
+                    cause: e,
+                    at_commit: false,
+                },
+            })?
+    };
+    // 5. The answers, stored beside their keys; the items' ids with their
+    // requests, for the 409 of a reused id.
+    let mut bodies = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.iter().enumerate() {
+        if replay[index] {
+            bodies.push(None);
+            continue;
+        }
+        let (applied, duplicates) = counts[index];
+        let body = match job.write.op {
+            Op::Add => json!({"applied": true}),
+            Op::AddAndGet => {
+                let item = &job.write.items[0];
+                let total = totals
+                    .get(&item.owner)
+                    .and_then(|t| t.get(&item.key))
+                    .copied()
+                    .unwrap_or(0);
+                json!({"applied": true, "total": total})
+            }
+            Op::Batch => json!({"applied": applied, "duplicates": duplicates}),
+        }
+        .to_string();
+        bodies.push(Some(body));
+    }
+    let mut rows: Vec<(&str, &str, Option<&str>)> = Vec::new();
+    for (job, body) in jobs.iter().zip(&bodies) {
+        let Some(body) = body else { continue };
+        let mut fresh = HashSet::new();
+        for item in &job.write.items {
+            if let Some(id) = &item.id
+                && new_items.contains(id)
+                && fresh.insert(id.as_str())
+            {
+                rows.push((id, &item.canonical, None));
+            }
+        }
+        if let Some(key) = &job.write.key {
+            rows.push((key, &job.write.canonical, Some(body)));
+        }
+    }
+    for chunk in rows.chunks(500) {
+        idempotency::store(txn, source, chunk)
+            .await
+            .map_err(database(false))?;
+    }
+    Ok(bodies)
+}
+
+/// The first answer to `key`, if it was given to this same request.
+async fn replay(
+    db: &DatabaseConnection,
+    source: &str,
+    key: &str,
+    canonical: &str,
+) -> Result<Outcome, Problem> {
+    let stored = idempotency::stored(db, source, &[key]).await?;
+    match stored.get(key) {
+        Some(first) if first.request == canonical => match &first.reply {
+            Some(body) => Ok(Outcome {
+                body: body.clone(),
+                replayed: true,
+            }),
+            None => Err(Problem::idempotency_conflict(key)),
+        },
+        _ => Err(Problem::idempotency_conflict(key)),
+    }
+}
