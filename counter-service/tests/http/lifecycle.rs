@@ -198,44 +198,142 @@ backend_test! {
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn http_and_queue_adds_sum_exactly(t: TestDb) {
-        let Some(amqp) = mq::amqp_url(t.backend, t.label()) else {
-            return t.finish().await;
-        };
         let scratch = Scratch::of(&t);
-        let queue = mq::AmqpQueue::named(&amqp, t.label()).await;
-        let broker = format!("[broker]\nkind = \"amqp\"\nurl = \"{amqp}\"\nqueue = \"{}\"\n", queue.settings.name);
-        let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{broker}"))).await;
         let posts = Counters::<i64>::new(CounterTable::new("post_counters").unwrap());
-        let publisher = queue.publisher().await;
-
-        const EACH: u64 = 500;
-        let http = {
-            let api = service.api.clone();
-            tokio::spawn(async move {
-                for n in 0..EACH {
-                    api.post_keyed("/v1/posts/counters:add", None, &format!("h-{n}"), json!({"owner": 9, "key": "likes"})).await.ok();
+        // RabbitMQ: the shared server, a queue of this test's own.
+        if let Some(amqp) = mq::amqp_url(t.backend, t.label()) {
+            let queue = mq::AmqpQueue::named(&amqp, t.label()).await;
+            let broker = format!("[broker]\nkind = \"amqp\"\nurl = \"{amqp}\"\nqueue = \"{}\"\n", queue.settings.name);
+            let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{broker}"))).await;
+            let publisher = queue.publisher().await;
+            both_paths(&t, &service, "amqp", 9, |_| {
+                let (publisher, posts) = (&publisher, &posts);
+                async move {
+                    publisher.publish(posts, 9, "likes", 1).await.unwrap();
                 }
             })
-        };
-        for _ in 0..EACH {
-            publisher.publish(&posts, 9, "likes", 1).await.unwrap();
+            .await;
+            service.stop().await;
+            queue.delete().await;
         }
-        http.await.unwrap();
-        // The queue drains into the same counter.
-        let wait = Instant::now();
-        let total = loop {
-            let total = service.totals("posts", None, json!([9]), json!(["likes"])).await["9"]["likes"].as_u64().unwrap();
-            if total >= 2 * EACH || wait.elapsed() > Duration::from_secs(60) {
-                break total;
+        // JetStream: a private nats-server, the service's default stream.
+        if let Some(bin) = mq::nats_server(t.backend, t.label()) {
+            let nats = mq::PrivateNats::start(&bin);
+            let broker = format!("[broker]\nkind = \"nats\"\nurl = \"{}\"\n", nats.url());
+            let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{broker}"))).await;
+            let js = mq::jetstream(&[nats.url()]).await;
+            let publisher = counter_mq::nats::JetStreamPublisher::new(js);
+            both_paths(&t, &service, "nats", 10, |_| {
+                let (publisher, posts) = (&publisher, &posts);
+                async move {
+                    publisher.publish(posts, 10, "likes", 1).await.unwrap();
+                }
+            })
+            .await;
+            service.stop().await;
+        }
+        t.finish().await;
+    }
+}
+
+/// 500 keyed HTTP adds and 500 published events to `owner`'s likes at
+/// once: 1,000, reported as `service_http_and_queue_<broker>`.
+async fn both_paths<F, Fut>(t: &TestDb, service: &Running, broker: &str, owner: i64, publish: F)
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    const EACH: u64 = 500;
+    let http = {
+        let api = service.api.clone();
+        let broker = broker.to_owned();
+        tokio::spawn(async move {
+            for n in 0..EACH {
+                api.post_keyed(
+                    "/v1/posts/counters:add",
+                    None,
+                    &format!("{broker}-{n}"),
+                    json!({"owner": owner, "key": "likes"}),
+                )
+                .await
+                .ok();
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        let ready = service.get("/readyz", None).await.ok();
-        assert_eq!(ready["broker"]["ok"], true, "{ready}");
-        figures("service_http_and_queue", t.backend, &[("http", EACH), ("queue", EACH), ("lost", (2 * EACH).saturating_sub(total)), ("doubled", total.saturating_sub(2 * EACH))]);
-        assert_eq!(total, 2 * EACH, "[{}]", t.backend);
+        })
+    };
+    for n in 0..EACH {
+        publish(n).await;
+    }
+    http.await.unwrap();
+    // The queue drains into the same counter.
+    let wait = Instant::now();
+    let total = loop {
+        let total = service
+            .totals("posts", None, json!([owner]), json!(["likes"]))
+            .await[owner.to_string()]["likes"]
+            .as_u64()
+            .unwrap();
+        if total >= 2 * EACH || wait.elapsed() > Duration::from_secs(60) {
+            break total;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ready = service.get("/readyz", None).await.ok();
+    assert_eq!(ready["broker"]["ok"], true, "{ready}");
+    figures(
+        &format!("service_http_and_queue_{broker}"),
+        t.backend,
+        &[
+            ("http", EACH),
+            ("queue", EACH),
+            ("lost", (2 * EACH).saturating_sub(total)),
+            ("doubled", total.saturating_sub(2 * EACH)),
+        ],
+    );
+    assert_eq!(total, 2 * EACH, "[{}] {broker}", t.backend);
+}
+
+backend_test! {
+    /// Clients that give up mid-call (the connection closes, axum drops the
+    /// handler) and retry with their key: each add counted once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn clients_that_give_up_and_retry_count_once(t: TestDb) {
+        let scratch = Scratch::of(&t);
+        let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
+        const ADDS: u64 = 240;
+        let dropped = Arc::new(AtomicU64::new(0));
+        let replays = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8u64)
+            .map(|client| {
+                let (api, dropped, replays) = (service.api.clone(), dropped.clone(), replays.clone());
+                tokio::spawn(async move {
+                    for n in (client..ADDS).step_by(8) {
+                        let key = format!("drop-{n}");
+                        let body = || Some(json!({"owner": 3, "key": "likes"}).to_string());
+                        // First a call given up after 0.1 to 3 ms...
+                        let patience = Duration::from_micros(100 + (n * 7919) % 2_900);
+                        let first = tokio::time::timeout(patience, api.try_call(hyper::Method::POST, "/v1/posts/counters:add", None, &[("idempotency-key", &key)], body())).await;
+                        if !matches!(first, Ok(Ok(ref reply)) if reply.status == 200) {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                            // ...then the retry, until answered.
+                            let reply = api.post_keyed("/v1/posts/counters:add", None, &key, json!({"owner": 3, "key": "likes"})).await;
+                            assert_eq!(reply.status, 200, "{reply:?}");
+                            if reply.header("idempotent-replayed") == Some("true") {
+                                replays.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let total = service.totals("posts", None, json!([3]), json!(["likes"])).await["3"]["likes"].as_u64().unwrap();
+        let (dropped, replays) = (dropped.load(Ordering::Relaxed), replays.load(Ordering::Relaxed));
+        figures("service_dropped_calls", t.backend, &[("adds", ADDS), ("given_up", dropped), ("replayed", replays), ("lost", ADDS.saturating_sub(total)), ("doubled", total.saturating_sub(ADDS))]);
+        assert_eq!(total, ADDS, "[{}]", t.backend);
+        assert!(dropped > 0, "[{}] no call was given up: the test proved nothing", t.backend);
         service.stop().await;
-        queue.delete().await;
         t.finish().await;
     }
 }
