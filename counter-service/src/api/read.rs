@@ -250,7 +250,7 @@ fn encode_cursor(total: i64, owner: &str) -> String {
 
 fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
     let bad = || Problem::bad_request("`after` is not a cursor this service gave");
-    if cursor.len() % 2 != 0 || cursor.len() > 1_200 {
+    if !cursor.len().is_multiple_of(2) || cursor.len() > 1_200 {
         return Err(bad());
     }
     let bytes: Vec<u8> = (0..cursor.len())
