@@ -27,6 +27,8 @@
 //! The guide's `service` chapter (`docs/guide/service.md`) has the API,
 //! the guarantees and the deployment notes.
 
+#![warn(missing_docs)]
+
 mod adds;
 pub mod api;
 mod auth;
