@@ -58,3 +58,11 @@ pub const PRUNE_BATCH: u64 = dedup::PRUNE_BATCH;
 pub fn database_clock(backend: sea_orm::DbBackend) -> &'static str {
     dedup::now(backend)
 }
+
+/// Checks, in a transaction rolled back, that the ledger table exists and
+/// that the database runs the `INSERT ... RETURNING` [`record_new`] needs
+/// (MySQL 8 has none; MariaDB 10.5+, PostgreSQL and SQLite 3.35+ do): a
+/// service refuses to start, by name, instead of failing every request.
+pub async fn probe(db: &sea_orm::DatabaseConnection, source: &str) -> Result<(), crate::MqError> {
+    dedup::probe(db, source).await
+}

@@ -33,6 +33,7 @@ use counter_core::{Counters, DeltaBatch, ErrorKind, observe};
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use serde_json::json;
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tracing::Instrument;
 
 use crate::{idempotency, owner::ServiceOwner, problem::Problem};
 
@@ -76,6 +77,8 @@ pub(crate) struct Item<I> {
 
 /// A checked request, ready to run.
 pub(crate) struct Write<I> {
+    /// The request's `X-Request-Id`: the group's log lines name it.
+    pub request_id: Option<String>,
     pub op: Op,
     pub source: String,
     pub key: Option<String>,
@@ -131,7 +134,10 @@ impl<I: ServiceOwner> AddQueue<I> {
                 loop {
                     let group = waiting.lock().await.next_group().await;
                     let Some(group) = group else { return };
-                    run_group(&db, &counters, group).await;
+                    // The group's log lines (the library's statements
+                    // included) carry the ids of the requests it serves.
+                    let span = tracing::info_span!("add_group", requests = group.len(), request_ids = %request_ids(&group));
+                    run_group(&db, &counters, group).instrument(span).await;
                 }
             });
         }
@@ -149,6 +155,21 @@ impl<I: ServiceOwner> AddQueue<I> {
             .await
             .map_err(|_| Problem::internal("an add worker stopped"))?
     }
+}
+
+/// The request ids of `group`, comma-separated (the first 20, then a count).
+fn request_ids<I>(group: &[Job<I>]) -> String {
+    let mut ids: Vec<&str> = group
+        .iter()
+        .take(20)
+        .map(|job| job.write.request_id.as_deref().unwrap_or("-"))
+        .collect();
+    let more = group.len().saturating_sub(20);
+    let more = format!("+{more}");
+    if group.len() > 20 {
+        ids.push(&more);
+    }
+    ids.join(",")
 }
 
 /// The queue's receiving end, and requests held back from a group because

@@ -174,6 +174,9 @@ impl Service {
         idempotency::check_tables(&db)
             .await
             .map_err(|e| StartError::Ledger(e.to_string()))?;
+        counter_mq::ledger::probe(&db, "counter-service")
+            .await
+            .map_err(|e| StartError::Ledger(e.to_string()))?;
         let (cache, redis) = match &config.cache {
             None => (None, None),
             Some(settings) => {

@@ -228,8 +228,13 @@ async fn write(
     let namespace = state.namespace(&ns)?;
     caller.allow(&namespace.name, Scope::Write)?;
     let key = idempotency_key(headers)?;
+    let request_id = headers
+        .get(super::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     dispatch!(&namespace.table, h => {
-        let write = check(namespace, op, key, items)?;
+        let mut write = check(namespace, op, key, items)?;
+        write.request_id = request_id;
         let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
         respond(adds.submit(write).await?)
     })
@@ -310,6 +315,7 @@ fn check<I: ServiceOwner>(
         }
     }
     Ok(Write {
+        request_id: None,
         op,
         source: namespace.source(),
         key,
