@@ -90,6 +90,7 @@ mod strategy;
 mod table;
 mod table_check;
 mod typed;
+pub mod unique;
 mod walk;
 mod window;
 mod write;
