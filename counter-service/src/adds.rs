@@ -254,6 +254,7 @@ async fn run_group<I: ServiceOwner>(
         let (result, touched) = observe::scope(attempt_group(db, counters, &jobs)).await;
         match result {
             Ok(done) => {
+                tracing::debug!(requests = jobs.len(), "add group committed");
                 touched.committed().await;
                 for (job, done) in jobs.into_iter().zip(done) {
                     let answer = match done {

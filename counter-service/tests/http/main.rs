@@ -8,4 +8,5 @@ mod endpoints;
 mod hostile;
 mod idempotency;
 mod lifecycle;
+mod logs;
 mod support;
