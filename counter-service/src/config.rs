@@ -171,7 +171,7 @@ pub enum LogFormat {
 }
 
 /// `[database]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
     /// A SeaORM URL: `sqlite://file.db?mode=rwc`, `postgres://...`,
@@ -194,7 +194,7 @@ impl Default for DatabaseConfig {
 }
 
 /// `[cache]`: batch gets through `counter-redis`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
     /// `redis://host:port`.
@@ -216,7 +216,7 @@ fn default_cache_ttl() -> u64 {
 }
 
 /// `[broker]`: count what business services publish, with `counter-mq`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "lowercase", tag = "kind")]
 pub enum BrokerConfig {
     /// NATS JetStream.
@@ -425,6 +425,69 @@ pub struct CheckConfig {
     /// Run every this many seconds (default: only on demand, by
     /// `POST /v1/{ns}/admin:check`).
     pub every_seconds: Option<u64>,
+}
+
+/// `url` with its password, if any, replaced by `***`: URLs are shown
+/// (`check-config`, `Debug`) without the secrets they may hold.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme_end..]
+        .find('/')
+        .map_or(url.len(), |i| scheme_end + i);
+    let Some(at) = url[scheme_end..authority_end]
+        .rfind('@')
+        .map(|i| scheme_end + i)
+    else {
+        return url.to_owned();
+    };
+    match url[scheme_end..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..scheme_end + colon], &url[at..]),
+        None => url.to_owned(),
+    }
+}
+
+impl fmt::Debug for DatabaseConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseConfig")
+            .field("url", &redact_url(&self.url))
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+impl fmt::Debug for CacheConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheConfig")
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("namespace", &self.namespace)
+            .field("ttl_seconds", &self.ttl_seconds)
+            .finish()
+    }
+}
+
+impl fmt::Debug for BrokerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BrokerConfig::Nats {
+                url,
+                stream,
+                consumer,
+            } => f
+                .debug_struct("Nats")
+                .field("url", &redact_url(url))
+                .field("stream", stream)
+                .field("consumer", consumer)
+                .finish(),
+            BrokerConfig::Amqp { url, queue } => f
+                .debug_struct("Amqp")
+                .field("url", &redact_url(url))
+                .field("queue", queue)
+                .finish(),
+        }
+    }
 }
 
 impl Config {
@@ -672,6 +735,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("server.listen.port"), "{error}");
+    }
+
+    #[test]
+    fn passwords_in_urls_stay_out_of_debug() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/counts"),
+            "postgres://app:***@db:5432/counts"
+        );
+        assert_eq!(
+            redact_url("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(
+            redact_url("mysql://root@127.0.0.1/x"),
+            "mysql://root@127.0.0.1/x"
+        );
+        assert_eq!(
+            redact_url("sqlite://file.db?mode=rwc"),
+            "sqlite://file.db?mode=rwc"
+        );
+        let text = "[database]\nurl = \"postgres://app:s3cret@db/counts\"\n[cache]\nredis_url = \"redis://:pw@cache:6379\"\n";
+        let shown = format!("{:?}", Config::from_text(text, "t", env(&[]), &[]).unwrap());
+        assert!(
+            !shown.contains("s3cret") && !shown.contains(":pw@"),
+            "{shown}"
+        );
     }
 
     #[test]
