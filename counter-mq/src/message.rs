@@ -210,12 +210,17 @@ impl CounterMessage {
     }
 }
 
-/// 1 to [`MAX_ID_LEN`] printable ASCII characters, no space: stored in an
-/// `ascii_bin` column on MySQL, so ids differing in case stay distinct and
-/// no trailing space can make two ids compare equal.
+/// Whether `id` can be a message (or idempotency) id: 1 to [`MAX_ID_LEN`]
+/// printable ASCII characters, no space. Ids are stored in an `ascii_bin`
+/// column on MySQL, so ids differing in case stay distinct and no trailing
+/// space can make two ids compare equal.
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// [`is_valid_id`], as a rejection.
 pub(crate) fn check_id(id: &str) -> Result<(), Rejection> {
-    let ok = !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic());
-    if ok {
+    if is_valid_id(id) {
         Ok(())
     } else {
         Err(Rejection::BadId(id.chars().take(MAX_ID_LEN + 8).collect()))

@@ -256,13 +256,21 @@ async fn run_group<I: ServiceOwner>(
             Ok(done) => {
                 tracing::debug!(requests = jobs.len(), "add group committed");
                 touched.committed().await;
+                // The stored first answers of the replays, in one read.
+                let replays: Vec<&str> = jobs
+                    .iter()
+                    .zip(&done)
+                    .filter(|(_, done)| matches!(done, Done::Replay))
+                    .filter_map(|(job, _)| job.write.key.as_deref())
+                    .collect();
+                let stored = match replays.is_empty() {
+                    true => Ok(HashMap::new()),
+                    false => idempotency::stored(db, &jobs[0].write.source, &replays).await,
+                };
                 for (job, done) in jobs.into_iter().zip(done) {
                     let answer = match done {
                         Done::Answered(outcome) => Ok(outcome),
-                        Done::Replay => {
-                            let key = job.write.key.as_deref().unwrap_or_default();
-                            replay(db, &job.write.source, key, &job.write.canonical).await
-                        }
+                        Done::Replay => replay(&stored, &job.write),
                     };
                     let _ = job.reply.send(answer);
                 }
@@ -510,16 +518,15 @@ async fn group_in<I: ServiceOwner>(
     Ok(bodies)
 }
 
-/// The first answer to `key`, if it was given to this same request.
-async fn replay(
-    db: &DatabaseConnection,
-    source: &str,
-    key: &str,
-    canonical: &str,
+/// The first answer to `write`'s key, if it was given to this same request.
+fn replay<I>(
+    stored: &Result<HashMap<String, idempotency::Stored>, sea_orm::DbErr>,
+    write: &Write<I>,
 ) -> Result<Outcome, Problem> {
-    let stored = idempotency::stored(db, source, &[key]).await?;
+    let key = write.key.as_deref().unwrap_or_default();
+    let stored = stored.as_ref().map_err(|e| Problem::from(e.clone()))?;
     match stored.get(key) {
-        Some(first) if first.request == canonical => match &first.reply {
+        Some(first) if first.request == write.canonical => match &first.reply {
             Some(body) => Ok(Outcome {
                 body: body.clone(),
                 replayed: true,

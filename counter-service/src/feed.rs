@@ -8,7 +8,7 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
-use counter_mq::{Consumer, ConsumerStats, StatsHandle, Tables, amqp, nats};
+use counter_mq::{Consumer, ConsumerStats, Source, StatsHandle, Tables, amqp, nats};
 use sea_orm::DatabaseConnection;
 use tokio::{sync::watch, task::JoinHandle};
 
@@ -86,32 +86,16 @@ pub(crate) async fn start<'a>(
             )
             .await
             .map_err(broker_error)?;
-            let consumer = Consumer::builder(db, tables)
-                .build(source)
-                .await
-                .map_err(broker_error)?;
-            let stats = consumer.stats_handle();
-            (
-                "nats",
-                stats,
-                tokio::spawn(async move { finish(consumer.run(shutdown).await) }),
-            )
+            let (stats, task) = spawn(db, tables, source, shutdown, finish).await?;
+            ("nats", stats, task)
         }
         BrokerConfig::Amqp { url, queue } => {
             let source =
                 amqp::AmqpSource::connect(url, amqp::QueueSettings::named(queue.clone()), 1_000)
                     .await
                     .map_err(broker_error)?;
-            let consumer = Consumer::builder(db, tables)
-                .build(source)
-                .await
-                .map_err(broker_error)?;
-            let stats = consumer.stats_handle();
-            (
-                "amqp",
-                stats,
-                tokio::spawn(async move { finish(consumer.run(shutdown).await) }),
-            )
+            let (stats, task) = spawn(db, tables, source, shutdown, finish).await?;
+            ("amqp", stats, task)
         }
     };
     Ok((
@@ -121,5 +105,25 @@ pub(crate) async fn start<'a>(
             running,
         },
         task,
+    ))
+}
+
+/// Builds the consumer over `source` and runs it in a task of its own until
+/// `shutdown`; `finish` is told how it ended.
+async fn spawn<S: Source + 'static>(
+    db: DatabaseConnection,
+    tables: Tables,
+    source: S,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    finish: impl FnOnce(Result<ConsumerStats, counter_mq::MqError>) + Send + 'static,
+) -> Result<(StatsHandle, JoinHandle<()>), StartError> {
+    let consumer = Consumer::builder(db, tables)
+        .build(source)
+        .await
+        .map_err(|e| StartError::Broker(e.to_string()))?;
+    let stats = consumer.stats_handle();
+    Ok((
+        stats,
+        tokio::spawn(async move { finish(consumer.run(shutdown).await) }),
     ))
 }

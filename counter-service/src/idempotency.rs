@@ -66,9 +66,9 @@ pub(crate) async fn check_tables<C: ConnectionTrait>(db: &C) -> Result<(), DbErr
     Ok(())
 }
 
-/// An id checked: 1 to 128 printable ASCII characters, no space.
+/// An id checked by the ledger's rule ([`counter_mq::message::is_valid_id`]).
 pub(crate) fn check_id(id: &str) -> Result<(), String> {
-    if !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic()) {
+    if counter_mq::message::is_valid_id(id) {
         Ok(())
     } else {
         Err(format!(

@@ -7,7 +7,11 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sea_orm::DatabaseConnection;
 
 use crate::{
-    auth::Tokens, config::ServerConfig, feed::FeedStatus, namespace::Namespace, problem::Problem,
+    auth::{Caller, Tokens},
+    config::{Scope, ServerConfig},
+    feed::FeedStatus,
+    namespace::Namespace,
+    problem::Problem,
 };
 
 /// The shared state; cheap to clone.
@@ -35,11 +39,20 @@ impl AppState {
         Self(Arc::new(shared))
     }
 
-    /// The namespace `name`, or 404.
-    pub fn namespace(&self, name: &str) -> Result<&Namespace, Problem> {
-        self.namespaces
+    /// The namespace `name` if `caller` may act on it with `scope`: 404
+    /// for no such namespace, 403 outside the caller's token.
+    pub fn namespace(
+        &self,
+        caller: &Caller,
+        name: &str,
+        scope: Scope,
+    ) -> Result<&Namespace, Problem> {
+        let namespace = self
+            .namespaces
             .get(name)
-            .ok_or_else(|| Problem::unknown_namespace(name))
+            .ok_or_else(|| Problem::unknown_namespace(name))?;
+        caller.allow(&namespace.name, scope)?;
+        Ok(namespace)
     }
 }
 

@@ -13,37 +13,13 @@ pub mod models {
     include!("../guide/adoption.rs");
 }
 
-/// The pages the build script reads, as it reads them.
-fn pages() -> Vec<std::path::PathBuf> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_owned();
-    let mut pages = vec![root.join("README.md")];
-    let mut guide: Vec<_> = std::fs::read_dir(root.join("docs/guide"))
-        .expect("docs/guide")
-        .map(|e| e.expect("a page").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    guide.sort();
-    pages.extend(guide);
-    for krate in [
-        "counter-core",
-        "counter-derive",
-        "counter-redis",
-        "counter-mq",
-    ] {
-        pages.push(root.join(krate).join("README.md"));
-    }
-    pages
-}
-
 #[test]
 fn every_rust_block_of_the_guide_is_compiled_or_says_why_not() {
     let mut fences = 0;
     let mut ignored_without_reason = Vec::new();
-    for page in pages() {
-        let text = std::fs::read_to_string(&page).expect("a page");
+    for page in PAGES {
+        let page = std::path::Path::new(page);
+        let text = std::fs::read_to_string(page).expect("a page");
         let mut lines = text.lines().enumerate();
         while let Some((i, line)) = lines.next() {
             let Some(info) = line.strip_prefix("```") else {

@@ -13,7 +13,10 @@ pub fn murmur64a(data: &[u8]) -> u64 {
     let mut h = SEED ^ (data.len() as u64).wrapping_mul(M);
     let mut words = data.chunks_exact(8);
     for word in &mut words {
-        let mut k = u64::from_le_bytes(word.try_into().expect("chunks of 8"));
+        let mut k = word
+            .iter()
+            .rev()
+            .fold(0u64, |k, byte| (k << 8) | u64::from(*byte));
         k = k.wrapping_mul(M);
         k ^= k >> R;
         k = k.wrapping_mul(M);

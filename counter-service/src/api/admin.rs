@@ -49,8 +49,7 @@ pub(crate) async fn check(
     Ns(ns): Ns,
     Query(query): Query<CheckQuery>,
 ) -> Result<axum::Json<CheckReply>, Problem> {
-    let namespace = state.namespace(&ns)?.clone();
-    caller.allow(&namespace.name, Scope::Admin)?;
+    let namespace = state.namespace(&caller, &ns, Scope::Admin)?.clone();
     // A task of its own: a client that gives up does not stop a recount
     // between its batches.
     let task = tokio::spawn(async move { check::run(&state, &namespace, query.dry_run).await });
@@ -89,8 +88,7 @@ pub(crate) async fn compact(
     Extension(caller): Extension<Caller>,
     Ns(ns): Ns,
 ) -> Result<axum::Json<CompactReply>, Problem> {
-    let namespace = state.namespace(&ns)?.clone();
-    caller.allow(&namespace.name, Scope::Admin)?;
+    let namespace = state.namespace(&caller, &ns, Scope::Admin)?.clone();
     let task = tokio::spawn(async move {
         dispatch!(&namespace.table, h => h.counters.compact(&state.db, &Compact::new()).await)
     });

@@ -104,8 +104,7 @@ async fn counts(
     owners: Vec<Value>,
     keys: Vec<String>,
 ) -> Result<axum::Json<BatchGetReply>, Problem> {
-    let namespace = state.namespace(ns)?;
-    caller.allow(&namespace.name, Scope::Read)?;
+    let namespace = state.namespace(caller, ns, Scope::Read)?;
     let (max_owners, max_keys) = (state.server.max_batch_owners, state.server.max_batch_keys);
     if owners.is_empty() || owners.len() > max_owners {
         return Err(Problem::over_bound("batch owners", max_owners, owners.len()).with("min", 1));
@@ -188,8 +187,7 @@ pub(crate) async fn top(
     Ns(ns): Ns,
     Query(query): Query<TopQuery>,
 ) -> Result<axum::Json<TopReply>, Problem> {
-    let namespace = state.namespace(&ns)?;
-    caller.allow(&namespace.name, Scope::Read)?;
+    let namespace = state.namespace(&caller, &ns, Scope::Read)?;
     let key = namespace.key(&query.key)?;
     let limit = query.limit.unwrap_or(10);
     if !(1..=MAX_TOP).contains(&limit) {
@@ -309,8 +307,7 @@ pub(crate) async fn series(
     Ns(ns): Ns,
     Query(query): Query<SeriesQuery>,
 ) -> Result<axum::Json<SeriesReply>, Problem> {
-    let namespace = state.namespace(&ns)?;
-    caller.allow(&namespace.name, Scope::Read)?;
+    let namespace = state.namespace(&caller, &ns, Scope::Read)?;
     let key = namespace.key(&query.key)?;
     let buckets = dispatch!(&namespace.table, h => {
         let owner = ServiceOwner::from_text(&query.owner)?;
@@ -359,8 +356,7 @@ pub(crate) async fn keys(
     Extension(caller): Extension<Caller>,
     Ns(ns): Ns,
 ) -> Result<axum::Json<KeysReply>, Problem> {
-    let namespace = state.namespace(&ns)?;
-    caller.allow(&namespace.name, Scope::Read)?;
+    let namespace = state.namespace(&caller, &ns, Scope::Read)?;
     let in_use = if namespace.prefixes.is_empty() {
         Vec::new()
     } else {

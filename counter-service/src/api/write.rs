@@ -51,6 +51,19 @@ fn one() -> i64 {
     1
 }
 
+/// An add is a batch of one item, whose id is the request's key.
+impl From<AddRequest> for BatchItem {
+    fn from(request: AddRequest) -> Self {
+        Self {
+            id: None,
+            owner: request.owner,
+            key: request.key,
+            delta: request.delta,
+            at: request.at,
+        }
+    }
+}
+
 /// One item of a batch: a delta and the id that makes it retry-safe.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -138,14 +151,7 @@ pub(crate) async fn add(
     headers: HeaderMap,
     Json(request): Json<AddRequest>,
 ) -> Result<Response, Problem> {
-    let item = BatchItem {
-        id: None,
-        owner: request.owner,
-        key: request.key,
-        delta: request.delta,
-        at: request.at,
-    };
-    write(state, caller, ns, &headers, Op::Add, vec![item]).await
+    write(state, caller, ns, &headers, Op::Add, vec![request.into()]).await
 }
 
 /// Adds `delta` to one counter and answers its new total (idempotent like
@@ -172,14 +178,15 @@ pub(crate) async fn add_and_get(
     headers: HeaderMap,
     Json(request): Json<AddRequest>,
 ) -> Result<Response, Problem> {
-    let item = BatchItem {
-        id: None,
-        owner: request.owner,
-        key: request.key,
-        delta: request.delta,
-        at: request.at,
-    };
-    write(state, caller, ns, &headers, Op::AddAndGet, vec![item]).await
+    write(
+        state,
+        caller,
+        ns,
+        &headers,
+        Op::AddAndGet,
+        vec![request.into()],
+    )
+    .await
 }
 
 /// Applies many deltas in one transaction, all or nothing. Items with an
@@ -225,8 +232,7 @@ async fn write(
     op: Op,
     items: Vec<BatchItem>,
 ) -> Result<Response, Problem> {
-    let namespace = state.namespace(&ns)?;
-    caller.allow(&namespace.name, Scope::Write)?;
+    let namespace = state.namespace(&caller, &ns, Scope::Write)?;
     let key = idempotency_key(headers)?;
     let request_id = headers
         .get(super::REQUEST_ID)
