@@ -183,6 +183,7 @@ impl DeltaBatch {
         delta: i64,
         buckets: &[(i64, i64)],
     ) -> Result<()> {
+        table.check_kind(key, false, "add")?;
         let sort = SortOwner::of(&owner);
         let deltas = self
             .tables

@@ -169,17 +169,21 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// one folded row of a pruned bucket behind (the next prune takes it);
     /// no total is affected either way.
     pub async fn prune<C: ConnectionTrait>(&self, db: &C, before: DateTime<Utc>) -> Result<u64> {
+        let sketches = self.prune_sketches(db, before).await?;
+        Ok(sketches + self.prune_buckets(db, before).await?)
+    }
+
+    /// The part of [`Counters::prune`] for the bucket table.
+    async fn prune_buckets<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        before: DateTime<Utc>,
+    ) -> Result<u64> {
         let Some(buckets) = self.table().bucket_table() else {
             return Ok(0);
         };
         let dialect = Dialect::of(db)?;
-        let mut by_window: Vec<(Window, Vec<String>)> = Vec::new();
-        for (key, window) in self.table().windows() {
-            match by_window.iter_mut().find(|(w, _)| *w == window) {
-                Some((_, keys)) => keys.push(key.to_owned()),
-                None => by_window.push((window, vec![key.to_owned()])),
-            }
-        }
+        let by_window = self.table().keys_by_window(false);
         let mut deleted = 0;
         let mut stretches = walk::Stretches::<I>::new("prune", &buckets, PRUNE_ROWS_PER_STATEMENT);
         while let Some(range) = stretches.next(db).await? {
@@ -198,6 +202,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     fn windowed<'k, K: KeyOf<S>>(&self, key: &'k K) -> Result<(&'k str, Window)> {
         let key = key.as_key_str();
         validate_key(key)?;
+        self.table().check_kind(key, false, "range")?;
         match self.table().window_for(key) {
             Some(window) => Ok((key, window)),
             None => Err(CounterError::NotWindowed {

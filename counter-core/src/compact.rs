@@ -168,6 +168,10 @@ pub struct CompactReport {
     pub totals: CompactStats,
     /// The bucket table (all zero without windowed keys).
     pub buckets: CompactStats,
+    /// The sketch table of unique keys (all zero without them): each
+    /// counter's slot rows merged into one, one transaction per counter,
+    /// whatever the writer share.
+    pub sketches: CompactStats,
     /// The writer share whose slots were folded ([`Compact::share`], or a
     /// Galera node's own); `None` when every slot was.
     pub share: Option<Writer>,
@@ -252,6 +256,9 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 .compact_table(db, &buckets, Layout::Buckets, options, slots)
                 .await?;
         }
+        report.sketches = self
+            .compact_sketches(db, options.keys.as_deref(), options.owners.as_deref())
+            .await?;
         Ok(report)
     }
 

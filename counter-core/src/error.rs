@@ -338,6 +338,39 @@ pub enum CounterError {
         key: String,
     },
 
+    /// A unique key ([`CounterTable::with_unique_key`](crate::CounterTable::with_unique_key))
+    /// given to an operation on deltas (`add`, `get`, a batch), or a key
+    /// that counts deltas given to one on members (`observe`, `unique`).
+    /// A typed handle cannot make this mistake: its unique keys are another
+    /// type.
+    #[error(
+        "counter `{key}` of table `{table}` is {}: `{operation}` takes {}",
+        if *unique { "a unique count (it counts distinct members)" } else { "a count of deltas" },
+        if *unique { "keys that count deltas" } else { "unique keys (`observe`, `unique`)" }
+    )]
+    WrongKeyKind {
+        /// The counter table.
+        table: String,
+        /// The key given.
+        key: String,
+        /// Whether the key is a unique count.
+        unique: bool,
+        /// The operation that refused it.
+        operation: &'static str,
+    },
+
+    /// A stored sketch of a unique count is not in the sketch format
+    /// ([`Sketch::from_bytes`](crate::unique::Sketch::from_bytes)): a row
+    /// written by hand, or by a newer format this version cannot read.
+    /// Nothing was written.
+    #[error("a sketch in table `{table}` cannot be read: {source}")]
+    BadSketch {
+        /// The sketch table.
+        table: String,
+        /// What is wrong with it.
+        source: crate::unique::SketchFormatError,
+    },
+
     /// The write-behind buffer refused a delta or a read: see [`BufferError`].
     #[cfg(feature = "buffer")]
     #[error(transparent)]
@@ -449,6 +482,7 @@ impl CounterError {
             | Self::BatchNeedsTransaction { .. }
             | Self::ClusterUnsafe { .. }
             | Self::TableShape { .. }
+            | Self::WrongKeyKind { .. }
             | Self::WalkStalled { .. } => ErrorKind::Misuse,
             #[cfg(feature = "buffer")]
             Self::Buffer(e) => match e {
@@ -458,6 +492,7 @@ impl CounterError {
                 | BufferError::FlusherStopped { .. }
                 | BufferError::NoRuntime => ErrorKind::Misuse,
             },
+            Self::BadSketch { .. } => ErrorKind::Database,
             Self::Database(e) if crate::sql::is_connection_fault(e) => ErrorKind::Transient,
             Self::Database(_) => ErrorKind::Database,
         }

@@ -27,6 +27,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     ) -> Result<i64> {
         let key = key.as_key_str();
         validate_key(key)?;
+        self.table().check_kind(key, false, "get")?;
         let mut counts = self
             .read(db, std::slice::from_ref(&owner), Some(vec![key.to_owned()]))
             .await?;
@@ -55,6 +56,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         for key in keys {
             let key = key.as_key_str();
             validate_key(key)?;
+            self.table().check_kind(key, false, "get_many")?;
             wanted.insert(key.to_owned());
         }
         let counts = self

@@ -1,6 +1,12 @@
 //! A companion table: its name and how many slots each key is spread over.
 
-use std::{borrow::Cow, collections::HashMap, hash::BuildHasher, marker::PhantomData, sync::Arc};
+use std::{
+    borrow::Cow,
+    collections::{HashMap, HashSet},
+    hash::BuildHasher,
+    marker::PhantomData,
+    sync::Arc,
+};
 
 use crate::{
     error::{CounterError, Result, preview},
@@ -44,6 +50,8 @@ struct TableConfig {
     key_slots: HashMap<String, SlotPolicy>,
     /// Keys also counted in time buckets, and their window.
     key_windows: HashMap<String, Window>,
+    /// Keys that count distinct members in sketches, not deltas.
+    unique_keys: HashSet<String>,
     strategy: SlotStrategy,
     /// This table's share of the slots, if not the process's.
     writer: Option<Writer>,
@@ -84,6 +92,7 @@ impl CounterTable {
                 slots: SlotPolicy::default(),
                 key_slots: HashMap::new(),
                 key_windows: HashMap::new(),
+                unique_keys: HashSet::new(),
                 strategy: SlotStrategy::default(),
                 writer: None,
                 owner: None,
@@ -171,11 +180,92 @@ impl CounterTable {
         windows
     }
 
+    /// The windowed keys grouped by window: the unique ones (`unique`), or
+    /// those that count deltas.
+    pub(crate) fn keys_by_window(&self, unique: bool) -> Vec<(Window, Vec<String>)> {
+        let mut by_window: Vec<(Window, Vec<String>)> = Vec::new();
+        for (key, window) in self.windows() {
+            if self.is_unique(key) != unique {
+                continue;
+            }
+            match by_window.iter_mut().find(|(w, _)| *w == window) {
+                Some((_, keys)) => keys.push(key.to_owned()),
+                None => by_window.push((window, vec![key.to_owned()])),
+            }
+        }
+        by_window
+    }
+
     /// The table of time buckets, `<name>_buckets`
-    /// `(owner_id, count_key, bucket, slot, value)`, if any key is windowed.
+    /// `(owner_id, count_key, bucket, slot, value)`, if a key that counts
+    /// deltas is windowed (a windowed unique key keeps its buckets in the
+    /// [sketch table](CounterTable::sketch_table)).
     pub fn bucket_table(&self) -> Option<String> {
-        (!self.inner.key_windows.is_empty())
+        let config = &self.inner;
+        config
+            .key_windows
+            .keys()
+            .any(|key| !config.unique_keys.contains(key))
             .then(|| format!("{}{BUCKET_TABLE_SUFFIX}", self.name()))
+    }
+
+    /// Makes `key` a unique count: it counts distinct members
+    /// ([`Counters::observe`](crate::Counters::observe)) in HyperLogLog
+    /// sketches kept in the [sketch table](CounterTable::sketch_table),
+    /// instead of deltas. Adding to it, or observing a key that is not
+    /// unique, is [`CounterError::WrongKeyKind`]. With
+    /// [`CounterTable::with_key_window`] it keeps a sketch per bucket too,
+    /// whose unions answer "distinct viewers this week"
+    /// ([`Counters::unique_over`](crate::Counters::unique_over)).
+    ///
+    /// Fails if the sketch table's name would be longer than
+    /// [`MAX_TABLE_NAME_LEN`].
+    pub fn with_unique_key(mut self, key: &str) -> Result<Self> {
+        validate_key(key)?;
+        let sketches = format!("{}{SKETCH_TABLE_SUFFIX}", self.name());
+        validate_table_name(&sketches).map_err(|_| CounterError::InvalidTableName {
+            name: preview(&sketches),
+            reason: "the sketch table of a unique key is the counter table's name plus \
+                     `_sketches`, at most 63 bytes: choose a shorter counter table name",
+        })?;
+        Arc::make_mut(&mut self.inner)
+            .unique_keys
+            .insert(key.to_owned());
+        Ok(self)
+    }
+
+    /// Whether `key` is a unique count ([`CounterTable::with_unique_key`]).
+    pub fn is_unique(&self, key: &str) -> bool {
+        self.inner.unique_keys.contains(key)
+    }
+
+    /// The unique keys, in key order.
+    pub fn unique_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.inner.unique_keys.iter().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    /// The table of sketches, `<name>_sketches`
+    /// `(owner_id, count_key, bucket, slot, sketch)`, if any key is unique.
+    pub fn sketch_table(&self) -> Option<String> {
+        (!self.inner.unique_keys.is_empty())
+            .then(|| format!("{}{SKETCH_TABLE_SUFFIX}", self.name()))
+    }
+
+    /// `Ok` if `key` counts deltas (`unique == false`) or members
+    /// (`unique == true`), as the operation `what` needs; else
+    /// [`CounterError::WrongKeyKind`].
+    pub(crate) fn check_kind(&self, key: &str, unique: bool, what: &'static str) -> Result<()> {
+        if self.is_unique(key) == unique {
+            return Ok(());
+        }
+        Err(CounterError::WrongKeyKind {
+            table: self.name().to_owned(),
+            key: key.to_owned(),
+            unique: !unique,
+            operation: what,
+        })
     }
 
     /// Sets how writes pick a slot (default [`SlotStrategy::Rotating`]).
@@ -409,6 +499,9 @@ static PROCESS_BLOCKS: std::sync::LazyLock<std::collections::hash_map::RandomSta
 
 /// What a counter table's name gets to name its bucket table.
 const BUCKET_TABLE_SUFFIX: &str = "_buckets";
+
+/// What a counter table's name gets to name its sketch table.
+const SKETCH_TABLE_SUFFIX: &str = "_sketches";
 
 /// Checks a companion table name (see [`CounterTable::new`]).
 pub fn validate_table_name(name: &str) -> Result<()> {

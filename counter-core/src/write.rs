@@ -66,6 +66,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     {
         let key = key.as_key_str();
         validate_key(key)?;
+        self.table().check_kind(key, false, "add")?;
         owner.check()?;
         if delta == 0 {
             return Ok(());

@@ -570,6 +570,45 @@ pub mod raw {
             .collect()
     }
 
+    /// The slot rows of one `i64`-owned counter in a sketch table.
+    pub async fn slot_rows_of(
+        db: &DatabaseConnection,
+        table: &str,
+        owner: i64,
+        key: &str,
+    ) -> usize {
+        sketch_bytes(db, table, owner, key).await.len()
+    }
+
+    /// The stored sketches of one `i64`-owned counter's all-time rows in a
+    /// sketch table, by slot.
+    pub async fn sketch_bytes(
+        db: &DatabaseConnection,
+        table: &str,
+        owner: i64,
+        key: &str,
+    ) -> Vec<(i16, Vec<u8>)> {
+        let select = Query::select()
+            .columns(["slot", "sketch"].map(Alias::new))
+            .from(Alias::new(table))
+            .and_where(Expr::col(Alias::new("owner_id")).eq(owner))
+            .and_where(Expr::col(Alias::new("count_key")).eq(key))
+            .and_where(Expr::col(Alias::new("bucket")).eq(i64::MIN))
+            .order_by(Alias::new("slot"), sea_orm::Order::Asc)
+            .to_owned();
+        db.query_all(&select)
+            .await
+            .expect("read sketch rows")
+            .iter()
+            .map(|row| {
+                (
+                    row.try_get("", "slot").expect("slot"),
+                    row.try_get("", "sketch").expect("sketch"),
+                )
+            })
+            .collect()
+    }
+
     /// Rows in `table`.
     pub async fn count_rows(db: &DatabaseConnection, table: &str) -> i64 {
         let select = Query::select()

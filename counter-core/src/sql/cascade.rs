@@ -56,7 +56,7 @@ pub(crate) fn set_cascade(
         let columns: Vec<Alias> = layout
             .primary_key()
             .iter()
-            .chain([&col::VALUE])
+            .chain([&layout.payload()])
             .map(|c| Alias::new(*c))
             .collect();
         let copy = Query::insert()

@@ -73,7 +73,7 @@ impl<I: TryGetable> SlotRow<I> {
             owner: row.try_get::<I>("", col::OWNER_ID)?,
             key: row.try_get::<String>("", col::COUNT_KEY)?,
             bucket: match layout {
-                Layout::Buckets => Some(row.try_get::<i64>("", col::BUCKET)?),
+                Layout::Buckets | Layout::Sketches => Some(row.try_get::<i64>("", col::BUCKET)?),
                 Layout::Totals => None,
             },
             slot: row.try_get::<i16>("", col::SLOT).unwrap_or(0),

@@ -47,7 +47,29 @@ pub(crate) fn create_table(
     if let Some(buckets) = table.bucket_table() {
         statements.push(create_bucket_table(dialect, table, &buckets, owner));
     }
+    if let Some(sketches) = table.sketch_table() {
+        statements.push(create_sketch_table(dialect, table, &sketches, owner));
+    }
     statements
+}
+
+/// `CREATE TABLE IF NOT EXISTS <t>_sketches (owner_id, count_key, bucket,
+/// slot, sketch, PRIMARY KEY (owner_id, count_key, bucket, slot))`: a
+/// sketch is at most [`Sketch::MAX_BYTES`](crate::unique::Sketch::MAX_BYTES),
+/// a `BLOB` on MySQL (up to 64 kB), `bytea` on PostgreSQL.
+pub(crate) fn create_sketch_table(
+    dialect: Dialect,
+    table: &CounterTable,
+    sketches: &str,
+    owner: OwnerColumn,
+) -> Statement {
+    dialect.backend().build(&table_def(
+        dialect,
+        table,
+        sketches,
+        Layout::Sketches,
+        owner,
+    ))
 }
 
 /// `CREATE TABLE IF NOT EXISTS <t>_buckets (owner_id, count_key, bucket,
@@ -135,24 +157,24 @@ pub(crate) fn table_def(
         .col(owner_id.not_null())
         .col(count_key.not_null())
         .to_owned();
-    if layout == Layout::Buckets {
+    if layout != Layout::Totals {
         create.col(
             ColumnDef::new(Alias::new(col::BUCKET))
                 .big_integer()
                 .not_null(),
         );
     }
-    create
-        .col(
-            ColumnDef::new(Alias::new(col::SLOT))
-                .small_integer()
-                .not_null(),
-        )
-        .col(
-            ColumnDef::new(Alias::new(col::VALUE))
-                .big_integer()
-                .not_null(),
-        );
+    create.col(
+        ColumnDef::new(Alias::new(col::SLOT))
+            .small_integer()
+            .not_null(),
+    );
+    let mut payload = ColumnDef::new(Alias::new(layout.payload()));
+    match layout {
+        Layout::Sketches => payload.blob(),
+        Layout::Totals | Layout::Buckets => payload.big_integer(),
+    };
+    create.col(payload.not_null());
     let mut primary_key = Index::create();
     for column in layout.primary_key() {
         primary_key.col(Alias::new(*column));

@@ -20,6 +20,7 @@ mod owners;
 mod range;
 mod rank;
 mod reconcile;
+pub(crate) mod sketches;
 mod sum;
 mod upsert;
 
@@ -71,6 +72,9 @@ pub(crate) mod col {
 pub(crate) enum Layout {
     Totals,
     Buckets,
+    /// A unique key's sketches `(owner_id, count_key, bucket, slot,
+    /// sketch)`; the all-time sketch in bucket [`sketches::ALL_TIME`].
+    Sketches,
 }
 
 impl Layout {
@@ -78,7 +82,15 @@ impl Layout {
     pub(crate) fn group(self) -> &'static [&'static str] {
         match self {
             Self::Totals => &[col::OWNER_ID, col::COUNT_KEY],
-            Self::Buckets => &[col::OWNER_ID, col::COUNT_KEY, col::BUCKET],
+            Self::Buckets | Self::Sketches => &[col::OWNER_ID, col::COUNT_KEY, col::BUCKET],
+        }
+    }
+
+    /// The column a row's count is in: `value`, or a sketch table's `sketch`.
+    pub(crate) fn payload(self) -> &'static str {
+        match self {
+            Self::Totals | Self::Buckets => col::VALUE,
+            Self::Sketches => sketches::SKETCH,
         }
     }
 
@@ -86,17 +98,22 @@ impl Layout {
     pub(crate) fn primary_key(self) -> &'static [&'static str] {
         match self {
             Self::Totals => &[col::OWNER_ID, col::COUNT_KEY, col::SLOT],
-            Self::Buckets => &[col::OWNER_ID, col::COUNT_KEY, col::BUCKET, col::SLOT],
+            Self::Buckets | Self::Sketches => {
+                &[col::OWNER_ID, col::COUNT_KEY, col::BUCKET, col::SLOT]
+            }
         }
     }
 }
 
-/// Every table holding `table`'s counts, with its layout: the totals, and
-/// the buckets if a key is windowed.
+/// Every table holding `table`'s counts, with its layout: the totals, the
+/// buckets if a key is windowed, the sketches if a key is unique.
 pub(crate) fn tables(table: &CounterTable) -> Vec<(String, Layout)> {
     let mut tables = vec![(table.name().to_owned(), Layout::Totals)];
     if let Some(buckets) = table.bucket_table() {
         tables.push((buckets, Layout::Buckets));
+    }
+    if let Some(sketches) = table.sketch_table() {
+        tables.push((sketches, Layout::Sketches));
     }
     tables
 }

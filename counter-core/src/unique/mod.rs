@@ -26,9 +26,13 @@
 //! ```
 
 mod hash;
+mod maintain;
 mod member;
+mod observe;
+mod read;
 pub mod sketch;
 
 pub use hash::murmur64a;
 pub use member::Member;
+pub use read::UniqueMap;
 pub use sketch::{Sketch, SketchFormatError};

@@ -45,6 +45,8 @@ const Q: u32 = 64 - PRECISION;
 const MAX_RANK: u8 = Q as u8 + 1;
 /// Bytes of the packed registers.
 pub const DENSE_BYTES: usize = REGISTERS * 6 / 8;
+/// Bytes of the largest serialized sketch (a dense one).
+pub const MAX_BYTES: usize = 1 + DENSE_BYTES;
 /// Non-zero registers a sparse sketch holds at most.
 pub const SPARSE_MAX: usize = 3_000;
 
@@ -159,20 +161,26 @@ impl Sketch {
     }
 
     /// Merges `other` in: afterwards this is the sketch of both sets.
-    pub fn merge(&mut self, other: &Sketch) {
+    /// Whether a register changed (merging a sketch already merged, or one
+    /// of a subset, changes none).
+    pub fn merge(&mut self, other: &Sketch) -> bool {
         match &other.repr {
-            Repr::Sparse(entries) => {
-                for (index, rank) in entries {
-                    self.raise(*index, *rank);
-                }
-            }
+            Repr::Sparse(entries) => entries.iter().fold(false, |changed, (index, rank)| {
+                self.raise(*index, *rank) | changed
+            }),
             Repr::Dense(theirs) => {
                 self.densify();
-                if let Repr::Dense(ours) = &mut self.repr {
-                    for (ours, theirs) in ours.iter_mut().zip(theirs.iter()) {
-                        *ours = (*ours).max(*theirs);
+                let Repr::Dense(ours) = &mut self.repr else {
+                    return false;
+                };
+                let mut changed = false;
+                for (ours, theirs) in ours.iter_mut().zip(theirs.iter()) {
+                    if *theirs > *ours {
+                        *ours = *theirs;
+                        changed = true;
                     }
                 }
+                changed
             }
         }
     }

@@ -16,4 +16,5 @@ mod owners;
 mod ranking;
 mod reads;
 mod transactions;
+mod unique;
 mod windows;

@@ -1,0 +1,313 @@
+//! The statements of unique counts: a sketch table
+//! `(owner_id, count_key, bucket, slot, sketch)` whose rows are read,
+//! merged in Rust and written back, since no backend can take the
+//! register-wise maximum of two blobs in SQL.
+//!
+//! A write locks one row (`SELECT ... FOR UPDATE`, `BEGIN IMMEDIATE` on
+//! SQLite), merges, and updates it; a row that does not exist yet is
+//! inserted with "do nothing" on conflict and then read again locked, so two
+//! writers creating the same row both end merged into it. No statement's
+//! row count decides anything (MySQL's "found rows" makes it ambiguous).
+
+use sea_orm::{
+    QueryResult, Statement, TryGetable, Value,
+    sea_query::{Alias, Expr, ExprTrait, LockType, OnConflict, Order, Query, SimpleExpr},
+};
+
+use super::{Dialect, col};
+use crate::error::Result;
+
+/// The `bucket` of a counter's all-time sketch: below every bucket start,
+/// so a range `bucket >= from` never includes it.
+pub(crate) const ALL_TIME: i64 = i64::MIN;
+
+/// The column holding a serialized sketch.
+pub(crate) const SKETCH: &str = "sketch";
+
+/// One sketch row: a counter (or one bucket of it) and a slot.
+#[derive(Debug, Clone)]
+pub(crate) struct SketchCell {
+    pub owner: Value,
+    pub key: String,
+    pub bucket: i64,
+    pub slot: i16,
+}
+
+impl SketchCell {
+    fn condition(&self) -> SimpleExpr {
+        counter_condition(&self.owner, &self.key, self.bucket)
+            .and(Expr::col(Alias::new(col::SLOT)).eq(self.slot))
+    }
+}
+
+fn counter_condition(owner: &Value, key: &str, bucket: i64) -> SimpleExpr {
+    Expr::col(Alias::new(col::OWNER_ID))
+        .eq(owner.clone())
+        .and(Expr::col(Alias::new(col::COUNT_KEY)).eq(key))
+        .and(Expr::col(Alias::new(col::BUCKET)).eq(bucket))
+}
+
+/// `SELECT sketch FROM t WHERE <cell> FOR UPDATE` (no lock clause on
+/// SQLite, whose `BEGIN IMMEDIATE` holds the write lock already).
+pub(crate) fn lock_cell(dialect: Dialect, table: &str, cell: &SketchCell) -> Statement {
+    let mut select = Query::select();
+    select
+        .column(Alias::new(SKETCH))
+        .from(Alias::new(table))
+        .and_where(cell.condition());
+    if dialect != Dialect::Sqlite {
+        select.lock(LockType::Update);
+    }
+    dialect.backend().build(&select)
+}
+
+/// `UPDATE t SET sketch = ? WHERE <cell>`.
+pub(crate) fn update_cell(
+    dialect: Dialect,
+    table: &str,
+    cell: &SketchCell,
+    sketch: Vec<u8>,
+) -> Statement {
+    let update = Query::update()
+        .table(Alias::new(table))
+        .value(Alias::new(SKETCH), sketch)
+        .and_where(cell.condition())
+        .to_owned();
+    dialect.backend().build(&update)
+}
+
+/// `INSERT INTO t VALUES (<cell>, sketch)`, doing nothing if the row
+/// exists (MySQL: `ON DUPLICATE KEY UPDATE slot = slot`, not `INSERT
+/// IGNORE`, which would turn other errors into warnings).
+pub(crate) fn insert_cell(
+    dialect: Dialect,
+    table: &str,
+    cell: &SketchCell,
+    sketch: Vec<u8>,
+) -> Statement {
+    let primary_key = [col::OWNER_ID, col::COUNT_KEY, col::BUCKET, col::SLOT].map(Alias::new);
+    let mut on_conflict = OnConflict::columns(primary_key.clone());
+    match dialect {
+        Dialect::MySql => {
+            on_conflict.value(Alias::new(col::SLOT), Expr::col(Alias::new(col::SLOT)))
+        }
+        Dialect::Sqlite | Dialect::Postgres => on_conflict.do_nothing(),
+    };
+    let insert = Query::insert()
+        .into_table(Alias::new(table))
+        .columns(primary_key.into_iter().chain([Alias::new(SKETCH)]))
+        .values_panic([
+            cell.owner.clone().into(),
+            cell.key.clone().into(),
+            cell.bucket.into(),
+            cell.slot.into(),
+            sketch.into(),
+        ])
+        .on_conflict(on_conflict)
+        .to_owned();
+    dialect.backend().build(&insert)
+}
+
+/// Which buckets a read merges: a counter's all-time sketch, or the
+/// buckets starting in `[from, to)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Buckets {
+    AllTime,
+    Range { from: i64, to: i64 },
+}
+
+/// `SELECT owner_id, count_key, sketch FROM t WHERE owner_id IN (..) AND
+/// count_key IN (..) AND <buckets>`: every slot row, merged by the caller.
+pub(crate) fn read_sketches(
+    dialect: Dialect,
+    table: &str,
+    owners: Vec<Value>,
+    keys: Vec<String>,
+    buckets: Buckets,
+) -> Statement {
+    let bucket = Expr::col(Alias::new(col::BUCKET));
+    let buckets = match buckets {
+        Buckets::AllTime => bucket.eq(ALL_TIME),
+        Buckets::Range { from, to } => bucket
+            .clone()
+            .gte(Ord::max(from, ALL_TIME + 1))
+            .and(bucket.lt(to)),
+    };
+    let select = Query::select()
+        .columns([col::OWNER_ID, col::COUNT_KEY, SKETCH].map(Alias::new))
+        .from(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners))
+        .and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys))
+        .and_where(buckets)
+        .to_owned();
+    dialect.backend().build(&select)
+}
+
+/// One row of [`read_sketches`].
+pub(crate) struct SketchRow<I> {
+    pub owner: I,
+    pub key: String,
+    pub sketch: Vec<u8>,
+}
+
+impl<I: TryGetable> SketchRow<I> {
+    pub(crate) fn decode(row: &QueryResult) -> Result<Self> {
+        Ok(Self {
+            owner: row.try_get::<I>("", col::OWNER_ID)?,
+            key: row.try_get::<String>("", col::COUNT_KEY)?,
+            sketch: row.try_get::<Vec<u8>>("", SKETCH)?,
+        })
+    }
+}
+
+/// A counter (or a bucket of one) stored in more than one slot row.
+#[derive(Debug, Clone)]
+pub(crate) struct SplitCounter<I> {
+    pub owner: I,
+    pub key: String,
+    pub bucket: i64,
+}
+
+/// `SELECT owner_id, count_key, bucket FROM t [WHERE (owner_id, count_key,
+/// bucket) > (..)] GROUP BY .. HAVING COUNT(*) > 1 ORDER BY .. LIMIT n`:
+/// the next counters a compaction merges, in primary-key order.
+pub(crate) fn split_counters(
+    dialect: Dialect,
+    table: &str,
+    after: Option<(Value, String, i64)>,
+    limit: u64,
+) -> Statement {
+    let group = [col::OWNER_ID, col::COUNT_KEY, col::BUCKET].map(Alias::new);
+    let mut select = Query::select();
+    select.columns(group.clone()).from(Alias::new(table));
+    if let Some((owner, key, bucket)) = after {
+        let columns = Expr::tuple(group.clone().map(|c| Expr::col(c).into()));
+        let values = Expr::tuple([Expr::val(owner).into(), key.into(), bucket.into()]);
+        select.and_where(columns.gt(values));
+    }
+    select
+        .group_by_columns(group.clone())
+        .and_having(Expr::col(Alias::new(col::SLOT)).count().gt(1))
+        .order_by_columns(group.map(|c| (c, Order::Asc)))
+        .limit(limit);
+    dialect.backend().build(&select)
+}
+
+impl<I: TryGetable> SplitCounter<I> {
+    pub(crate) fn decode(row: &QueryResult) -> Result<Self> {
+        Ok(Self {
+            owner: row.try_get::<I>("", col::OWNER_ID)?,
+            key: row.try_get::<String>("", col::COUNT_KEY)?,
+            bucket: row.try_get::<i64>("", col::BUCKET)?,
+        })
+    }
+}
+
+/// `SELECT slot, sketch FROM t WHERE <counter> ORDER BY slot FOR UPDATE`.
+pub(crate) fn lock_counter(
+    dialect: Dialect,
+    table: &str,
+    owner: &Value,
+    key: &str,
+    bucket: i64,
+) -> Statement {
+    let mut select = Query::select();
+    select
+        .columns([col::SLOT, SKETCH].map(Alias::new))
+        .from(Alias::new(table))
+        .and_where(counter_condition(owner, key, bucket))
+        .order_by(Alias::new(col::SLOT), Order::Asc);
+    if dialect != Dialect::Sqlite {
+        select.lock(LockType::Update);
+    }
+    dialect.backend().build(&select)
+}
+
+/// `DELETE FROM t WHERE <counter> AND slot IN (..)`.
+pub(crate) fn delete_slots(
+    dialect: Dialect,
+    table: &str,
+    owner: &Value,
+    key: &str,
+    bucket: i64,
+    slots: Vec<i16>,
+) -> Statement {
+    let delete = Query::delete()
+        .from_table(Alias::new(table))
+        .and_where(counter_condition(owner, key, bucket))
+        .and_where(Expr::col(Alias::new(col::SLOT)).is_in(slots))
+        .to_owned();
+    dialect.backend().build(&delete)
+}
+
+/// `DELETE FROM t WHERE count_key IN (..) AND bucket <= last AND bucket >
+/// ALL_TIME`: the buckets of `keys` that end by `last + width`, never an
+/// all-time sketch.
+pub(crate) fn prune_sketches(
+    dialect: Dialect,
+    table: &str,
+    keys: Vec<String>,
+    last: i64,
+) -> Statement {
+    let bucket = Expr::col(Alias::new(col::BUCKET));
+    let delete = Query::delete()
+        .from_table(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys))
+        .and_where(bucket.clone().lte(last))
+        .and_where(bucket.gt(ALL_TIME))
+        .to_owned();
+    dialect.backend().build(&delete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell() -> SketchCell {
+        SketchCell {
+            owner: 7_i64.into(),
+            key: "viewers".into(),
+            bucket: ALL_TIME,
+            slot: 3,
+        }
+    }
+
+    #[test]
+    fn a_cell_is_locked_where_the_backend_locks_rows() {
+        let pg = lock_cell(Dialect::Postgres, "c_sketches", &cell()).to_string();
+        assert!(pg.ends_with("FOR UPDATE"), "{pg}");
+        let lite = lock_cell(Dialect::Sqlite, "c_sketches", &cell()).to_string();
+        assert!(!lite.contains("FOR UPDATE"), "{lite}");
+    }
+
+    #[test]
+    fn an_insert_never_overwrites_and_never_ignores_errors() {
+        let my = insert_cell(Dialect::MySql, "c_sketches", &cell(), vec![1]).to_string();
+        assert!(
+            my.contains("ON DUPLICATE KEY UPDATE `slot` = `slot`"),
+            "{my}"
+        );
+        assert!(!my.contains("IGNORE"), "{my}");
+        let pg = insert_cell(Dialect::Postgres, "c_sketches", &cell(), vec![1]).to_string();
+        assert!(pg.contains("DO NOTHING"), "{pg}");
+    }
+
+    #[test]
+    fn a_range_never_reads_the_all_time_sketch() {
+        let from_min = Buckets::Range {
+            from: i64::MIN,
+            to: 10,
+        };
+        let sql = read_sketches(
+            Dialect::Postgres,
+            "t",
+            vec![1_i64.into()],
+            vec!["v".into()],
+            from_min,
+        )
+        .to_string();
+        assert!(sql.contains(&format!("{}", ALL_TIME + 1)), "{sql}");
+        let prune = prune_sketches(Dialect::Sqlite, "t", vec!["v".into()], 0).to_string();
+        assert!(prune.contains(&format!("> {ALL_TIME}")), "{prune}");
+    }
+}

@@ -1,0 +1,187 @@
+//! Upkeep of unique counts: compaction merges a counter's slot rows into
+//! one, prune drops old buckets' sketches.
+//!
+//! Both are simpler than their counterparts for deltas because a merge is
+//! idempotent: a compaction that locks a counter's rows, merges them into
+//! the first and deletes the rest loses nothing to a writer racing it (the
+//! writer either waits for the lock and merges into the merged row, or
+//! finds its row gone and creates it again with its own members).
+
+use std::{collections::HashSet, sync::Arc};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait, Value};
+
+use super::Sketch;
+use crate::{
+    CompactStats, CounterError, Counters, detach,
+    error::Result,
+    owner::OwnerId,
+    retry,
+    sql::{
+        self, Dialect,
+        sketches::{self, SplitCounter},
+    },
+    typed::KeySpace,
+};
+
+/// Counters a compaction of sketches looks up per query.
+const SPLIT_COUNTERS_PER_QUERY: u64 = 500;
+
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
+    /// Merges each unique counter kept in more than one slot row (and each
+    /// bucket of one) into one row, one short transaction per counter; the
+    /// part of [`Counters::compact`] for the sketch table. `keys` and
+    /// `owners`, if given, limit it to those.
+    pub(crate) async fn compact_sketches(
+        &self,
+        db: &DatabaseConnection,
+        keys: Option<&[String]>,
+        owners: Option<&[I]>,
+    ) -> Result<CompactStats> {
+        let mut stats = CompactStats::default();
+        let Some(table) = self.table().sketch_table() else {
+            return Ok(stats);
+        };
+        let keys: Option<HashSet<&str>> = keys.map(|k| k.iter().map(String::as_str).collect());
+        let owners: Option<HashSet<&I>> = owners.map(|o| o.iter().collect());
+        let dialect = Dialect::of(db)?;
+        let pool = detach::Detached::pool(db);
+        let mut after = None;
+        loop {
+            let next =
+                sketches::split_counters(dialect, &table, after.take(), SPLIT_COUNTERS_PER_QUERY);
+            let rows = retry::run(db, &table, || detach::query_all(db, next.clone())).await?;
+            let Some(last) = rows.last() else {
+                break;
+            };
+            let last = SplitCounter::<I>::decode(last)?;
+            for row in &rows {
+                let counter = SplitCounter::<I>::decode(row)?;
+                let in_scope = keys
+                    .as_ref()
+                    .is_none_or(|k| k.contains(counter.key.as_str()))
+                    && owners.as_ref().is_none_or(|o| o.contains(&counter.owner));
+                if !in_scope {
+                    continue;
+                }
+                let fold = Arc::new(Fold {
+                    dialect,
+                    table: table.clone(),
+                    owner: counter.owner.into(),
+                    key: counter.key,
+                    bucket: counter.bucket,
+                });
+                let rows = retry::run(db, &table, || {
+                    let fold = fold.clone();
+                    let options = dialect.batch_transaction();
+                    pool.run(move |pool| async move {
+                        let txn = pool.begin_with_options(options).await?;
+                        sql::bound_lock_waits(&txn).await?;
+                        let rows = fold.run(&txn).await?;
+                        txn.commit().await?;
+                        Ok(rows)
+                    })
+                })
+                .await?;
+                if rows > 1 {
+                    stats.rows_before += rows;
+                    stats.rows_after += 1;
+                    stats.counters_folded += 1;
+                }
+                stats.batches += 1;
+            }
+            let done = (rows.len() as u64) < SPLIT_COUNTERS_PER_QUERY;
+            after = Some((last.owner.into(), last.key, last.bucket));
+            if done {
+                break;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Deletes the sketches of the unique keys' buckets that end at or
+    /// before `before` (the part of [`Counters::prune`] for the sketch
+    /// table); all-time sketches stay. Returns the rows deleted.
+    pub(crate) async fn prune_sketches<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        before: DateTime<Utc>,
+    ) -> Result<u64> {
+        let Some(table) = self.table().sketch_table() else {
+            return Ok(0);
+        };
+        let dialect = Dialect::of(db)?;
+        let mut deleted = 0;
+        for (window, keys) in self.table().keys_by_window(true) {
+            let last = before.timestamp() - window.seconds();
+            let stmt = sketches::prune_sketches(dialect, &table, keys, last);
+            let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
+            deleted += done.rows_affected();
+        }
+        Ok(deleted)
+    }
+}
+
+/// The merge of one counter's slot rows into its first.
+struct Fold {
+    dialect: Dialect,
+    table: String,
+    owner: Value,
+    key: String,
+    bucket: i64,
+}
+
+impl Fold {
+    /// Locks the counter's rows, merges them into the first and deletes
+    /// the others; the rows it found.
+    async fn run<C: ConnectionTrait>(&self, txn: &C) -> std::result::Result<u64, DbErr> {
+        let (dialect, table) = (self.dialect, self.table.as_str());
+        let lock = sketches::lock_counter(dialect, table, &self.owner, &self.key, self.bucket);
+        let rows = txn.query_all_raw(lock).await?;
+        let mut slots = Vec::with_capacity(rows.len());
+        let mut merged = Sketch::new();
+        let mut first = None;
+        for row in &rows {
+            let slot: i16 = row.try_get("", sql::col::SLOT)?;
+            let bytes: Vec<u8> = row.try_get("", sketches::SKETCH)?;
+            let sketch = Sketch::from_bytes(&bytes).map_err(|source| {
+                CounterError::BadSketch {
+                    table: table.to_owned(),
+                    source,
+                }
+                .carry()
+            })?;
+            merged.merge(&sketch);
+            match first {
+                None => first = Some((slot, sketch)),
+                Some(_) => slots.push(slot),
+            }
+        }
+        let Some((target, mut kept)) = first else {
+            return Ok(0);
+        };
+        if slots.is_empty() {
+            return Ok(1);
+        }
+        if kept.merge(&merged) {
+            let cell = sketches::SketchCell {
+                owner: self.owner.clone(),
+                key: self.key.clone(),
+                bucket: self.bucket,
+                slot: target,
+            };
+            txn.execute_raw(sketches::update_cell(
+                dialect,
+                table,
+                &cell,
+                kept.to_bytes(),
+            ))
+            .await?;
+        }
+        let delete =
+            sketches::delete_slots(dialect, table, &self.owner, &self.key, self.bucket, slots);
+        txn.execute_raw(delete).await?;
+        Ok(rows.len() as u64)
+    }
+}

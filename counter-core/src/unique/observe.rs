@@ -1,0 +1,302 @@
+//! Writes of unique counts: members merged into one slot's sketch row.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbErr, TransactionOptions, TransactionSession, TransactionTrait};
+
+use super::{Member, Sketch};
+use crate::{
+    CounterError, Counters, detach,
+    error::Result,
+    key::validate_key,
+    owner::{OwnerId, SortOwner},
+    retry,
+    sql::{
+        Dialect,
+        sketches::{self, ALL_TIME, SketchCell},
+    },
+    typed::{KeyOf, KeySpace},
+};
+
+impl<I: OwnerId, S: KeySpace> Counters<I, S> {
+    /// Counts `member` (a user id, an IP address, a session id: any
+    /// [`Member`]) among the distinct members of a unique key
+    /// ([`CounterTable::with_unique_key`](crate::CounterTable::with_unique_key)).
+    /// Observing a member twice, or from two processes, counts it once.
+    ///
+    /// One transaction that locks one slot's sketch row, merges and writes
+    /// it back only if a register changed (a member seen before changes
+    /// none, so a popular page's repeat viewers cost a read); a windowed key
+    /// merges into the bucket of now too, in the same transaction. Hot
+    /// owners are better served by [`Counters::observe_many`] or by merging
+    /// in memory and writing with [`Counters::observe_sketch`]: one write
+    /// per sketch, not per member.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use counter_core::{CounterTable, Counters};
+    ///
+    /// let db = sea_orm::Database::connect("sqlite::memory:").await?;
+    /// let posts = Counters::<i64>::new(CounterTable::new("post_counters")?.with_unique_key("viewers")?);
+    /// posts.create_table(&db).await?;
+    /// for viewer in ["ann", "bob", "ann", "cy", "bob"] {
+    ///     posts.observe(&db, 7, "viewers", viewer).await?;
+    /// }
+    /// assert_eq!(posts.unique(&db, 7, "viewers").await?, 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn observe<C, K, M>(&self, db: &C, owner: I, key: K, member: &M) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
+        K: KeyOf<S>,
+        M: Member + ?Sized,
+    {
+        self.observe_at(db, owner, key, member, Utc::now()).await
+    }
+
+    /// [`Counters::observe`] of a visit that happened `at`: a windowed key
+    /// counts it in the bucket of `at` instead of now.
+    pub async fn observe_at<C, K, M>(
+        &self,
+        db: &C,
+        owner: I,
+        key: K,
+        member: &M,
+        at: DateTime<Utc>,
+    ) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
+        K: KeyOf<S>,
+        M: Member + ?Sized,
+    {
+        let mut sketch = Sketch::new();
+        sketch.insert(member);
+        self.observe_sketch_at(db, owner, key, &sketch, at).await
+    }
+
+    /// Counts many members at once: `(owner, key, member)` items are merged
+    /// in memory into one sketch per counter first, then written in one
+    /// transaction, one slot row per counter (per bucket too, for a
+    /// windowed key), rows in primary-key order.
+    pub async fn observe_many<C, K, M, It>(&self, db: &C, items: It) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
+        K: KeyOf<S>,
+        M: Member,
+        It: IntoIterator<Item = (I, K, M)>,
+    {
+        let now = Utc::now();
+        let mut sketches: BTreeMap<(I, String), Sketch> = BTreeMap::new();
+        for (owner, key, member) in items {
+            let key = key.as_key_str();
+            self.check_unique(&owner, key, "observe_many")?;
+            sketches
+                .entry((owner, key.to_owned()))
+                .or_default()
+                .insert(&member);
+        }
+        let dialect = Dialect::of(db)?;
+        let cells = sketches
+            .into_iter()
+            .flat_map(|((owner, key), sketch)| self.cells(dialect, owner, key, sketch, now))
+            .collect();
+        self.write_sketches(db, cells).await
+    }
+
+    /// Merges a whole sketch (members counted in memory: a buffer's flush,
+    /// a queue consumer's batch, another database's export) into a unique
+    /// key. Merging is idempotent: a sketch written twice, or a
+    /// redelivered message's, changes nothing the second time.
+    pub async fn observe_sketch<C, K>(
+        &self,
+        db: &C,
+        owner: I,
+        key: K,
+        sketch: &Sketch,
+    ) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
+        K: KeyOf<S>,
+    {
+        self.observe_sketch_at(db, owner, key, sketch, Utc::now())
+            .await
+    }
+
+    /// [`Counters::observe_sketch`] of members seen `at` (the bucket of a
+    /// windowed key).
+    pub async fn observe_sketch_at<C, K>(
+        &self,
+        db: &C,
+        owner: I,
+        key: K,
+        sketch: &Sketch,
+        at: DateTime<Utc>,
+    ) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
+        K: KeyOf<S>,
+    {
+        let key = key.as_key_str();
+        self.check_unique(&owner, key, "observe")?;
+        let dialect = Dialect::of(db)?;
+        let cells = self.cells(dialect, owner, key.to_owned(), sketch.clone(), at);
+        self.write_sketches(db, cells).await
+    }
+
+    /// `Ok` if `key` is a valid unique key of this table and `owner` fits.
+    pub(crate) fn check_unique(&self, owner: &I, key: &str, operation: &'static str) -> Result<()> {
+        self.check_unique_key(key, operation)?;
+        owner.check()
+    }
+
+    /// `Ok` if `key` is a valid unique key of this table.
+    pub(crate) fn check_unique_key(&self, key: &str, operation: &'static str) -> Result<()> {
+        validate_key(key)?;
+        self.table().check_kind(key, true, operation)
+    }
+
+    /// The rows one counter's sketch merges into: its all-time sketch and,
+    /// for a windowed key, the bucket of `at`; each in the slot the table's
+    /// strategy picks.
+    fn cells(
+        &self,
+        dialect: Dialect,
+        owner: I,
+        key: String,
+        sketch: Sketch,
+        at: DateTime<Utc>,
+    ) -> Vec<(SketchCell, Sketch)> {
+        let owner = owner.into();
+        let counter = SortOwner::of(&owner);
+        let table = self.table();
+        let mut buckets = vec![(ALL_TIME, table.next_slot_on(Some(dialect), &counter, &key))];
+        if let Some(window) = table.window_for(&key) {
+            let slot = table.next_bucket_slot(Some(dialect), &counter, &key);
+            buckets.push((window.bucket_of(at), slot));
+        }
+        buckets
+            .into_iter()
+            .map(|(bucket, slot)| {
+                let cell = SketchCell {
+                    owner: owner.clone(),
+                    key: key.clone(),
+                    bucket,
+                    slot,
+                };
+                (cell, sketch.clone())
+            })
+            .collect()
+    }
+
+    /// Merges each sketch into its row, in one transaction (a savepoint in
+    /// the caller's), rows in primary-key order so that two writers never
+    /// wait on each other's rows in opposite orders. On a pool the
+    /// transaction runs in a task of its own (see `detach`) and is retried
+    /// whole after a conflict: a merge applied twice is the same merge.
+    async fn write_sketches<C>(&self, db: &C, mut cells: Vec<(SketchCell, Sketch)>) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        let Some(table) = self.table().sketch_table() else {
+            return Ok(());
+        };
+        cells.retain(|(_, sketch)| !sketch.is_empty());
+        if cells.is_empty() {
+            return Ok(());
+        }
+        cells.sort_by(|(a, _), (b, _)| {
+            (SortOwner::of(&a.owner), &a.key, a.bucket, a.slot).cmp(&(
+                SortOwner::of(&b.owner),
+                &b.key,
+                b.bucket,
+                b.slot,
+            ))
+        });
+        let dialect = Dialect::of(db)?;
+        let work = Arc::new(Merge {
+            dialect,
+            table: table.clone(),
+            cells,
+        });
+        retry::run(db, &table, || {
+            let work = work.clone();
+            async move {
+                match detach::detached(db) {
+                    Some(pool) => {
+                        let options = dialect.batch_transaction();
+                        pool.run(move |pool| async move { work.run(&pool, Some(options)).await })
+                            .await
+                    }
+                    None => work.run(db, None).await,
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// One transaction's merges.
+struct Merge {
+    dialect: Dialect,
+    table: String,
+    cells: Vec<(SketchCell, Sketch)>,
+}
+
+impl Merge {
+    /// Runs the merges in a transaction: one of `options` on a pool, a
+    /// savepoint in the caller's transaction otherwise.
+    async fn run<C: TransactionTrait>(
+        &self,
+        db: &C,
+        options: Option<TransactionOptions>,
+    ) -> std::result::Result<(), DbErr> {
+        let txn = match options {
+            Some(options) => db.begin_with_options(options).await?,
+            None => db.begin().await?,
+        };
+        for (cell, sketch) in &self.cells {
+            self.merge_into(&txn, cell, sketch).await?;
+        }
+        txn.commit().await
+    }
+
+    /// Merges `sketch` into the row `cell`, creating it if needed.
+    async fn merge_into<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        cell: &SketchCell,
+        sketch: &Sketch,
+    ) -> std::result::Result<(), DbErr> {
+        let (dialect, table) = (self.dialect, self.table.as_str());
+        let lock = sketches::lock_cell(dialect, table, cell);
+        let mut row = txn.query_one_raw(lock.clone()).await?;
+        if row.is_none() {
+            // A concurrent writer may create it first: then this inserts
+            // nothing, and the locked read below finds theirs.
+            let insert = sketches::insert_cell(dialect, table, cell, sketch.to_bytes());
+            txn.execute_raw(insert).await?;
+            row = txn.query_one_raw(lock).await?;
+        }
+        let Some(row) = row else {
+            return Err(DbErr::RecordNotFound(format!(
+                "the sketch row just inserted in `{table}`"
+            )));
+        };
+        let bytes: Vec<u8> = row.try_get("", sketches::SKETCH)?;
+        let mut stored = Sketch::from_bytes(&bytes).map_err(|source| {
+            CounterError::BadSketch {
+                table: table.to_owned(),
+                source,
+            }
+            .carry()
+        })?;
+        if stored.merge(sketch) {
+            let update = sketches::update_cell(dialect, table, cell, stored.to_bytes());
+            txn.execute_raw(update).await?;
+        }
+        Ok(())
+    }
+}

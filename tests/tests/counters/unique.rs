@@ -1,0 +1,293 @@
+//! Unique counts on every backend: accuracy from 10 to 1,000,000 members,
+//! merges across slots, connections and flushes equal to one sketch of the
+//! union, idempotent re-sends, windowed unions, concurrent writers racing a
+//! compaction, misuse and hostile members.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use counter_core::{
+    CounterError, CounterTable, Counters, ErrorKind, Window,
+    unique::{Sketch, sketch::STANDARD_ERROR},
+};
+use counter_tests::{TestDb, backend_test, figures, raw};
+
+/// Counters in `name` with `slots` slots and two unique keys: `viewers`
+/// (all-time) and `visitors` (with day buckets), beside a plain `likes`.
+fn uniques(name: &str, slots: u16) -> Counters<i64> {
+    Counters::new(
+        CounterTable::new(name.to_owned())
+            .and_then(|t| t.with_slots(slots))
+            .and_then(|t| t.with_unique_key("viewers"))
+            .and_then(|t| t.with_unique_key("visitors"))
+            .and_then(|t| t.with_key_window("visitors", Window::Day))
+            .expect("a valid table"),
+    )
+}
+
+fn day(d: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, d, 0, 0, 0).unwrap()
+}
+
+/// The one sketch of `members`, built in memory: what every merge must equal.
+fn sketch_of<'a>(members: impl IntoIterator<Item = &'a str>) -> Sketch {
+    let mut sketch = Sketch::new();
+    for member in members {
+        sketch.insert(member);
+    }
+    sketch
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_accuracy"]
+    async fn estimates_stay_within_three_standard_errors_up_to_a_million(t: TestDb) {
+        let c = uniques("unique_accuracy", 4);
+        c.create_table(&t.db).await.unwrap();
+        let mut seen = Vec::new();
+        for (owner, n) in [(1_i64, 10_u64), (2, 1_000), (3, 100_000), (4, 1_000_000)] {
+            let members: Vec<String> = (0..n).map(|i| format!("user:{i}")).collect();
+            // Chunks of 50,000 members: each one sketch, merged into a slot.
+            for chunk in members.chunks(50_000) {
+                let items = chunk.iter().map(|m| (owner, "viewers", m.as_str()));
+                c.observe_many(&t.db, items).await.unwrap();
+            }
+            let estimate = c.unique(&t.db, owner, "viewers").await.unwrap();
+            let expected = sketch_of(members.iter().map(String::as_str));
+            assert_eq!(
+                c.sketch(&t.db, owner, "viewers").await.unwrap().to_bytes(),
+                expected.to_bytes(),
+                "{n}: the stored slots merge to the sketch of the whole set"
+            );
+            let error = (estimate as f64 - n as f64).abs() / n as f64;
+            assert!(
+                error <= 3.0 * STANDARD_ERROR,
+                "{n} members estimated {estimate}: error {error:.4} > 3 standard errors"
+            );
+            seen.push((n, estimate));
+        }
+        // Below a few thousand members the estimate is exact for these sets.
+        assert_eq!(seen[0], (10, 10));
+        let error_ppm = |(n, e): (u64, u64)| (e.abs_diff(n) * 1_000_000) / n;
+        figures(
+            "unique_accuracy",
+            t.backend,
+            &[
+                ("estimate_at_10", seen[0].1),
+                ("estimate_at_1k", seen[1].1),
+                ("estimate_at_100k", seen[2].1),
+                ("estimate_at_1m", seen[3].1),
+                ("error_ppm_at_1m", error_ppm(seen[3])),
+            ],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_merges"]
+    async fn merges_across_slots_connections_and_flushes_equal_one_sketch(t: TestDb) {
+        let c = uniques("unique_merges", 8);
+        c.create_table(&t.db).await.unwrap();
+        let members: Vec<String> = (0..5_000).map(|i| format!("m{i}")).collect();
+        // A second pool on the same database: another process's writes.
+        let other = match t.server_addr() {
+            Some(addr) => t.connect_via(&addr, 2).await.unwrap(),
+            None => t.db.clone(),
+        };
+        for (i, member) in members[..400].iter().enumerate() {
+            let db = if i % 2 == 0 { &t.db } else { &other };
+            c.observe(db, 1, "viewers", member.as_str()).await.unwrap();
+        }
+        let slots = raw::slot_rows_of(&t.db, "unique_merges_sketches", 1, "viewers").await;
+        assert!(slots > 1, "single observes spread over the slots: {slots} rows");
+        // Flushes of sketches built in memory, each of an overlapping part.
+        for part in members.chunks(1_500) {
+            let flush = sketch_of(part.iter().map(String::as_str));
+            c.observe_sketch(&t.db, 1, "viewers", &flush).await.unwrap();
+        }
+        let union = sketch_of(members.iter().map(String::as_str));
+        let stored = c.sketch(&t.db, 1, "viewers").await.unwrap();
+        assert_eq!(stored.to_bytes(), union.to_bytes());
+        assert_eq!(stored.estimate(), union.estimate());
+        if t.server_addr().is_some() {
+            other.close().await.unwrap();
+        }
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_resent"]
+    async fn a_flush_sent_twice_or_a_member_seen_twice_changes_nothing(t: TestDb) {
+        let c = uniques("unique_resent", 1);
+        c.create_table(&t.db).await.unwrap();
+        let flush = sketch_of(["ann", "bob", "cy"]);
+        c.observe_sketch(&t.db, 1, "viewers", &flush).await.unwrap();
+        let first = raw::sketch_bytes(&t.db, "unique_resent_sketches", 1, "viewers").await;
+        // The same flush again (a redelivered message), then its members
+        // one by one, then an empty sketch: the stored bytes never change.
+        c.observe_sketch(&t.db, 1, "viewers", &flush).await.unwrap();
+        for member in ["cy", "bob", "ann"] {
+            c.observe(&t.db, 1, "viewers", member).await.unwrap();
+        }
+        c.observe_sketch(&t.db, 1, "viewers", &Sketch::new()).await.unwrap();
+        let again = raw::sketch_bytes(&t.db, "unique_resent_sketches", 1, "viewers").await;
+        assert_eq!(first, again);
+        assert_eq!(first.len(), 1, "one slot row");
+        assert_eq!(c.unique(&t.db, 1, "viewers").await.unwrap(), 3);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_windows"]
+    async fn a_range_is_the_union_of_its_days_not_their_sum(t: TestDb) {
+        let c = uniques("unique_windows", 2);
+        c.create_table(&t.db).await.unwrap();
+        let noon = |d| day(d) + Duration::hours(12);
+        for member in ["ann", "bob", "cy"] {
+            c.observe_at(&t.db, 1, "visitors", member, noon(2)).await.unwrap();
+        }
+        for member in ["bob", "cy", "dee"] {
+            c.observe_at(&t.db, 1, "visitors", member, noon(3)).await.unwrap();
+        }
+        c.observe_at(&t.db, 2, "visitors", "eve", noon(3)).await.unwrap();
+        let over = |owner, from, to| c.unique_over(&t.db, owner, "visitors", from, to);
+        assert_eq!(over(1, day(2), day(3)).await.unwrap(), 3, "Monday");
+        assert_eq!(over(1, day(3), day(4)).await.unwrap(), 3, "Tuesday");
+        assert_eq!(over(1, day(2), day(4)).await.unwrap(), 4, "both days: 4 people, not 6");
+        assert_eq!(over(1, day(4), day(9)).await.unwrap(), 0, "no visit");
+        assert_eq!(c.unique(&t.db, 1, "visitors").await.unwrap(), 4, "all time");
+        let many = c
+            .unique_over_many(&t.db, &[1, 2, 3], "visitors", day(1), day(9))
+            .await
+            .unwrap();
+        assert_eq!((many[&1], many[&2], many[&3]), (4, 1, 0));
+        let err = over(1, day(4), day(2)).await.unwrap_err();
+        assert!(matches!(err, CounterError::InvalidRange { .. }), "{err}");
+        let err = c
+            .unique_over(&t.db, 1, "viewers", day(2), day(4))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CounterError::NotWindowed { .. }), "{err}");
+        // Pruning Monday leaves Tuesday and the all-time sketch.
+        let deleted = c.prune(&t.db, day(3)).await.unwrap();
+        assert_eq!(deleted, 2, "Monday's rows (2 slots)");
+        assert_eq!(over(1, day(2), day(4)).await.unwrap(), 3);
+        assert_eq!(c.unique(&t.db, 1, "visitors").await.unwrap(), 4);
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_concurrency"]
+    async fn concurrent_writers_on_one_owner_race_a_compaction(t: TestDb) {
+        const WRITERS: usize = 12;
+        const EACH: usize = 150;
+        let c = Arc::new(uniques("unique_concurrency", 8));
+        c.create_table(&t.db).await.unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let compactor = {
+            let (c, db, stop) = (c.clone(), t.db.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut folded = 0;
+                // Bounded: at most 2,000 passes, and stopped once writers end.
+                for _ in 0..2_000 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let report = c.compact(&db, &Default::default()).await.unwrap();
+                    folded += report.sketches.counters_folded;
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                folded
+            })
+        };
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (c, db) = (c.clone(), t.db.clone());
+                tokio::spawn(async move {
+                    for i in 0..EACH {
+                        let member = format!("w{w}:{i}");
+                        c.observe(&db, 1, "viewers", member.as_str()).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let folded = compactor.await.unwrap();
+        let members: Vec<String> = (0..WRITERS)
+            .flat_map(|w| (0..EACH).map(move |i| format!("w{w}:{i}")))
+            .collect();
+        let union = sketch_of(members.iter().map(String::as_str));
+        let stored = c.sketch(&t.db, 1, "viewers").await.unwrap();
+        assert_eq!(stored.to_bytes(), union.to_bytes(), "no member lost");
+        let report = c.compact(&t.db, &Default::default()).await.unwrap();
+        let rows = raw::slot_rows_of(&t.db, "unique_concurrency_sketches", 1, "viewers").await;
+        assert_eq!(rows, 1, "compacted into one row: {report:?}");
+        assert_eq!(c.sketch(&t.db, 1, "viewers").await.unwrap().to_bytes(), union.to_bytes());
+        figures(
+            "unique_concurrency",
+            t.backend,
+            &[
+                ("observes", (WRITERS * EACH) as u64),
+                ("members_lost", 0),
+                ("compactions_folding", folded),
+                ("estimate", stored.estimate()),
+            ],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_misuse"]
+    async fn wrong_key_kinds_are_misuse_and_hostile_members_count(t: TestDb) {
+        let c = uniques("unique_misuse", 2);
+        c.create_table(&t.db).await.unwrap();
+        assert!(c.check_table(&t.db).await.unwrap().is_empty());
+        let misuse = |e: CounterError| {
+            assert!(matches!(e, CounterError::WrongKeyKind { .. }), "{e}");
+            assert_eq!(e.kind(), ErrorKind::Misuse);
+        };
+        misuse(c.add(&t.db, 1, "viewers", 1).await.unwrap_err());
+        misuse(c.add_many(&t.db, [(1, "viewers", 1)]).await.unwrap_err());
+        misuse(c.get(&t.db, 1, "viewers").await.unwrap_err());
+        misuse(c.get_many(&t.db, &[1], &["likes", "viewers"]).await.unwrap_err());
+        misuse(c.observe(&t.db, 1, "likes", "ann").await.unwrap_err());
+        misuse(c.unique(&t.db, 1, "likes").await.unwrap_err());
+        misuse(c.unique_many(&t.db, &[1], &["likes"]).await.unwrap_err());
+        let err = c.observe(&t.db, 1, "bad key", "ann").await.unwrap_err();
+        assert!(matches!(err, CounterError::InvalidKey { .. }), "{err}");
+        // Nothing was written by any of them.
+        assert_eq!(raw::count_rows(&t.db, "unique_misuse").await, 0);
+        assert_eq!(raw::count_rows(&t.db, "unique_misuse_sketches").await, 0);
+
+        let huge = "x".repeat(1 << 20);
+        let hostile = ["", "ü", "\0", "'; DROP TABLE unique_misuse; --", huge.as_str(), "😀"];
+        for member in hostile {
+            c.observe(&t.db, 1, "viewers", member).await.unwrap();
+        }
+        let bytes: &[u8] = &[0xff, 0xfe];
+        c.observe(&t.db, 1, "viewers", bytes).await.unwrap();
+        assert_eq!(c.unique(&t.db, 1, "viewers").await.unwrap(), 7);
+        let counts = c.unique_many(&t.db, &[1, 2, 1], &["viewers"]).await.unwrap();
+        assert_eq!((counts[&1]["viewers"], counts[&2]["viewers"]), (7, 0));
+        // Plain keys of the same table still count deltas.
+        c.add(&t.db, 1, "likes", 2).await.unwrap();
+        assert_eq!(c.get(&t.db, 1, "likes").await.unwrap(), 2);
+        // A purge removes an owner's sketches with its counts.
+        assert!(c.purge(&t.db, &[1]).await.unwrap() >= 2);
+        assert_eq!(c.unique(&t.db, 1, "viewers").await.unwrap(), 0);
+        t.finish().await;
+    }
+}
