@@ -33,6 +33,7 @@ pub struct Declaration {
     pub slots: DeclaredSlots,
     pub key_slots: &'static [(&'static str, DeclaredSlots)],
     pub key_windows: &'static [(&'static str, Window)],
+    pub unique_keys: &'static [&'static str],
     pub cascade: bool,
     pub slot_strategy: Option<SlotStrategy>,
 }
@@ -54,6 +55,9 @@ impl Declaration {
             }
             for &(key, window) in self.key_windows {
                 table = table.with_key_window(key, window)?;
+            }
+            for &key in self.unique_keys {
+                table = table.with_unique_key(key)?;
             }
             let owner = OwnerTable {
                 schema,
@@ -202,6 +206,7 @@ macro_rules! slotted_counter {
             type OwnerId = counters::OwnerId;
             type Key = counters::Key;
             type Counts = counters::Counts;
+            type UniqueKey = counters::UniqueKey;
 
             fn counters() -> &'static $crate::EntityCounters<Self> {
                 static COUNTERS: ::std::sync::LazyLock<$crate::EntityCounters<$entity>> =

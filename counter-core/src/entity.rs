@@ -73,6 +73,10 @@ pub trait SlottedCounter: EntityTrait {
     type Key: KeySet;
     /// One total per key (the generated `counters::Counts`).
     type Counts: CountSet<Key = Self::Key>;
+    /// The entity's unique keys (the generated `counters::UniqueKey`):
+    /// what [`Counters::observe`] and [`Counters::unique`] take; an enum
+    /// with no variant when there is none.
+    type UniqueKey: KeySet;
 
     /// The typed handle of this entity's counters: every counting operation.
     fn counters() -> &'static EntityCounters<Self>;
@@ -172,6 +176,7 @@ pub fn derived_counters<E: SlottedCounter>(
     slots: DeclaredSlots,
     key_slots: &'static [(&'static str, DeclaredSlots)],
     key_windows: &'static [(&'static str, Window)],
+    unique_keys: &'static [&'static str],
     owner_column: &'static str,
     cascade: bool,
     slot_strategy: Option<SlotStrategy>,
@@ -184,6 +189,7 @@ pub fn derived_counters<E: SlottedCounter>(
         slots,
         key_slots,
         key_windows,
+        unique_keys,
         cascade,
         slot_strategy,
     };

@@ -123,7 +123,7 @@ pub use slots::{SlotPolicy, Slots};
 pub use strategy::{SlotStrategy, Writer};
 pub use table::{CounterTable, Counters, OwnerTable, validate_table_name};
 pub use table_check::TableDrift;
-pub use typed::{CountSet, KeyOf, KeySet, KeySpace, Untyped};
+pub use typed::{CountSet, KeyOf, KeySet, KeySpace, UniqueKeyOf, Untyped};
 pub use window::Window;
 pub use write::BatchReport;
 

@@ -125,3 +125,16 @@ pub trait KeyOf<S>: CounterKey {}
 impl<K: CounterKey + ?Sized> KeyOf<Untyped> for K {}
 
 impl<E: SlottedCounter> KeyOf<E> for <E as SlottedCounter>::Key {}
+
+/// A unique key a handle of key space `S` takes (see
+/// [`CounterTable::with_unique_key`](crate::CounterTable::with_unique_key)):
+/// every [`CounterKey`] for [`Untyped`] (a wrong kind is
+/// [`CounterError::WrongKeyKind`](crate::CounterError::WrongKeyKind) at run
+/// time), only the generated `UniqueKey` enum for an entity, so that
+/// `observe(.., Key::Likes, ..)` and `add(.., UniqueKey::Viewers, ..)` do not
+/// compile.
+pub trait UniqueKeyOf<S>: CounterKey {}
+
+impl<K: CounterKey + ?Sized> UniqueKeyOf<Untyped> for K {}
+
+impl<E: SlottedCounter> UniqueKeyOf<E> for <E as SlottedCounter>::UniqueKey {}

@@ -34,6 +34,8 @@ pub(crate) const TABLE: Symbol = Symbol("table");
 pub(crate) const SLOT_STRATEGY: Symbol = Symbol("slot_strategy");
 /// `cascade`, a flag.
 pub(crate) const CASCADE: Symbol = Symbol("cascade");
+/// The key flag `unique`: `viewers(unique)` counts distinct members.
+pub(crate) const UNIQUE: Symbol = Symbol("unique");
 /// The key option `window = day`.
 pub(crate) const WINDOW: Symbol = Symbol("window");
 /// `owner = "notes"`: the owner table, in `counter_table!` only.

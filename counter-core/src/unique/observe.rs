@@ -16,7 +16,7 @@ use crate::{
         Dialect,
         sketches::{self, ALL_TIME, SketchCell},
     },
-    typed::{KeyOf, KeySpace},
+    typed::{KeySpace, UniqueKeyOf},
 };
 
 impl<I: OwnerId, S: KeySpace> Counters<I, S> {
@@ -51,7 +51,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     pub async fn observe<C, K, M>(&self, db: &C, owner: I, key: K, member: &M) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: KeyOf<S>,
+        K: UniqueKeyOf<S>,
         M: Member + ?Sized,
     {
         self.observe_at(db, owner, key, member, Utc::now()).await
@@ -69,7 +69,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     ) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: KeyOf<S>,
+        K: UniqueKeyOf<S>,
         M: Member + ?Sized,
     {
         let mut sketch = Sketch::new();
@@ -84,7 +84,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     pub async fn observe_many<C, K, M, It>(&self, db: &C, items: It) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: KeyOf<S>,
+        K: UniqueKeyOf<S>,
         M: Member,
         It: IntoIterator<Item = (I, K, M)>,
     {
@@ -119,7 +119,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     ) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: KeyOf<S>,
+        K: UniqueKeyOf<S>,
     {
         self.observe_sketch_at(db, owner, key, sketch, Utc::now())
             .await
@@ -137,7 +137,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     ) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
-        K: KeyOf<S>,
+        K: UniqueKeyOf<S>,
     {
         let key = key.as_key_str();
         self.check_unique(&owner, key, "observe")?;

@@ -16,7 +16,7 @@ use crate::{
         self, Dialect,
         sketches::{self, Buckets, SketchRow},
     },
-    typed::{KeyOf, KeySpace},
+    typed::{KeySpace, UniqueKeyOf},
     window,
 };
 
@@ -27,7 +27,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// The estimated number of distinct members of a unique key: the
     /// merge of its slots' sketches. 0 if nothing was observed. Within
     /// 0.81 % (one standard error; see [`Sketch`]) of the exact count.
-    pub async fn unique<C: ConnectionTrait, K: KeyOf<S>>(
+    pub async fn unique<C: ConnectionTrait, K: UniqueKeyOf<S>>(
         &self,
         db: &C,
         owner: I,
@@ -39,7 +39,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// The merged sketch of a unique key (empty if nothing was observed):
     /// to merge with other sketches in memory (the union of several
     /// owners), to cache, or to move to another store.
-    pub async fn sketch<C: ConnectionTrait, K: KeyOf<S>>(
+    pub async fn sketch<C: ConnectionTrait, K: UniqueKeyOf<S>>(
         &self,
         db: &C,
         owner: I,
@@ -61,7 +61,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// The estimates of `keys` for each of `owners`, in one query per chunk
     /// of owners (sketches merged per owner and key in memory). Every
     /// requested owner and key is in the map, 0 where nothing was observed.
-    pub async fn unique_many<C: ConnectionTrait, K: KeyOf<S>>(
+    pub async fn unique_many<C: ConnectionTrait, K: UniqueKeyOf<S>>(
         &self,
         db: &C,
         owners: &[I],
@@ -89,7 +89,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// as a sum of days would. A key without a window is
     /// [`CounterError::NotWindowed`]; `from > to` is
     /// [`CounterError::InvalidRange`].
-    pub async fn unique_over<C: ConnectionTrait, K: KeyOf<S>>(
+    pub async fn unique_over<C: ConnectionTrait, K: UniqueKeyOf<S>>(
         &self,
         db: &C,
         owner: I,
@@ -105,7 +105,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
 
     /// [`Counters::unique_over`] of many owners, in one query per chunk of
     /// owners; every requested owner is in the map.
-    pub async fn unique_over_many<C: ConnectionTrait, K: KeyOf<S>>(
+    pub async fn unique_over_many<C: ConnectionTrait, K: UniqueKeyOf<S>>(
         &self,
         db: &C,
         owners: &[I],

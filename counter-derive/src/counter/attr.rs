@@ -10,11 +10,11 @@ use syn::{
 use crate::{
     diagnostics::{Errors, unknown},
     entity::{OwnerKind, owner_kind},
-    options::{Options, option_value, parse_crate, skip_value, string_value},
+    options::{Options, option_value, parse_crate, path_string, skip_value, string_value},
     root::Root,
     symbol::{
         ADAPTIVE, CASCADE, COUNTER, CRATE, KEYS, OWNER, OWNER_COLUMN, OWNER_ID, SLOT_STRATEGY,
-        SLOTS, Symbol, TABLE, WINDOW,
+        SLOTS, Symbol, TABLE, UNIQUE, WINDOW,
     },
 };
 
@@ -53,8 +53,8 @@ const SLOT_STRATEGIES: &[(&str, SlotStrategy)] = &[
     ("rotating", SlotStrategy::Rotating),
     ("random", SlotStrategy::Random),
 ];
-/// The options of one key, `views(slots = 64, window = day)`.
-const KEY_OPTIONS: &[Symbol] = &[SLOTS, WINDOW];
+/// The options of one key, `views(slots = 64, window = day)`, `viewers(unique)`.
+const KEY_OPTIONS: &[Symbol] = &[SLOTS, WINDOW, UNIQUE];
 /// The values of `window = ...`, counter-core's `Window`.
 const WINDOWS: &[(&str, Window)] = &[("hour", Window::Hour), ("day", Window::Day)];
 /// The most slots a key may have (counter-core's `Slots::MAX`).
@@ -134,6 +134,8 @@ pub(crate) struct KeyAttr {
 pub(crate) struct KeyOptions {
     pub slots: Option<SlotCount>,
     pub window: Option<Window>,
+    /// `unique`: the key counts distinct members, not deltas.
+    pub unique: bool,
 }
 
 /// Parses every `#[counter]` attribute. Errors are collected, not returned,
@@ -150,16 +152,7 @@ pub(crate) fn parse(attrs: &[Attribute], form: Form, errors: &mut Errors) -> Cou
                 Some(SLOTS) => out.slots = parse_slots(&meta, errors)?,
                 Some(TABLE) => out.table = parse_table(&meta, errors)?,
                 Some(SLOT_STRATEGY) => out.slot_strategy = parse_slot_strategy(&meta, errors)?,
-                Some(CASCADE) => {
-                    if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
-                        errors.at(
-                            meta.path.span(),
-                            format!("`{CASCADE}` is a flag and takes no value"),
-                        );
-                        skip_value(&meta)?;
-                    }
-                    out.cascade = true;
-                }
+                Some(CASCADE) => out.cascade = parse_flag(&meta, errors)?,
                 Some(CRATE) => out.root = parse_crate(&meta, errors)?,
                 Some(OWNER) => {
                     let example = format!("`{OWNER} = \"posts\"`");
@@ -252,6 +245,7 @@ fn parse_key_options(
             match options.next(&option, errors)? {
                 Some(SLOTS) => out.slots = parse_slots(&option, errors)?,
                 Some(WINDOW) => out.window = parse_window(&option, errors)?,
+                Some(UNIQUE) => out.unique = parse_flag(&option, errors)?,
                 // Reported and skipped; `KEY_OPTIONS` has no other name.
                 _ => {}
             }
@@ -259,6 +253,20 @@ fn parse_key_options(
         })?;
     }
     Ok(out)
+}
+
+/// A flag (`cascade`, `unique`): true, or false when it was given a value,
+/// which is reported and skipped.
+fn parse_flag(meta: &ParseNestedMeta, errors: &mut Errors) -> syn::Result<bool> {
+    if meta.input.is_empty() || meta.input.peek(Token![,]) {
+        return Ok(true);
+    }
+    errors.at(
+        meta.path.span(),
+        format!("`{}` is a flag and takes no value", path_string(&meta.path)),
+    );
+    skip_value(meta)?;
+    Ok(false)
 }
 
 /// `window = day` or `window = hour` (a bare word, or the same in quotes).

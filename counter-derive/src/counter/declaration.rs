@@ -16,8 +16,8 @@ use syn::{Attribute, ItemMod, LitStr, spanned::Spanned};
 use super::{
     attr::{self, Form, SlotCount, SlotStrategy},
     expand::{
-        Relation, companion_entity, counts_struct, key_enum, key_slots, key_windows, owner_type,
-        slot_count, slot_strategy,
+        Relation, companion_entity, key_slots, key_windows, owner_type, slot_count, slot_strategy,
+        typed_keys, unique_keys,
     },
     model::{DEFAULT_SLOTS, Key, check_bucket_table, counter_table, validate_keys},
 };
@@ -151,6 +151,7 @@ fn expand(d: &Declaration) -> TokenStream {
     let cascade = d.cascade;
     let key_slots = key_slots(root, &d.keys);
     let key_windows = key_windows(root, &d.keys);
+    let unique_keys = unique_keys(&d.keys);
     let strategy = slot_strategy(root, d.slot_strategy);
     let relation = if d.cascade {
         Relation::ByName {
@@ -161,8 +162,7 @@ fn expand(d: &Declaration) -> TokenStream {
         Relation::None
     };
     let companion = companion_entity(root, table, d.owner, &relation);
-    let key = key_enum(root, &d.keys);
-    let counts = counts_struct(root, &d.keys);
+    let keys = typed_keys(root, &d.keys);
     quote! {
         #(#attrs)*
         #vis mod #name {
@@ -184,6 +184,7 @@ fn expand(d: &Declaration) -> TokenStream {
                 slots: #slots,
                 key_slots: #key_slots,
                 key_windows: #key_windows,
+                unique_keys: #unique_keys,
                 cascade: #cascade,
                 slot_strategy: #strategy,
             };
@@ -200,11 +201,7 @@ fn expand(d: &Declaration) -> TokenStream {
             }
 
             #companion
-            #key
-            #counts
-
-            // `Serialize` and `Deserialize` if counter-core has its `serde` feature.
-            #root::__derive_serde!(Key, Counts);
+            #keys
         }
     }
 }
@@ -216,8 +213,7 @@ fn fallback(Fallback { item, root, keys }: &Fallback) -> TokenStream {
     let attrs = item.attrs.iter().filter(|a| *a.path() != COUNTER);
     let vis = &item.vis;
     let name = &item.ident;
-    let key = key_enum(root, keys);
-    let counts = counts_struct(root, keys);
+    let keys = typed_keys(root, keys);
     quote! {
         #(#attrs)*
         #vis mod #name {
@@ -233,6 +229,7 @@ fn fallback(Fallback { item, root, keys }: &Fallback) -> TokenStream {
                 slots: #private::DeclaredSlots::Fixed(1),
                 key_slots: &[],
                 key_windows: &[],
+                unique_keys: &[],
                 cascade: false,
                 slot_strategy: ::core::option::Option::None,
             };
@@ -240,9 +237,7 @@ fn fallback(Fallback { item, root, keys }: &Fallback) -> TokenStream {
             pub fn counters() -> &'static #root::Counters<OwnerId> {
                 ::core::unreachable!()
             }
-            #key
-            #counts
-            #root::__derive_serde!(Key, Counts);
+            #keys
         }
     }
 }

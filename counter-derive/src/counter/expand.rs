@@ -27,8 +27,7 @@ pub(crate) fn expand(model: &CounterModel) -> TokenStream {
         Relation::None
     };
     let companion = companion_entity(root, table, model.primary_key.owner, &relation);
-    let key = key_enum(root, &model.keys);
-    let counts = counts_struct(root, &model.keys);
+    let keys = typed_keys(root, &model.keys);
     quote! {
         #trait_impl
 
@@ -41,13 +40,33 @@ pub(crate) fn expand(model: &CounterModel) -> TokenStream {
             pub const TABLE: &str = #table;
 
             #companion
-            #key
-            #counts
-
-            // `Serialize` and `Deserialize` if counter-core has its `serde` feature.
-            #root::__derive_serde!(Key, Counts);
+            #keys
         }
     }
+}
+
+/// `Key`, `Counts` and `UniqueKey` of `keys`, with `Serialize` and
+/// `Deserialize` for the first two if counter-core has its `serde`
+/// feature: what every form (derive, declaration, fallbacks) generates.
+pub(super) fn typed_keys(root: &Root, keys: &[Key]) -> TokenStream {
+    let (unique, counted): (Vec<&Key>, Vec<&Key>) = keys.iter().partition(|k| k.unique);
+    let key = key_enum(root, &counted, KeyEnum::Counted);
+    let counts = counts_struct(root, &counted);
+    let unique_key = key_enum(root, &unique, KeyEnum::Unique);
+    quote! {
+        #key
+        #counts
+        #unique_key
+
+        // `Serialize` and `Deserialize` if counter-core has its `serde` feature.
+        #root::__derive_serde!(Key, Counts);
+    }
+}
+
+/// `&["viewers"]`: the unique keys.
+pub(super) fn unique_keys(keys: &[Key]) -> TokenStream {
+    let names = keys.iter().filter(|k| k.unique).map(|k| &k.name);
+    quote!(&[#(#names),*])
 }
 
 fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
@@ -59,6 +78,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
     let slots = slot_count(root, model.slots);
     let key_slots = key_slots(root, &model.keys);
     let key_windows = key_windows(root, &model.keys);
+    let unique_keys = unique_keys(&model.keys);
     let cascade = model.cascade;
     let strategy = slot_strategy(root, model.slot_strategy);
     quote! {
@@ -67,6 +87,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
             type OwnerId = #owner;
             type Key = counters::Key;
             type Counts = counters::Counts;
+            type UniqueKey = counters::UniqueKey;
 
             fn counters() -> &'static #root::EntityCounters<Self> {
                 static COUNTERS: ::std::sync::LazyLock<#root::EntityCounters<Entity>> =
@@ -76,6 +97,7 @@ fn slotted_counter_impl(model: &CounterModel) -> TokenStream {
                             #slots,
                             #key_slots,
                             #key_windows,
+                            #unique_keys,
                             #private::sea_orm::IdenStatic::as_str(&Column::#column),
                             #cascade,
                             #strategy,
@@ -259,76 +281,101 @@ pub(crate) fn companion_entity(
     }
 }
 
-/// The `Key` enum of `keys` and its impls; the fallback's too.
-pub(super) fn key_enum(root: &Root, keys: &[Key]) -> TokenStream {
+/// Which of the two key enums [`key_enum`] generates.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyEnum {
+    /// `Key`: the keys that count deltas, with `by_name` for the counter
+    /// caches.
+    Counted,
+    /// `UniqueKey`: the keys that count distinct members.
+    Unique,
+}
+
+/// The `Key` (or `UniqueKey`) enum of `keys` and its impls; the fallback's too.
+pub(super) fn key_enum(root: &Root, keys: &[&Key], which: KeyEnum) -> TokenStream {
     let private = root.private();
     let count = keys.len();
     let variants: Vec<_> = keys.iter().map(|k| &k.variant).collect();
     let names: Vec<_> = keys.iter().map(|k| &k.name).collect();
     let fields: Vec<_> = keys.iter().map(|k| &k.field).collect();
     let docs = names.iter().map(|n| format!(" `{n}`"));
+    let (name, doc, by_name) = match which {
+        KeyEnum::Counted => (
+            quote!(Key),
+            " The counters of an owner. `as_str` is the stored name; `parse` turns a stored or \
+             user-supplied name back into a key.",
+            quote! {
+                /// Each key under its stored name, as the counter caches'
+                /// `key = comments` names it: a misspelt key there is rustc's
+                /// error with the similar stored name as the fix.
+                #[doc(hidden)]
+                #[allow(non_upper_case_globals)]
+                pub mod by_name {
+                    #(pub const #fields: super::Key = super::Key::#variants;)*
+                }
+            },
+        ),
+        KeyEnum::Unique => (
+            quote!(UniqueKey),
+            " The unique counts of an owner (distinct members, in sketches): what `observe` and \
+             `unique` take, and what `add` and `get` refuse at compile time.",
+            TokenStream::new(),
+        ),
+    };
     quote! {
-        /// Each key under its stored name, as the counter caches'
-        /// `key = comments` names it: a misspelt key there is rustc's
-        /// error with the similar stored name as the fix.
-        #[doc(hidden)]
-        #[allow(non_upper_case_globals)]
-        pub mod by_name {
-            #(pub const #fields: super::Key = super::Key::#variants;)*
-        }
+        #by_name
 
-        /// The counters of an owner. `as_str` is the stored name; `parse`
-        /// turns a stored or user-supplied name back into a key.
+        #[doc = #doc]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Key {
+        pub enum #name {
             #(
                 #[doc = #docs]
                 #variants,
             )*
         }
 
-        impl Key {
+        impl #name {
             /// Every key, in declaration order.
-            pub const ALL: [Key; #count] = [#(Key::#variants),*];
+            pub const ALL: [#name; #count] = [#(#name::#variants),*];
             /// Every stored name, in declaration order.
             pub const NAMES: [&'static str; #count] = [#(#names),*];
 
             /// The name stored in `count_key`.
             pub const fn as_str(self) -> &'static str {
                 match self {
-                    #(Key::#variants => #names,)*
+                    #(#name::#variants => #names,)*
                 }
             }
         }
 
         #[automatically_derived]
-        impl #root::CounterKey for Key {
+        impl #root::CounterKey for #name {
             fn as_key_str(&self) -> &str {
                 self.as_str()
             }
         }
 
         #[automatically_derived]
-        impl #root::KeySet for Key {
-            const ALL: &'static [Self] = &Key::ALL;
+        impl #root::KeySet for #name {
+            const ALL: &'static [Self] = &#name::ALL;
         }
 
         #[automatically_derived]
-        impl ::core::fmt::Display for Key {
+        impl ::core::fmt::Display for #name {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
 
         #[automatically_derived]
-        impl ::core::str::FromStr for Key {
+        impl ::core::str::FromStr for #name {
             type Err = #root::CounterError;
 
-            fn from_str(name: &str) -> ::core::result::Result<Self, Self::Err> {
-                match name {
-                    #(#names => ::core::result::Result::Ok(Key::#variants),)*
+            fn from_str(key: &str) -> ::core::result::Result<Self, Self::Err> {
+                match key {
+                    #(#names => ::core::result::Result::Ok(#name::#variants),)*
                     _ => ::core::result::Result::Err(
-                        #private::unknown_key(name, &Key::NAMES),
+                        #private::unknown_key(key, &#name::NAMES),
                     ),
                 }
             }
@@ -337,7 +384,7 @@ pub(super) fn key_enum(root: &Root, keys: &[Key]) -> TokenStream {
 }
 
 /// The `Counts` struct of `keys` and its impl; the fallback's too.
-pub(super) fn counts_struct(root: &Root, keys: &[Key]) -> TokenStream {
+pub(super) fn counts_struct(root: &Root, keys: &[&Key]) -> TokenStream {
     let fields: Vec<_> = keys.iter().map(|k| &k.field).collect();
     let variants: Vec<_> = keys.iter().map(|k| &k.variant).collect();
     let docs = keys.iter().map(|k| format!(" The total of `{}`.", k.name));

@@ -11,10 +11,7 @@
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 
-use super::{
-    expand::{counts_struct, key_enum},
-    model::Fallback,
-};
+use super::{expand::typed_keys, model::Fallback};
 
 pub(crate) fn expand(fallback: &Fallback) -> TokenStream {
     let root = &fallback.root;
@@ -24,14 +21,14 @@ pub(crate) fn expand(fallback: &Fallback) -> TokenStream {
         .owner
         .as_ref()
         .map_or_else(|| quote!(i64), ToTokens::to_token_stream);
-    let key = key_enum(root, &fallback.keys);
-    let counts = counts_struct(root, &fallback.keys);
+    let keys = typed_keys(root, &fallback.keys);
     quote! {
         #[automatically_derived]
         impl #root::SlottedCounter for Entity {
             type OwnerId = #owner;
             type Key = counters::Key;
             type Counts = counters::Counts;
+            type UniqueKey = counters::UniqueKey;
 
             fn counters() -> &'static #root::EntityCounters<Self> {
                 ::core::unreachable!()
@@ -48,10 +45,7 @@ pub(crate) fn expand(fallback: &Fallback) -> TokenStream {
             /// The companion table's name.
             pub const TABLE: &str = #table;
 
-            #key
-            #counts
-
-            #root::__derive_serde!(Key, Counts);
+            #keys
         }
     }
 }

@@ -44,6 +44,9 @@ pub(crate) struct Key {
     pub slots: Option<SlotCount>,
     /// Its time window, if it is counted in buckets too.
     pub window: Option<Window>,
+    /// Whether it counts distinct members (`viewers(unique)`): a
+    /// `UniqueKey` variant then, not a `Key` one, and no `Counts` field.
+    pub unique: bool,
 }
 
 /// What parsed of a derive that has errors: enough for stand-ins of the
@@ -155,6 +158,7 @@ pub(crate) fn validate_keys(
             name: k.name,
             slots: k.options.slots,
             window: k.options.window,
+            unique: k.options.unique,
         });
     }
     valid
@@ -200,18 +204,26 @@ pub(crate) fn counter_table(
 /// Reports a windowed key when the bucket table's name, `<table>_buckets`,
 /// would be invalid.
 pub(crate) fn check_bucket_table(table: &str, keys: &[Key], errors: &mut Errors) {
-    let Some(key) = keys.iter().find(|k| k.window.is_some()) else {
-        return;
-    };
-    let buckets = format!("{table}_buckets");
-    if let Some(problem) = table_name_problem(&buckets) {
-        errors.at(
-            key.field.span(),
-            format!(
-                "a windowed key keeps its buckets in {buckets:?}, an invalid name ({problem}); \
-                 choose a shorter counter table with `#[{COUNTER}({TABLE} = \"...\")]`"
-            ),
-        );
+    let windowed = keys.iter().find(|k| k.window.is_some() && !k.unique);
+    let unique = keys.iter().find(|k| k.unique);
+    let needs = [
+        (windowed, "_buckets", "a windowed key keeps its buckets"),
+        (unique, "_sketches", "a unique key keeps its sketches"),
+    ];
+    for (key, suffix, what) in needs {
+        let Some(key) = key else {
+            continue;
+        };
+        let name = format!("{table}{suffix}");
+        if let Some(problem) = table_name_problem(&name) {
+            errors.at(
+                key.field.span(),
+                format!(
+                    "{what} in {name:?}, an invalid name ({problem}); choose a shorter counter \
+                     table with `#[{COUNTER}({TABLE} = \"...\")]`"
+                ),
+            );
+        }
     }
 }
 
