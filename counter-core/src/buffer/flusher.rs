@@ -16,6 +16,7 @@ use super::{
     Config,
     pending::{CounterId, Delta, Drained, Pending},
     sink::{Flush, FlushSink, FlushedDelta},
+    sketches::{PendingSketches, Sketches},
     stats::Meter,
 };
 use crate::{
@@ -45,6 +46,10 @@ pub(super) struct Shared {
     pub pending: Pending,
     /// The drain being flushed, still counted by reads until it commits.
     pub in_flight: Mutex<Option<Arc<Drained>>>,
+    /// Sketches of unique keys waiting for a flush.
+    pub sketches: PendingSketches,
+    /// The sketches being flushed, still merged by reads until they commit.
+    pub sketches_in_flight: Mutex<Option<Arc<Sketches>>>,
     /// Odd while a read could count a delta twice or not at all: during a
     /// drain (deltas move from `pending` to `in_flight`) and from a
     /// `COMMIT` being sent until `in_flight` is cleared. A read that saw the
@@ -160,6 +165,9 @@ async fn run(shared: Arc<Shared>) {
                 }
             }
         }
+        if closing || shared.sketches.len() > 0 {
+            flush_sketches(&shared).await;
+        }
         shared.flushed.send_replace(request);
         // The drain started after `closing` was set, and adds check it
         // under the shard locks the drain took: nothing is left behind.
@@ -175,6 +183,59 @@ async fn run(shared: Arc<Shared>) {
         forget(&shared).await;
     }
     shared.stopped_cleanly.store(true, Ordering::SeqCst);
+}
+
+/// Merges every pending sketch into the sketch tables, retrying with
+/// backoff until that commits (a merge applied twice is the same merge, so
+/// a retry after an unknown outcome is safe); reads merge them from
+/// `sketches_in_flight` meanwhile.
+async fn flush_sketches(shared: &Shared) {
+    let drained = shared.sketches.drain();
+    if drained.sketches.is_empty() {
+        return;
+    }
+    let drained = Arc::new(drained);
+    *lock(&shared.sketches_in_flight) = Some(drained.clone());
+    shared.room_freed();
+    let meter = &shared.meter;
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let write = drained.write(&shared.db, shared.dialect);
+        let result = tokio::time::timeout(ATTEMPT_TIMEOUT, write)
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::CounterError::Database(DbErr::Custom(format!(
+                    "sketch flush attempt timed out after {ATTEMPT_TIMEOUT:?}"
+                ))))
+            });
+        match result {
+            Ok(()) => {
+                Meter::bump(&meter.flushed_sketches, drained.sketches.len() as u64);
+                Meter::bump(&meter.committed_members, drained.members);
+                meter.set_error(None);
+                break;
+            }
+            Err(error) => {
+                Meter::bump(&meter.failed_attempts, 1);
+                meter.set_error(Some(error.to_string()));
+                let pause = backoff(attempt);
+                tracing::warn!(
+                    attempt,
+                    sketches = drained.sketches.len(),
+                    retry_in_ms = pause.as_millis() as u64,
+                    %error,
+                    "counter buffer: sketch flush failed; its sketches are kept and it will be retried"
+                );
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+    *lock(&shared.sketches_in_flight) = None;
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Tells every waiter that the flusher has stopped, however it stopped:

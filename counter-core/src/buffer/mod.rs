@@ -5,6 +5,7 @@ mod flusher;
 mod ledger;
 mod pending;
 mod sink;
+mod sketches;
 mod stats;
 
 use std::{
@@ -35,11 +36,13 @@ use crate::{
     key::validate_key,
     owner::{OwnerId, SortOwner},
     retry,
-    sql::{self, Dialect},
-    typed::{KeyOf, KeySpace},
+    sql::{self, Dialect, sketches::ALL_TIME},
+    typed::{KeyOf, KeySpace, UniqueKeyOf},
+    unique::{Member, Sketch, murmur64a},
 };
 use flusher::Shared;
 use pending::{CounterRef, Pending, Refused};
+use sketches::{PendingSketches, SketchId, SketchRefused};
 use stats::Meter;
 
 /// What [`CounterBuffer::add`] does when `capacity` distinct counters are
@@ -64,6 +67,29 @@ pub enum WhenFull {
     Fail,
 }
 
+/// The pending sketches an observe of `(owner, key)` at `at` merges into:
+/// the all-time one and, for a windowed key, its bucket's.
+fn sketch_ids<I: OwnerId, S: KeySpace>(
+    counters: &Counters<I, S>,
+    owner: I,
+    key: &str,
+    at: chrono::DateTime<Utc>,
+) -> Vec<SketchId> {
+    let table = counters.table();
+    let owner = SortOwner::from_value(owner.into());
+    let window = table.window_for(key).map(|w| w.bucket_of(at));
+    [Some(ALL_TIME), window]
+        .into_iter()
+        .flatten()
+        .map(|bucket| SketchId {
+            table: table.name().to_owned(),
+            owner: owner.clone(),
+            key: key.to_owned(),
+            bucket,
+        })
+        .collect()
+}
+
 /// A buffer's settings, fixed when it starts.
 #[derive(Debug, Clone)]
 struct Config {
@@ -74,6 +100,7 @@ struct Config {
     ledger: FlushLedger,
     retention: Duration,
     sink: Option<sink::Sink>,
+    sketch_capacity: usize,
 }
 
 /// Longest time a [`WhenFull::Block`] add waits for room before it fails
@@ -108,6 +135,16 @@ impl BufferBuilder {
     /// 10,000); at most the capacity.
     pub fn flush_at(mut self, counters: usize) -> Self {
         self.config.flush_at = counters;
+        self
+    }
+
+    /// The most sketches of unique keys pending at once (default 10,000:
+    /// one per counter observed since the last flush, and per bucket of a
+    /// windowed key), each at most 16 kB in memory (dense), most far less;
+    /// past it, [`CounterBuffer::observe`] of a new counter waits or fails
+    /// by the [`WhenFull`] policy.
+    pub fn sketch_capacity(mut self, sketches: usize) -> Self {
+        self.config.sketch_capacity = sketches;
         self
     }
 
@@ -172,6 +209,12 @@ impl BufferBuilder {
         CounterError::check_size("buffer interval (ms)", millis, 1, 3_600_000)?;
         CounterError::check_size("buffer capacity", config.capacity, 1, MAX_BUFFER_CAPACITY)?;
         CounterError::check_size("buffer flush_at", config.flush_at, 1, config.capacity)?;
+        CounterError::check_size(
+            "buffer sketch_capacity",
+            config.sketch_capacity,
+            1,
+            MAX_BUFFER_CAPACITY,
+        )?;
         let retention = usize::try_from(config.retention.as_secs()).unwrap_or(usize::MAX);
         CounterError::check_size(
             "buffer ledger retention (s)",
@@ -193,6 +236,8 @@ impl BufferBuilder {
         let (flushed, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             pending: Pending::new(shards, config.capacity),
+            sketches: PendingSketches::new(config.sketch_capacity),
+            sketches_in_flight: Mutex::default(),
             db,
             dialect,
             config,
@@ -332,6 +377,7 @@ impl CounterBuffer {
                 ledger: FlushLedger::default(),
                 retention: Duration::from_secs(7 * 24 * 3600),
                 sink: None,
+                sketch_capacity: 10_000,
             },
         }
     }
@@ -349,7 +395,8 @@ impl CounterBuffer {
     /// Never waits on the database; allocates only for a counter that is
     /// not pending yet.
     ///
-    /// Errors: a bad key or owner, [`CounterError::Overflow`] if the
+    /// Errors: a bad key or owner, [`CounterError::WrongKeyKind`] for a
+    /// unique key (see [`CounterBuffer::observe`]), [`CounterError::Overflow`] if the
     /// counter's pending sum would leave `i64`, [`BufferError::Full`]
     /// (see [`WhenFull`]), [`BufferError::Closed`] once
     /// [`CounterBuffer::shutdown`] has begun. An error means the delta was
@@ -365,6 +412,7 @@ impl CounterBuffer {
         validate_key(key)?;
         owner.check()?;
         let table = counters.table();
+        table.check_kind(key, false, "add")?;
         let bucket = table.window_for(key).map(|w| w.bucket_of(Utc::now()));
         let owner = SortOwner::from_value(owner.into());
         let id = CounterRef {
@@ -413,6 +461,102 @@ impl CounterBuffer {
                 }
             }
         }
+    }
+
+    /// Counts `member` among the distinct members of a unique key, in
+    /// memory: the member is hashed and merged into the counter's pending
+    /// sketch (and its bucket's, for a windowed key), and the flusher
+    /// merges each sketch into the sketch table once per flush. Never waits
+    /// on the database; 64 writers of one hot owner share one sketch.
+    ///
+    /// A flush is one short transaction per table whatever the number of
+    /// members, and applying a flush twice changes nothing (no ledger
+    /// needed). With a [sink](BufferBuilder::sink), sketches still go to
+    /// the database directly.
+    ///
+    /// Errors: a bad key or owner, [`CounterError::WrongKeyKind`] for a key
+    /// that is not unique, [`BufferError::Full`] past
+    /// [`sketch_capacity`](BufferBuilder::sketch_capacity) (see
+    /// [`WhenFull`]), [`BufferError::Closed`] once shutting down.
+    pub fn observe<I, S, K, M>(
+        &self,
+        counters: &Counters<I, S>,
+        owner: I,
+        key: K,
+        member: &M,
+    ) -> Result<()>
+    where
+        I: OwnerId,
+        S: KeySpace,
+        K: UniqueKeyOf<S>,
+        M: Member + ?Sized,
+    {
+        let key = key.as_key_str();
+        counters.check_unique(&owner, key, "observe")?;
+        let hash = member.with_bytes(murmur64a);
+        let ids = sketch_ids(counters, owner, key, Utc::now());
+        let shared = self.shared();
+        let mut waited = None;
+        loop {
+            if shared.is_closing() {
+                return Err(BufferError::Closed.into());
+            }
+            match shared.sketches.observe(
+                counters.table(),
+                I::COLUMN,
+                ids.clone(),
+                hash,
+                &shared.closing,
+            ) {
+                Ok(pending) => {
+                    if pending >= shared.config.flush_at {
+                        shared.wake.notify_one();
+                    }
+                    return Ok(());
+                }
+                Err(SketchRefused::Closed) => return Err(BufferError::Closed.into()),
+                Err(SketchRefused::Full) => {
+                    let since = *waited.get_or_insert_with(|| {
+                        Meter::bump(&shared.meter.full_waits, 1);
+                        Instant::now()
+                    });
+                    shared.wake.notify_one();
+                    self.wait_for_room(since)?;
+                }
+            }
+        }
+    }
+
+    /// The estimated distinct members of a unique key as this process sees
+    /// it: the stored sketch merged with what this buffer holds for it
+    /// (read-your-writes). Always exact about this buffer's members: a
+    /// member moving from pending to the database during the read is
+    /// merged from one or the other, and merging it twice counts it once.
+    pub async fn unique<I, S, K>(&self, counters: &Counters<I, S>, owner: I, key: K) -> Result<u64>
+    where
+        I: OwnerId,
+        S: KeySpace,
+        K: UniqueKeyOf<S>,
+    {
+        let key = key.as_key_str();
+        counters.check_unique(&owner, key, "unique")?;
+        let shared = self.shared();
+        let id = sketch_ids(counters, owner.clone(), key, Utc::now()).swap_remove(0);
+        // Pending, then in flight, then stored: a sketch moves in that
+        // order, so each is read before it can leave the next.
+        let mut merged = Sketch::new();
+        shared.sketches.merge_into(&id, &mut merged);
+        let flying = shared
+            .sketches_in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(sketch) = flying.as_ref().and_then(|f| f.get(&id)) {
+            merged.merge(sketch);
+        }
+        let untyped = counters.untyped();
+        merged.merge(&untyped.sketch(&shared.db, owner, key).await?);
+        Ok(merged.estimate())
     }
 
     /// Applies the full-buffer policy to an add waiting `since`; `Ok` once
@@ -558,9 +702,12 @@ impl CounterBuffer {
     pub fn stats(&self) -> BufferStats {
         let shared = self.shared();
         let flying = shared.in_flight().map_or(0, |d| d.adds);
-        shared
-            .meter
-            .snapshot(shared.pending.adds(), flying, shared.pending.counters())
+        shared.meter.snapshot(
+            shared.pending.adds(),
+            flying,
+            shared.pending.counters(),
+            shared.sketches.len(),
+        )
     }
 
     /// This buffer's id in the [`FlushLedger`] (a UUID, new per start).

@@ -52,6 +52,13 @@ pub struct BufferStats {
     pub last_flush_time: Option<Duration>,
     /// The last failed attempt's error, cleared by the next success.
     pub last_error: Option<String>,
+    /// Members observed into unique keys ([`CounterBuffer::observe`](super::CounterBuffer::observe))
+    /// and committed in a flush of their sketches.
+    pub committed_members: u64,
+    /// Sketches (one per unique counter and bucket) waiting for a flush.
+    pub pending_sketches: usize,
+    /// Sketches merged into the sketch tables by flushes.
+    pub flushed_sketches: u64,
 }
 
 /// The counters behind [`BufferStats`], updated by the flusher and by `add`.
@@ -67,6 +74,8 @@ pub(super) struct Meter {
     pub replays_skipped: AtomicU64,
     pub rejected_deltas: AtomicU64,
     pub full_waits: AtomicU64,
+    pub committed_members: AtomicU64,
+    pub flushed_sketches: AtomicU64,
     pub last_flush_micros: AtomicU64,
     pub last_error: Mutex<Option<String>>,
 }
@@ -84,7 +93,13 @@ impl Meter {
     }
 
     /// The snapshot, given the adds the shards and the flush under way hold.
-    pub fn snapshot(&self, waiting_adds: u64, in_flight_adds: u64, pending: usize) -> BufferStats {
+    pub fn snapshot(
+        &self,
+        waiting_adds: u64,
+        in_flight_adds: u64,
+        pending: usize,
+        pending_sketches: usize,
+    ) -> BufferStats {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let committed = load(&self.committed_adds);
         let pending_adds = waiting_adds + in_flight_adds;
@@ -108,6 +123,9 @@ impl Meter {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
+            committed_members: load(&self.committed_members),
+            pending_sketches,
+            flushed_sketches: load(&self.flushed_sketches),
         }
     }
 }

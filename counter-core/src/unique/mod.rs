@@ -34,5 +34,7 @@ pub mod sketch;
 
 pub use hash::murmur64a;
 pub use member::Member;
+#[cfg(feature = "buffer")]
+pub(crate) use observe::{cell, write_cells};
 pub use read::UniqueMap;
 pub use sketch::{Sketch, SketchFormatError};

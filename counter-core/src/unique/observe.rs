@@ -3,11 +3,13 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DbErr, TransactionOptions, TransactionSession, TransactionTrait};
+use sea_orm::{
+    ConnectionTrait, DbErr, TransactionOptions, TransactionSession, TransactionTrait, Value,
+};
 
 use super::{Member, Sketch};
 use crate::{
-    CounterError, Counters, detach,
+    CounterError, CounterTable, Counters, detach,
     error::Result,
     key::validate_key,
     owner::{OwnerId, SortOwner},
@@ -169,24 +171,17 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         sketch: Sketch,
         at: DateTime<Utc>,
     ) -> Vec<(SketchCell, Sketch)> {
-        let owner = owner.into();
-        let counter = SortOwner::of(&owner);
+        let owner: Value = owner.into();
         let table = self.table();
-        let mut buckets = vec![(ALL_TIME, table.next_slot_on(Some(dialect), &counter, &key))];
-        if let Some(window) = table.window_for(&key) {
-            let slot = table.next_bucket_slot(Some(dialect), &counter, &key);
-            buckets.push((window.bucket_of(at), slot));
-        }
-        buckets
+        let window = table.window_for(&key).map(|w| w.bucket_of(at));
+        [Some(ALL_TIME), window]
             .into_iter()
-            .map(|(bucket, slot)| {
-                let cell = SketchCell {
-                    owner: owner.clone(),
-                    key: key.clone(),
-                    bucket,
-                    slot,
-                };
-                (cell, sketch.clone())
+            .flatten()
+            .map(|bucket| {
+                (
+                    cell(table, dialect, owner.clone(), &key, bucket),
+                    sketch.clone(),
+                )
             })
             .collect()
     }
@@ -196,46 +191,86 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// wait on each other's rows in opposite orders. On a pool the
     /// transaction runs in a task of its own (see `detach`) and is retried
     /// whole after a conflict: a merge applied twice is the same merge.
-    async fn write_sketches<C>(&self, db: &C, mut cells: Vec<(SketchCell, Sketch)>) -> Result<()>
+    async fn write_sketches<C>(&self, db: &C, cells: Vec<(SketchCell, Sketch)>) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
     {
-        let Some(table) = self.table().sketch_table() else {
-            return Ok(());
-        };
-        cells.retain(|(_, sketch)| !sketch.is_empty());
-        if cells.is_empty() {
-            return Ok(());
+        match self.table().sketch_table() {
+            Some(table) => write_cells(db, &table, cells).await,
+            None => Ok(()),
         }
-        cells.sort_by(|(a, _), (b, _)| {
-            (SortOwner::of(&a.owner), &a.key, a.bucket, a.slot).cmp(&(
-                SortOwner::of(&b.owner),
-                &b.key,
-                b.bucket,
-                b.slot,
-            ))
-        });
-        let dialect = Dialect::of(db)?;
-        let work = Arc::new(Merge {
-            dialect,
-            table: table.clone(),
-            cells,
-        });
-        retry::run(db, &table, || {
-            let work = work.clone();
-            async move {
-                match detach::detached(db) {
-                    Some(pool) => {
-                        let options = dialect.batch_transaction();
-                        pool.run(move |pool| async move { work.run(&pool, Some(options)).await })
-                            .await
-                    }
-                    None => work.run(db, None).await,
-                }
-            }
-        })
-        .await
     }
+}
+
+/// The row of `table`'s sketch table a sketch of `(owner, key)` in `bucket`
+/// merges into: in the slot the table's strategy picks (the all-time
+/// sketch and the buckets each turn a rotor of their own).
+pub(crate) fn cell(
+    table: &CounterTable,
+    dialect: Dialect,
+    owner: Value,
+    key: &str,
+    bucket: i64,
+) -> SketchCell {
+    let counter = SortOwner::of(&owner);
+    let slot = if bucket == ALL_TIME {
+        table.next_slot_on(Some(dialect), &counter, key)
+    } else {
+        table.next_bucket_slot(Some(dialect), &counter, key)
+    };
+    SketchCell {
+        owner,
+        key: key.to_owned(),
+        bucket,
+        slot,
+    }
+}
+
+/// Merges each sketch into its row of the sketch table `table`, in one
+/// transaction (a savepoint in the caller's), rows in primary-key order so
+/// that two writers never wait on each other's rows in opposite orders. On
+/// a pool the transaction runs in a task of its own (see `detach`) and is
+/// retried whole after a conflict: a merge applied twice is the same merge.
+pub(crate) async fn write_cells<C>(
+    db: &C,
+    table: &str,
+    mut cells: Vec<(SketchCell, Sketch)>,
+) -> Result<()>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    cells.retain(|(_, sketch)| !sketch.is_empty());
+    if cells.is_empty() {
+        return Ok(());
+    }
+    cells.sort_by(|(a, _), (b, _)| {
+        (SortOwner::of(&a.owner), &a.key, a.bucket, a.slot).cmp(&(
+            SortOwner::of(&b.owner),
+            &b.key,
+            b.bucket,
+            b.slot,
+        ))
+    });
+    let dialect = Dialect::of(db)?;
+    let work = Arc::new(Merge {
+        dialect,
+        table: table.to_owned(),
+        cells,
+    });
+    retry::run(db, table, || {
+        let work = work.clone();
+        async move {
+            match detach::detached(db) {
+                Some(pool) => {
+                    let options = dialect.batch_transaction();
+                    pool.run(move |pool| async move { work.run(&pool, Some(options)).await })
+                        .await
+                }
+                None => work.run(db, None).await,
+            }
+        }
+    })
+    .await
 }
 
 /// One transaction's merges.

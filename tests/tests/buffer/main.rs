@@ -5,3 +5,4 @@
 mod buffer;
 mod buffer_ledger;
 mod buffer_restart;
+mod buffer_unique;

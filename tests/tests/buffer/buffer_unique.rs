@@ -1,0 +1,141 @@
+//! Unique keys through the write-behind buffer: members merged in memory,
+//! sketches flushed by merging, on every backend. A flush sent twice, a
+//! member seen by many writers, a read while a flush runs: each member
+//! counts once.
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{Duration as Days, TimeZone, Utc};
+use counter_core::{
+    BufferError, CounterBuffer, CounterError, CounterTable, Counters, FlushLedger, Window,
+    unique::Sketch,
+};
+use counter_tests::{TestDb, backend_test, figures, raw};
+
+/// Counters with a unique `viewers` key and a day-windowed unique `visitors`.
+fn uniques(name: &str, slots: u16) -> Counters<i64> {
+    Counters::new(
+        CounterTable::new(name.to_owned())
+            .and_then(|t| t.with_slots(slots))
+            .and_then(|t| t.with_unique_key("viewers"))
+            .and_then(|t| t.with_unique_key("visitors"))
+            .and_then(|t| t.with_key_window("visitors", Window::Day))
+            .expect("a valid table"),
+    )
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "buffer_unique"]
+    async fn sixty_four_writers_on_one_owner_flush_one_sketch(t: TestDb) {
+        const WRITERS: usize = 64;
+        const EACH: usize = 400;
+        FlushLedger::default().create_table(&t.db).await.unwrap();
+        let c = Arc::new(uniques("buffer_unique", 4));
+        c.create_table(&t.db).await.unwrap();
+        let buffer = CounterBuffer::builder(&t.db)
+            .interval(Duration::from_millis(20))
+            .start()
+            .await
+            .unwrap();
+        // Writers overlap: writer w sees members w*EACH/2 .. w*EACH/2+EACH.
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (c, buffer) = (c.clone(), buffer.clone());
+                tokio::spawn(async move {
+                    for i in 0..EACH {
+                        let member = format!("user:{}", w * EACH / 2 + i);
+                        buffer.observe(&c, 1, "viewers", member.as_str()).unwrap();
+                        if i % 100 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        let distinct = (WRITERS - 1) * EACH / 2 + EACH;
+        let mut union = Sketch::new();
+        for i in 0..distinct {
+            union.insert(format!("user:{i}").as_str());
+        }
+        // Read-your-writes before the flush, whatever is in flight.
+        assert_eq!(buffer.unique(&c, 1, "viewers").await.unwrap(), union.estimate());
+        tokio::time::timeout(Duration::from_secs(60), buffer.flush())
+            .await
+            .unwrap()
+            .unwrap();
+        let stored = c.sketch(&t.db, 1, "viewers").await.unwrap();
+        assert_eq!(stored.to_bytes(), union.to_bytes(), "the union, once");
+        let rows = raw::slot_rows_of(&t.db, "buffer_unique_sketches", 1, "viewers").await;
+        assert!(rows <= 4, "a handful of flushes, a handful of rows: {rows}");
+
+        // The same members again, flushed again: nothing changes.
+        let before = raw::sketch_bytes(&t.db, "buffer_unique_sketches", 1, "viewers").await;
+        for i in 0..distinct {
+            buffer.observe(&c, 1, "viewers", format!("user:{i}").as_str()).unwrap();
+        }
+        buffer.flush().await.unwrap();
+        let after = raw::sketch_bytes(&t.db, "buffer_unique_sketches", 1, "viewers").await;
+        let merged_after: Vec<u8> = {
+            let mut all = Sketch::new();
+            for (_, bytes) in &after {
+                all.merge(&Sketch::from_bytes(bytes).unwrap());
+            }
+            all.to_bytes()
+        };
+        assert_eq!(merged_after, union.to_bytes());
+        assert!(after.len() >= before.len());
+        let stats = buffer.shutdown().await.unwrap();
+        assert_eq!(stats.committed_members, (WRITERS * EACH + distinct) as u64);
+        assert_eq!(stats.pending_sketches, 0);
+        let err = buffer.observe(&c, 1, "viewers", "late").unwrap_err();
+        assert!(matches!(err, CounterError::Buffer(BufferError::Closed)), "{err}");
+        figures(
+            "buffer_unique",
+            t.backend,
+            &[
+                ("observes", stats.committed_members),
+                ("distinct", distinct as u64),
+                ("estimate", stored.estimate()),
+                ("sketch_flushes", stats.flushed_sketches),
+                ("rows", rows as u64),
+            ],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "buffer_unique_misuse"]
+    async fn buffered_windows_and_wrong_kinds(t: TestDb) {
+        FlushLedger::default().create_table(&t.db).await.unwrap();
+        let c = uniques("buffer_unique_misuse", 2);
+        c.create_table(&t.db).await.unwrap();
+        let buffer = CounterBuffer::start(&t.db).await.unwrap();
+        let err = buffer.observe(&c, 1, "likes", "ann").unwrap_err();
+        assert!(matches!(err, CounterError::WrongKeyKind { .. }), "{err}");
+        let err = buffer.add(&c, 1, "viewers", 1).unwrap_err();
+        assert!(matches!(err, CounterError::WrongKeyKind { .. }), "{err}");
+        for member in ["ann", "bob", "ann"] {
+            buffer.observe(&c, 1, "visitors", member).unwrap();
+        }
+        buffer.flush().await.unwrap();
+        let today = Utc::now();
+        let day = Utc
+            .with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
+            .unwrap()
+            .max(today - Days::days(1));
+        let week = c
+            .unique_over(&t.db, 1, "visitors", day, today + Days::days(1))
+            .await
+            .unwrap();
+        assert_eq!(week, 2, "today's bucket");
+        assert_eq!(c.unique(&t.db, 1, "visitors").await.unwrap(), 2);
+        buffer.shutdown().await.unwrap();
+        t.finish().await;
+    }
+}
