@@ -12,8 +12,9 @@ use crate::{
     observe::{self, Touched},
     owner::{OwnerId, SortOwner},
     retry,
-    sql::{self, Dialect, UpsertRow},
-    typed::{KeyOf, KeySpace},
+    sql::{self, Dialect, UpsertRow, sketches::ALL_TIME},
+    typed::{KeyOf, KeySpace, UniqueKeyOf},
+    unique::{self, Member, Merges, Sketch},
 };
 
 /// Counter deltas collected across tables, owners and keys, then applied in
@@ -58,6 +59,17 @@ pub struct DeltaBatch {
     /// Per table, in name order (the order tables are locked in), its
     /// folded deltas.
     tables: BTreeMap<String, TableDeltas>,
+    /// Members observed into unique keys, one sketch per (table, owner,
+    /// key, bucket): merged into their rows after the deltas, in the same
+    /// transaction.
+    sketches: BTreeMap<(String, SortOwner, String, i64), PendingSketch>,
+}
+
+#[derive(Debug)]
+struct PendingSketch {
+    table: CounterTable,
+    owner: Value,
+    sketch: Sketch,
 }
 
 #[derive(Debug)]
@@ -231,11 +243,88 @@ impl DeltaBatch {
         Ok(())
     }
 
+    /// Counts `member` among the distinct members of the unique key `key`
+    /// of `owner` (see [`Counters::observe`]); members of one counter are
+    /// merged into one sketch here, so a batch writes one row per counter
+    /// whatever the number of members.
+    pub fn observe<I, S, K, M>(
+        &mut self,
+        counters: &Counters<I, S>,
+        owner: I,
+        key: K,
+        member: &M,
+    ) -> Result<&mut Self>
+    where
+        I: OwnerId,
+        S: KeySpace,
+        K: UniqueKeyOf<S>,
+        M: Member + ?Sized,
+    {
+        self.observe_at(counters, owner, key, member, Utc::now())
+    }
+
+    /// [`DeltaBatch::observe`] of a visit that happened `at` (the bucket
+    /// of a windowed key).
+    pub fn observe_at<I, S, K, M>(
+        &mut self,
+        counters: &Counters<I, S>,
+        owner: I,
+        key: K,
+        member: &M,
+        at: DateTime<Utc>,
+    ) -> Result<&mut Self>
+    where
+        I: OwnerId,
+        S: KeySpace,
+        K: UniqueKeyOf<S>,
+        M: Member + ?Sized,
+    {
+        let key = key.as_key_str();
+        counters.check_unique(&owner, key, "observe")?;
+        let table = counters.table();
+        let owner: Value = owner.into();
+        let sort = SortOwner::of(&owner);
+        let window = table.window_for(key).map(|w| w.bucket_of(at));
+        for bucket in [Some(ALL_TIME), window].into_iter().flatten() {
+            let at = (
+                table.name().to_owned(),
+                sort.clone(),
+                key.to_owned(),
+                bucket,
+            );
+            self.sketches
+                .entry(at)
+                .or_insert_with(|| PendingSketch {
+                    table: table.clone(),
+                    owner: owner.clone(),
+                    sketch: Sketch::new(),
+                })
+                .sketch
+                .insert(member);
+        }
+        Ok(self)
+    }
+
+    /// The merges of the batch's sketches, each in the slot its table
+    /// picks.
+    fn take_merges(&mut self, dialect: Dialect) -> Merges {
+        let cells = std::mem::take(&mut self.sketches)
+            .into_iter()
+            .filter_map(|((_, _, key, bucket), pending)| {
+                let sketch_table = pending.table.sketch_table()?;
+                let cell = unique::cell(&pending.table, dialect, pending.owner, &key, bucket);
+                Some((sketch_table, cell, pending.sketch))
+            })
+            .collect();
+        Merges::new(dialect, cells)
+    }
+
     /// Whether no counter would change.
     pub fn is_empty(&self) -> bool {
-        self.tables.values().all(|t| {
-            t.deltas.values().all(|p| p.delta == 0) && t.buckets.values().all(|p| p.delta == 0)
-        })
+        self.sketches.values().all(|p| p.sketch.is_empty())
+            && self.tables.values().all(|t| {
+                t.deltas.values().all(|p| p.delta == 0) && t.buckets.values().all(|p| p.delta == 0)
+            })
     }
 
     /// Sends the batch, all or nothing: one multi-row upsert per table and
@@ -245,7 +334,7 @@ impl DeltaBatch {
     /// savepoint inside the caller's), retried whole on a pool after a
     /// deadlock, so a windowed key's total and bucket, or the two sides of a
     /// move, are never half applied.
-    pub async fn apply<C>(self, db: &C) -> Result<BatchReport>
+    pub async fn apply<C>(mut self, db: &C) -> Result<BatchReport>
     where
         C: ConnectionTrait + TransactionTrait,
     {
@@ -253,11 +342,15 @@ impl DeltaBatch {
             return Ok(BatchReport::default());
         }
         let touched = self.touched();
-        let (outcome, statements) = self.into_statements(Dialect::of(db)?);
+        let dialect = Dialect::of(db)?;
+        let merges = self.take_merges(dialect);
+        let (mut outcome, statements) = self.into_statements(dialect);
+        outcome.sketches = merges.len();
         if statements.is_empty() {
+            merges.write(db).await?;
             return Ok(outcome);
         }
-        if let [(table, stmt)] = statements.as_slice() {
+        if let ([(table, stmt)], true) = (statements.as_slice(), merges.is_empty()) {
             retry::run(db, table, || {
                 detach::execute_observed(db, stmt.clone(), &touched)
             })
@@ -265,21 +358,24 @@ impl DeltaBatch {
             return Ok(outcome);
         }
         let statements = Arc::new(statements);
-        let tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
+        let merges = Arc::new(merges);
+        let mut tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
+        tables.extend(merges.tables());
         retry::run_on(db, tables[0], &tables, || {
             let (statements, touched) = (statements.clone(), touched.clone());
+            let merges = merges.clone();
             async move {
                 match detach::detached(db) {
                     Some(pool) => {
                         let work = |pool| async move {
-                            let done = all_or_nothing(&pool, &statements).await;
+                            let done = all_or_nothing(&pool, &statements, &merges).await;
                             touched.committed().await;
                             done
                         };
                         pool.run(work).await
                     }
                     None => {
-                        let done = all_or_nothing(db, &statements).await;
+                        let done = all_or_nothing(db, &statements, &merges).await;
                         touched.wrote(retry::is_pool::<C>()).await;
                         done
                     }
@@ -297,23 +393,26 @@ impl DeltaBatch {
     /// a batch of more than one statement is refused with
     /// [`CounterError::BatchNeedsTransaction`] before anything is sent:
     /// there it could be half applied.
-    pub async fn apply_in<C: ConnectionTrait>(self, txn: &C) -> Result<BatchReport> {
+    pub async fn apply_in<C: ConnectionTrait>(mut self, txn: &C) -> Result<BatchReport> {
         if self.is_empty() {
             return Ok(BatchReport::default());
         }
         let mut touched = self.touched();
-        let (outcome, statements) = self.into_statements(Dialect::of(txn)?);
-        if statements.is_empty() {
-            return Ok(outcome);
-        }
-        if statements.len() > 1 && retry::is_pool::<C>() {
+        let dialect = Dialect::of(txn)?;
+        let merges = self.take_merges(dialect);
+        let (mut outcome, statements) = self.into_statements(dialect);
+        outcome.sketches = merges.len();
+        // A merge reads and writes back its row: outside a transaction
+        // another writer could come in between.
+        if (statements.len() > 1 || !merges.is_empty()) && retry::is_pool::<C>() {
             return Err(CounterError::BatchNeedsTransaction {
-                statements: statements.len(),
+                statements: statements.len() + merges.len(),
             });
         }
-        let last = statements.len() - 1;
+        // Deltas first, sketches after: the lock order of `apply` too.
+        let last = statements.len().checked_sub(1);
         for (i, (table, stmt)) in statements.iter().enumerate() {
-            if i == last {
+            if Some(i) == last {
                 let touched = std::mem::take(&mut touched);
                 retry::run(txn, table, || {
                     detach::execute_observed(txn, stmt.clone(), &touched)
@@ -322,6 +421,10 @@ impl DeltaBatch {
             } else {
                 retry::run(txn, table, || detach::execute(txn, stmt.clone())).await?;
             }
+        }
+        if !merges.is_empty() {
+            let tables = merges.tables();
+            retry::run_on(txn, tables[0], &tables, || merges.apply(txn)).await?;
         }
         Ok(outcome)
     }
@@ -404,7 +507,11 @@ fn fold(total: i64, delta: i64, key: &str) -> Result<i64> {
 
 /// The statements of a batch in one transaction of their own on `db`,
 /// committed, or none of them.
-async fn all_or_nothing<C>(db: &C, statements: &[(String, Statement)]) -> Result<(), sea_orm::DbErr>
+async fn all_or_nothing<C>(
+    db: &C,
+    statements: &[(String, Statement)],
+    merges: &Merges,
+) -> Result<(), sea_orm::DbErr>
 where
     C: TransactionTrait,
 {
@@ -412,5 +519,6 @@ where
     for (_, stmt) in statements {
         txn.execute_raw(stmt.clone()).await?;
     }
+    merges.apply(&txn).await?;
     txn.commit().await
 }

@@ -65,6 +65,11 @@ pub trait KeySpace: Send + Sync + 'static {
     /// a key that arrived as a string in a message).
     #[doc(hidden)]
     fn accepts(name: &str) -> bool;
+
+    /// Whether the unique key named `name` belongs to this key space (see
+    /// [`KeySpace::accepts`]).
+    #[doc(hidden)]
+    fn accepts_unique(name: &str) -> bool;
 }
 
 impl KeySpace for Untyped {
@@ -87,6 +92,10 @@ impl KeySpace for Untyped {
     }
 
     fn accepts(_: &str) -> bool {
+        true
+    }
+
+    fn accepts_unique(_: &str) -> bool {
         true
     }
 }
@@ -114,6 +123,10 @@ impl<E: SlottedCounter> KeySpace for E {
 
     fn accepts(name: &str) -> bool {
         E::Key::ALL.iter().any(|k| k.as_key_str() == name)
+    }
+
+    fn accepts_unique(name: &str) -> bool {
+        E::UniqueKey::ALL.iter().any(|k| k.as_key_str() == name)
     }
 }
 

@@ -21,6 +21,8 @@ pub struct BatchReport {
     pub rows: usize,
     /// Statements sent (one per chunk of rows, not counting BEGIN/COMMIT).
     pub statements: usize,
+    /// Sketch rows of unique keys merged ([`DeltaBatch::observe`](crate::DeltaBatch::observe)).
+    pub sketches: usize,
 }
 
 impl<I: OwnerId, S: KeySpace> Counters<I, S> {

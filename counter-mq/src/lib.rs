@@ -93,7 +93,7 @@ pub use error::{BrokerError, MqError, Rejection};
 pub use fault::FaultPoint;
 /// The RabbitMQ client this crate uses.
 pub use lapin;
-pub use message::{Change, CounterMessage};
+pub use message::{Change, CounterMessage, Observation};
 pub use publish::{Publish, Sent};
 pub use source::Source;
 pub use stats::{ConsumerStats, StatsHandle};

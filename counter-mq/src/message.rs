@@ -22,6 +22,15 @@
 //!   `i64`, and for a windowed key the Unix second the event happened at
 //!   (its bucket; the consumer's clock when absent), 1970 to 9999.
 //!
+//! * `o` (optional, beside or instead of `d`): observations of unique keys
+//!   `[owner, key, member]` or `[owner, key, member, at]`: the member (a
+//!   user id, a session, an IP address) as a string, counted once among the
+//!   key's distinct members (see counter-core's `Counters::observe`).
+//!   Counting a member is idempotent by nature, so a redelivered
+//!   observation could not double anything; it shares the id anyway, so
+//!   one message can carry a page view (`views` + 1) and its viewer at once.
+//!   `d` and `o` together hold 1 to [`MAX_CHANGES`] entries.
+//!
 //! Subjects (JetStream) and routing keys (RabbitMQ) carry no meaning for
 //! the consumer: the table is in the message.
 
@@ -60,11 +69,27 @@ pub struct Change {
 /// A message: an id, a counter table and changes of that table. Build one
 /// with [`CounterMessage::new`] and [`CounterMessage::push`], or let a
 /// [`Publish`](crate::Publish)er build it.
+/// One member observed into a unique key: `[owner, key, member]` or
+/// `[owner, key, member, at]` on the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// The owner, as JSON of the table's owner type.
+    pub owner: Json,
+    /// The unique key.
+    pub key: String,
+    /// The member, counted once however often it is observed.
+    pub member: String,
+    /// When it was observed: the bucket of a windowed key (the consumer's
+    /// clock when absent).
+    pub at: Option<DateTime<Utc>>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterMessage {
     id: String,
     table: String,
     changes: Vec<Change>,
+    observations: Vec<Observation>,
 }
 
 /// The JSON shape (see the module documentation).
@@ -73,7 +98,17 @@ struct Wire {
     v: u64,
     id: String,
     t: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     d: Vec<WireChange>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    o: Vec<WireObservation>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum WireObservation {
+    Now(Json, String, String),
+    At(Json, String, String, i64),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -95,7 +130,19 @@ impl CounterMessage {
             id: id.into(),
             table: table.into(),
             changes: Vec::new(),
+            observations: Vec::new(),
         }
+    }
+
+    /// Adds an observation of a unique key.
+    pub fn push_observation(&mut self, observation: Observation) -> &mut Self {
+        self.observations.push(observation);
+        self
+    }
+
+    /// The observations of unique keys.
+    pub fn observations(&self) -> &[Observation] {
+        &self.observations
     }
 
     /// Adds a change. It is checked by the consumer, against the table it
@@ -131,7 +178,7 @@ impl CounterMessage {
     /// changes is out of bounds, so nothing a consumer must reject is sent.
     pub fn encode(&self) -> Result<Vec<u8>, Rejection> {
         check_id(&self.id)?;
-        check_count(self.changes.len())?;
+        check_count(self.changes.len() + self.observations.len())?;
         let wire = Wire {
             v: VERSION,
             id: self.id.clone(),
@@ -144,6 +191,17 @@ impl CounterMessage {
                         WireChange::At(c.owner.clone(), c.key.clone(), c.delta, at.timestamp())
                     }
                     None => WireChange::Now(c.owner.clone(), c.key.clone(), c.delta),
+                })
+                .collect(),
+            o: self
+                .observations
+                .iter()
+                .map(|o| {
+                    let (owner, key, member) = (o.owner.clone(), o.key.clone(), o.member.clone());
+                    match o.at {
+                        Some(at) => WireObservation::At(owner, key, member, at.timestamp()),
+                        None => WireObservation::Now(owner, key, member),
+                    }
                 })
                 .collect(),
         };
@@ -175,7 +233,7 @@ impl CounterMessage {
         let wire: Wire =
             serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed(e.to_string()))?;
         check_id(&wire.id)?;
-        check_count(wire.d.len())?;
+        check_count(wire.d.len() + wire.o.len())?;
         let changes = wire
             .d
             .into_iter()
@@ -191,13 +249,27 @@ impl CounterMessage {
                         owner,
                         key,
                         delta,
-                        at: Some(
-                            (0..=MAX_AT)
-                                .contains(&at)
-                                .then(|| DateTime::from_timestamp(at, 0))
-                                .flatten()
-                                .ok_or(Rejection::BadTime(at))?,
-                        ),
+                        at: Some(time(at)?),
+                    },
+                })
+            })
+            .collect::<Result<_, Rejection>>()?;
+        let observations = wire
+            .o
+            .into_iter()
+            .map(|observation| {
+                Ok(match observation {
+                    WireObservation::Now(owner, key, member) => Observation {
+                        owner,
+                        key,
+                        member,
+                        at: None,
+                    },
+                    WireObservation::At(owner, key, member, at) => Observation {
+                        owner,
+                        key,
+                        member,
+                        at: Some(time(at)?),
                     },
                 })
             })
@@ -206,8 +278,18 @@ impl CounterMessage {
             id: wire.id,
             table: wire.t,
             changes,
+            observations,
         })
     }
+}
+
+/// A Unix second of the wire as a time, 1970 to 9999.
+fn time(at: i64) -> Result<DateTime<Utc>, Rejection> {
+    (0..=MAX_AT)
+        .contains(&at)
+        .then(|| DateTime::from_timestamp(at, 0))
+        .flatten()
+        .ok_or(Rejection::BadTime(at))
 }
 
 /// Whether `id` can be a message (or idempotency) id: 1 to [`MAX_ID_LEN`]
@@ -263,6 +345,45 @@ mod tests {
             r#"{"v":1,"id":"w1:7","t":"post_counters","d":[[17,"likes",-3],["slug","views",9223372036854775807,1764201600]]}"#
         );
         assert_eq!(CounterMessage::decode(&bytes).unwrap(), message);
+    }
+
+    #[test]
+    fn observations_round_trip_beside_changes_or_alone() {
+        let mut message = CounterMessage::with_id("view:9", "post_counters");
+        message.push(Change {
+            owner: 17.into(),
+            key: "views".into(),
+            delta: 1,
+            at: None,
+        });
+        message.push_observation(Observation {
+            owner: 17.into(),
+            key: "viewers".into(),
+            member: "user:42".into(),
+            at: DateTime::from_timestamp(1_764_201_600, 0),
+        });
+        let bytes = message.encode().unwrap();
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"v":1,"id":"view:9","t":"post_counters","d":[[17,"views",1]],"o":[[17,"viewers","user:42",1764201600]]}"#
+        );
+        assert_eq!(CounterMessage::decode(&bytes).unwrap(), message);
+        let alone = br#"{"v":1,"id":"a","t":"t","o":[["p","viewers",""]]}"#;
+        let decoded = CounterMessage::decode(alone).unwrap();
+        assert_eq!(
+            (decoded.changes().len(), decoded.observations().len()),
+            (0, 1)
+        );
+        let nothing = br#"{"v":1,"id":"a","t":"t"}"#;
+        assert!(matches!(
+            CounterMessage::decode(nothing),
+            Err(Rejection::ChangeCount { got: 0, .. })
+        ));
+        let number_member = br#"{"v":1,"id":"a","t":"t","o":[[1,"viewers",42]]}"#;
+        assert!(matches!(
+            CounterMessage::decode(number_member),
+            Err(Rejection::Malformed(_))
+        ));
     }
 
     #[test]

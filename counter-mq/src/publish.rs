@@ -4,12 +4,12 @@
 use std::{future::Future, time::Instant};
 
 use chrono::Utc;
-use counter_core::{Counters, DeltaBatch, KeyOf, KeySpace, OwnerId};
+use counter_core::{Counters, DeltaBatch, KeyOf, KeySpace, OwnerId, UniqueKeyOf};
 use serde::Serialize;
 
 use crate::{
     error::{BrokerError, MqError, Rejection},
-    message::{Change, CounterMessage},
+    message::{Change, CounterMessage, Observation},
 };
 
 /// What the broker confirmed.
@@ -140,6 +140,37 @@ pub trait Publish: Send + Sync {
             .and_then(|message| message.with_event_id(id));
         async move { send_keeping(self, built?).await }
     }
+
+    /// Publishes one observation of a unique key: `member` counted once
+    /// among the distinct members of `key` of `owner` (see counter-core's
+    /// `Counters::observe`), at the time of now. Sending it twice, or
+    /// calling `observe` again after a timeout, cannot count the member
+    /// twice: a retry needs no idempotency id.
+    ///
+    /// ```no_run
+    /// # async fn f(publisher: counter_mq::nats::JetStreamPublisher) -> Result<(), counter_mq::MqError> {
+    /// use counter_core::{CounterTable, Counters};
+    /// use counter_mq::Publish;
+    ///
+    /// let posts = Counters::<i64>::new(CounterTable::new("post_counters")?.with_unique_key("viewers")?);
+    /// publisher.observe(&posts, 17, "viewers", "user:42").await?;
+    /// # Ok(()) }
+    /// ```
+    fn observe<I, S, K>(
+        &self,
+        counters: &Counters<I, S>,
+        owner: I,
+        key: K,
+        member: &str,
+    ) -> impl Future<Output = Result<Sent, MqError>> + Send
+    where
+        I: OwnerId + Serialize,
+        S: KeySpace,
+        K: UniqueKeyOf<S>,
+    {
+        let built = CounterMessage::observation(counters, owner, key, member);
+        async move { send_keeping(self, built?).await }
+    }
 }
 
 /// Sends `message`; a broker failure comes back as [`MqError::Unconfirmed`]
@@ -175,10 +206,7 @@ impl CounterMessage {
         K: KeyOf<S>,
     {
         let at = Utc::now();
-        let json = serde_json::to_value(&owner).map_err(|e| Rejection::BadOwner {
-            owner: format!("{owner:?}"),
-            reason: e.to_string(),
-        })?;
+        let json = owner_json(&owner)?;
         let key_name = key.as_key_str().to_owned();
         // The same checks as the consumer's: key, owner, window.
         DeltaBatch::new().add_at(counters, owner, key, delta, at)?;
@@ -192,6 +220,34 @@ impl CounterMessage {
         Ok(message)
     }
 
+    /// One observation of a unique key as a message, checked as a consumer
+    /// would check it against `counters`: `member` of `key` of `owner`, at
+    /// the time of now, with a new UUIDv7 id.
+    pub fn observation<I, S, K>(
+        counters: &Counters<I, S>,
+        owner: I,
+        key: K,
+        member: &str,
+    ) -> Result<Self, MqError>
+    where
+        I: OwnerId + Serialize,
+        S: KeySpace,
+        K: UniqueKeyOf<S>,
+    {
+        let at = Utc::now();
+        let json = owner_json(&owner)?;
+        let key_name = key.as_key_str().to_owned();
+        DeltaBatch::new().observe_at(counters, owner, key, member, at)?;
+        let mut message = CounterMessage::new(counters.table().name());
+        message.push_observation(Observation {
+            owner: json,
+            key: key_name,
+            member: member.to_owned(),
+            at: Some(at),
+        });
+        Ok(message)
+    }
+
     /// This message under the id `id`, checked (1 to 128 printable ASCII
     /// characters, no space).
     fn with_event_id(mut self, id: &str) -> Result<Self, MqError> {
@@ -199,6 +255,17 @@ impl CounterMessage {
         self.set_id(id);
         Ok(self)
     }
+}
+
+/// An owner as the JSON of a message.
+fn owner_json<I: OwnerId + Serialize>(owner: &I) -> Result<serde_json::Value, MqError> {
+    serde_json::to_value(owner).map_err(|e| {
+        Rejection::BadOwner {
+            owner: format!("{owner:?}"),
+            reason: e.to_string(),
+        }
+        .into()
+    })
 }
 
 /// What a redelivery horizon adds to the broker's own retention (a

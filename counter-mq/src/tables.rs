@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::{
     error::{MqError, Rejection},
-    message::{Change, CounterMessage},
+    message::{Change, CounterMessage, Observation},
 };
 
 /// The counter tables a consumer accepts messages for, by table name: a
@@ -105,6 +105,9 @@ impl Tables {
         for change in message.changes() {
             target.fold(&mut scratch, change)?;
         }
+        for observation in message.observations() {
+            target.observe(&mut scratch, observation)?;
+        }
         Ok(Checked { message, target })
     }
 }
@@ -123,16 +126,20 @@ impl Checked {
         for change in self.message.changes() {
             self.target.fold(batch, change)?;
         }
+        for observation in self.message.observations() {
+            self.target.observe(batch, observation)?;
+        }
         Ok(())
     }
 
     /// The owners the message changes, as bound in SQL: what a cache in
     /// front of the table is told to forget.
     pub fn owners(&self) -> Vec<Value> {
-        self.message
-            .changes()
-            .iter()
-            .filter_map(|change| self.target.owner_value(&change.owner))
+        let changes = self.message.changes().iter().map(|c| &c.owner);
+        let observations = self.message.observations().iter().map(|o| &o.owner);
+        changes
+            .chain(observations)
+            .filter_map(|owner| self.target.owner_value(owner))
             .collect()
     }
 }
@@ -142,6 +149,7 @@ trait Target: Send + Sync {
     /// The table and, for windowed keys, its bucket table.
     fn tables(&self) -> Vec<String>;
     fn fold(&self, batch: &mut DeltaBatch, change: &Change) -> Result<(), Rejection>;
+    fn observe(&self, batch: &mut DeltaBatch, observation: &Observation) -> Result<(), Rejection>;
     fn owner_value(&self, owner: &serde_json::Value) -> Option<Value>;
 }
 
@@ -172,6 +180,7 @@ where
         let table = self.counters.table();
         std::iter::once(table.name().to_owned())
             .chain(table.bucket_table())
+            .chain(table.sketch_table())
             .collect()
     }
 
@@ -188,23 +197,48 @@ where
             Some(at) => batch.add_at(&self.counters, owner, key, change.delta, at),
             None => batch.add(&self.counters, owner, key, change.delta),
         };
-        folded.map(drop).map_err(|e| match e {
-            CounterError::Overflow { .. } => Rejection::Overflow(e.to_string()),
-            CounterError::InvalidKey { .. } | CounterError::NotWindowed { .. } => {
-                Rejection::BadKey {
-                    key: preview_str(&change.key),
-                    reason: e.to_string(),
-                }
-            }
-            other => Rejection::BadOwner {
-                owner: preview(&change.owner),
-                reason: other.to_string(),
-            },
-        })
+        folded
+            .map(drop)
+            .map_err(|e| rejection(e, &change.key, &change.owner))
+    }
+
+    fn observe(&self, batch: &mut DeltaBatch, observation: &Observation) -> Result<(), Rejection> {
+        if !S::accepts_unique(&observation.key) {
+            return Err(Rejection::BadKey {
+                key: preview_str(&observation.key),
+                reason: format!("not a unique key of `{}`", self.counters.table().name()),
+            });
+        }
+        let owner = self.owner(&observation.owner)?;
+        let (key, member) = (observation.key.as_str(), observation.member.as_str());
+        let observed = match observation.at {
+            Some(at) => batch.observe_at(&self.counters, owner, key, member, at),
+            None => batch.observe(&self.counters, owner, key, member),
+        };
+        observed
+            .map(drop)
+            .map_err(|e| rejection(e, &observation.key, &observation.owner))
     }
 
     fn owner_value(&self, owner: &serde_json::Value) -> Option<Value> {
         self.owner(owner).ok().map(Into::into)
+    }
+}
+
+/// A change or observation the batch refused, as the consumer reports it.
+fn rejection(e: CounterError, key: &str, owner: &serde_json::Value) -> Rejection {
+    match e {
+        CounterError::Overflow { .. } => Rejection::Overflow(e.to_string()),
+        CounterError::InvalidKey { .. }
+        | CounterError::NotWindowed { .. }
+        | CounterError::WrongKeyKind { .. } => Rejection::BadKey {
+            key: preview_str(key),
+            reason: e.to_string(),
+        },
+        other => Rejection::BadOwner {
+            owner: preview(owner),
+            reason: other.to_string(),
+        },
     }
 }
 

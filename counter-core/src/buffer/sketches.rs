@@ -23,7 +23,7 @@ use crate::{
     error::Result,
     owner::{OwnerColumn, SortOwner},
     sql::Dialect,
-    unique::{self, Sketch},
+    unique::{self, Merges, Sketch},
 };
 
 /// One pending sketch: a counter of a table, in a bucket
@@ -52,28 +52,21 @@ impl Sketches {
         self.sketches.get(id)
     }
 
-    /// Writes every sketch, one transaction per table.
+    /// Merges every sketch into its row, in one transaction.
     pub async fn write(&self, db: &DatabaseConnection, dialect: Dialect) -> Result<()> {
-        let mut by_table: HashMap<&str, Vec<_>> = HashMap::new();
+        let mut cells = Vec::with_capacity(self.sketches.len());
         for (id, sketch) in &self.sketches {
             let Some((table, column)) = self.tables.get(&id.table) else {
                 continue;
             };
-            let owner = id.owner.to_value(*column);
-            let cell = unique::cell(table, dialect, owner, &id.key, id.bucket);
-            by_table
-                .entry(id.table.as_str())
-                .or_default()
-                .push((cell, sketch.clone()));
-        }
-        for (name, cells) in by_table {
-            let Some(sketch_table) = self.tables.get(name).and_then(|(t, _)| t.sketch_table())
-            else {
+            let Some(sketch_table) = table.sketch_table() else {
                 continue;
             };
-            unique::write_cells(db, &sketch_table, cells).await?;
+            let owner = id.owner.to_value(*column);
+            let cell = unique::cell(table, dialect, owner, &id.key, id.bucket);
+            cells.push((sketch_table, cell, sketch.clone()));
         }
-        Ok(())
+        Merges::new(dialect, cells).write(db).await
     }
 }
 

@@ -28,13 +28,14 @@
 mod hash;
 mod maintain;
 mod member;
+mod merge;
 mod observe;
 mod read;
 pub mod sketch;
 
 pub use hash::murmur64a;
 pub use member::Member;
-#[cfg(feature = "buffer")]
-pub(crate) use observe::{cell, write_cells};
+pub(crate) use merge::Merges;
+pub(crate) use observe::cell;
 pub use read::UniqueMap;
 pub use sketch::{Sketch, SketchFormatError};

@@ -1,22 +1,19 @@
 //! Writes of unique counts: members merged into one slot's sketch row.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ConnectionTrait, DbErr, TransactionOptions, TransactionSession, TransactionTrait, Value,
-};
+use sea_orm::{ConnectionTrait, TransactionTrait, Value};
 
-use super::{Member, Sketch};
+use super::{Member, Sketch, merge::Merges};
 use crate::{
-    CounterError, CounterTable, Counters, detach,
+    CounterTable, Counters,
     error::Result,
     key::validate_key,
     owner::{OwnerId, SortOwner},
-    retry,
     sql::{
         Dialect,
-        sketches::{self, ALL_TIME, SketchCell},
+        sketches::{ALL_TIME, SketchCell},
     },
     typed::{KeySpace, UniqueKeyOf},
 };
@@ -195,10 +192,14 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     where
         C: ConnectionTrait + TransactionTrait,
     {
-        match self.table().sketch_table() {
-            Some(table) => write_cells(db, &table, cells).await,
-            None => Ok(()),
-        }
+        let Some(table) = self.table().sketch_table() else {
+            return Ok(());
+        };
+        let cells = cells
+            .into_iter()
+            .map(|(cell, sketch)| (table.clone(), cell, sketch))
+            .collect();
+        Merges::new(Dialect::of(db)?, cells).write(db).await
     }
 }
 
@@ -223,115 +224,5 @@ pub(crate) fn cell(
         key: key.to_owned(),
         bucket,
         slot,
-    }
-}
-
-/// Merges each sketch into its row of the sketch table `table`, in one
-/// transaction (a savepoint in the caller's), rows in primary-key order so
-/// that two writers never wait on each other's rows in opposite orders. On
-/// a pool the transaction runs in a task of its own (see `detach`) and is
-/// retried whole after a conflict: a merge applied twice is the same merge.
-pub(crate) async fn write_cells<C>(
-    db: &C,
-    table: &str,
-    mut cells: Vec<(SketchCell, Sketch)>,
-) -> Result<()>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
-    cells.retain(|(_, sketch)| !sketch.is_empty());
-    if cells.is_empty() {
-        return Ok(());
-    }
-    cells.sort_by(|(a, _), (b, _)| {
-        (SortOwner::of(&a.owner), &a.key, a.bucket, a.slot).cmp(&(
-            SortOwner::of(&b.owner),
-            &b.key,
-            b.bucket,
-            b.slot,
-        ))
-    });
-    let dialect = Dialect::of(db)?;
-    let work = Arc::new(Merge {
-        dialect,
-        table: table.to_owned(),
-        cells,
-    });
-    retry::run(db, table, || {
-        let work = work.clone();
-        async move {
-            match detach::detached(db) {
-                Some(pool) => {
-                    let options = dialect.batch_transaction();
-                    pool.run(move |pool| async move { work.run(&pool, Some(options)).await })
-                        .await
-                }
-                None => work.run(db, None).await,
-            }
-        }
-    })
-    .await
-}
-
-/// One transaction's merges.
-struct Merge {
-    dialect: Dialect,
-    table: String,
-    cells: Vec<(SketchCell, Sketch)>,
-}
-
-impl Merge {
-    /// Runs the merges in a transaction: one of `options` on a pool, a
-    /// savepoint in the caller's transaction otherwise.
-    async fn run<C: TransactionTrait>(
-        &self,
-        db: &C,
-        options: Option<TransactionOptions>,
-    ) -> std::result::Result<(), DbErr> {
-        let txn = match options {
-            Some(options) => db.begin_with_options(options).await?,
-            None => db.begin().await?,
-        };
-        for (cell, sketch) in &self.cells {
-            self.merge_into(&txn, cell, sketch).await?;
-        }
-        txn.commit().await
-    }
-
-    /// Merges `sketch` into the row `cell`, creating it if needed.
-    async fn merge_into<C: ConnectionTrait>(
-        &self,
-        txn: &C,
-        cell: &SketchCell,
-        sketch: &Sketch,
-    ) -> std::result::Result<(), DbErr> {
-        let (dialect, table) = (self.dialect, self.table.as_str());
-        let lock = sketches::lock_cell(dialect, table, cell);
-        let mut row = txn.query_one_raw(lock.clone()).await?;
-        if row.is_none() {
-            // A concurrent writer may create it first: then this inserts
-            // nothing, and the locked read below finds theirs.
-            let insert = sketches::insert_cell(dialect, table, cell, sketch.to_bytes());
-            txn.execute_raw(insert).await?;
-            row = txn.query_one_raw(lock).await?;
-        }
-        let Some(row) = row else {
-            return Err(DbErr::RecordNotFound(format!(
-                "the sketch row just inserted in `{table}`"
-            )));
-        };
-        let bytes: Vec<u8> = row.try_get("", sketches::SKETCH)?;
-        let mut stored = Sketch::from_bytes(&bytes).map_err(|source| {
-            CounterError::BadSketch {
-                table: table.to_owned(),
-                source,
-            }
-            .carry()
-        })?;
-        if stored.merge(sketch) {
-            let update = sketches::update_cell(dialect, table, cell, stored.to_bytes());
-            txn.execute_raw(update).await?;
-        }
-        Ok(())
     }
 }

@@ -14,6 +14,7 @@ mod edges;
 mod faults;
 mod flows;
 mod poison;
+mod unique;
 
 use std::time::Duration;
 

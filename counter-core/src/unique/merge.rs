@@ -1,0 +1,145 @@
+//! Merging sketches into their rows: the one write path of unique counts
+//! (`observe`, batches, the buffer's flush, queue consumers).
+
+use std::sync::Arc;
+
+use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
+
+use super::Sketch;
+use crate::{
+    CounterError, detach,
+    error::Result,
+    owner::SortOwner,
+    retry,
+    sql::{
+        Dialect,
+        sketches::{self, SketchCell},
+    },
+};
+
+/// Sketches to merge into their rows, in the order the rows are locked:
+/// by sketch table, then primary key, so two writers never wait on each
+/// other's rows in opposite orders.
+#[derive(Debug, Clone)]
+pub(crate) struct Merges {
+    dialect: Dialect,
+    cells: Vec<(String, SketchCell, Sketch)>,
+}
+
+impl Merges {
+    /// The merges of `cells` (sketch table, row, sketch); empty sketches
+    /// are dropped, the rest sorted.
+    pub(crate) fn new(dialect: Dialect, mut cells: Vec<(String, SketchCell, Sketch)>) -> Self {
+        cells.retain(|(_, _, sketch)| !sketch.is_empty());
+        cells.sort_by(|(ta, a, _), (tb, b, _)| {
+            (ta, SortOwner::of(&a.owner), &a.key, a.bucket, a.slot).cmp(&(
+                tb,
+                SortOwner::of(&b.owner),
+                &b.key,
+                b.bucket,
+                b.slot,
+            ))
+        });
+        Self { dialect, cells }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// Rows merged into.
+    pub(crate) fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The sketch tables written, for errors naming a missing one.
+    pub(crate) fn tables(&self) -> Vec<&str> {
+        let mut tables: Vec<&str> = self.cells.iter().map(|(t, _, _)| t.as_str()).collect();
+        tables.dedup();
+        tables
+    }
+
+    /// Runs the merges on `db` in a transaction of their own (retried
+    /// whole after a conflict on a pool, where it runs in a task of its
+    /// own: see `detach`), or in a savepoint of the caller's transaction.
+    pub(crate) async fn write<C>(self, db: &C) -> Result<()>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let work = Arc::new(self);
+        let tables: Vec<String> = work.tables().into_iter().map(str::to_owned).collect();
+        let names: Vec<&str> = tables.iter().map(String::as_str).collect();
+        retry::run_on(db, names[0], &names, || {
+            let work = work.clone();
+            async move {
+                match detach::detached(db) {
+                    Some(pool) => {
+                        let options = work.dialect.batch_transaction();
+                        pool.run(move |pool| async move {
+                            let txn = pool.begin_with_options(options).await?;
+                            work.apply(&txn).await?;
+                            txn.commit().await
+                        })
+                        .await
+                    }
+                    None => {
+                        let txn = db.begin().await?;
+                        work.apply(&txn).await?;
+                        txn.commit().await
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// Runs the merges on `txn`, a connection inside a transaction.
+    pub(crate) async fn apply<C: ConnectionTrait>(&self, txn: &C) -> Result<(), DbErr> {
+        for (table, cell, sketch) in &self.cells {
+            merge_into(txn, self.dialect, table, cell, sketch).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Merges `sketch` into the row `cell` of `table`, creating it if needed:
+/// the row locked (`FOR UPDATE`), merged, written back only if a register
+/// changed.
+async fn merge_into<C: ConnectionTrait>(
+    txn: &C,
+    dialect: Dialect,
+    table: &str,
+    cell: &SketchCell,
+    sketch: &Sketch,
+) -> Result<(), DbErr> {
+    let lock = sketches::lock_cell(dialect, table, cell);
+    let mut row = txn.query_one_raw(lock.clone()).await?;
+    if row.is_none() {
+        // A concurrent writer may create it first: then this inserts
+        // nothing, and the locked read below finds theirs.
+        let insert = sketches::insert_cell(dialect, table, cell, sketch.to_bytes());
+        txn.execute_raw(insert).await?;
+        row = txn.query_one_raw(lock).await?;
+    }
+    let Some(row) = row else {
+        return Err(DbErr::RecordNotFound(format!(
+            "the sketch row just inserted in `{table}`"
+        )));
+    };
+    let bytes: Vec<u8> = row.try_get("", sketches::SKETCH)?;
+    let mut stored = Sketch::from_bytes(&bytes).map_err(|source| {
+        CounterError::BadSketch {
+            table: table.to_owned(),
+            source,
+        }
+        .carry()
+    })?;
+    if stored.merge(sketch) {
+        let update = sketches::update_cell(dialect, table, cell, stored.to_bytes());
+        txn.execute_raw(update).await?;
+    }
+    Ok(())
+}
