@@ -308,12 +308,13 @@ impl DeltaBatch {
     /// The merges of the batch's sketches, each in the slot its table
     /// picks.
     fn take_merges(&mut self, dialect: Dialect) -> Merges {
-        let cells = std::mem::take(&mut self.sketches)
-            .into_iter()
-            .filter_map(|((_, _, key, bucket), pending)| {
-                let sketch_table = pending.table.sketch_table()?;
-                let cell = unique::cell(&pending.table, dialect, pending.owner, &key, bucket);
-                Some((sketch_table, cell, pending.sketch))
+        let sketches = std::mem::take(&mut self.sketches);
+        let cells = sketches
+            .iter()
+            .map(|((_, _, key, bucket), pending)| {
+                let owner = pending.owner.clone();
+                let cell = unique::cell(&pending.table, dialect, owner, key, *bucket);
+                (&pending.table, cell, pending.sketch.clone())
             })
             .collect();
         Merges::new(dialect, cells)
@@ -341,7 +342,7 @@ impl DeltaBatch {
         if self.is_empty() {
             return Ok(BatchReport::default());
         }
-        let touched = self.touched();
+        let mut touched = self.touched();
         let dialect = Dialect::of(db)?;
         let merges = self.take_merges(dialect);
         let (mut outcome, statements) = self.into_statements(dialect);
@@ -350,6 +351,7 @@ impl DeltaBatch {
             merges.write(db).await?;
             return Ok(outcome);
         }
+        touched.merge(merges.touched().clone());
         if let ([(table, stmt)], true) = (statements.as_slice(), merges.is_empty()) {
             retry::run(db, table, || {
                 detach::execute_observed(db, stmt.clone(), &touched)
@@ -425,6 +427,7 @@ impl DeltaBatch {
         if !merges.is_empty() {
             let tables = merges.tables();
             retry::run_on(txn, tables[0], &tables, || merges.apply(txn)).await?;
+            merges.touched().clone().wrote(false).await;
         }
         Ok(outcome)
     }

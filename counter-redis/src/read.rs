@@ -19,7 +19,8 @@
 use std::{collections::HashMap, ops::Deref, sync::Arc};
 
 use counter_core::{
-    CountMap, Counters, KeyOf, KeySet, KeySpace, OwnerId, Result, SlottedCounter, Untyped,
+    CountMap, CounterError, Counters, KeyOf, KeySet, KeySpace, OwnerId, Result, SlottedCounter,
+    UniqueKeyOf, Untyped, unique::UniqueMap,
 };
 use rand::Rng;
 use sea_orm::DatabaseConnection;
@@ -204,7 +205,119 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
     /// Every counter that exists for each of `owners`, as
     /// [`Counters::get_all_keys`] (keys chosen at run time, `reaction:heart`).
     pub async fn get_all_keys(&self, db: &DatabaseConnection, owners: &[I]) -> Result<CountMap<I>> {
-        self.totals(db, owners, Want::All, by_name()).await
+        let mut totals = self.totals(db, owners, Want::All, by_name()).await?;
+        // The cached value holds the unique keys' estimates too.
+        let table = self.counters.table();
+        if !table.unique_keys().is_empty() {
+            for by_key in totals.values_mut() {
+                by_key.retain(|key, _| !table.is_unique(key));
+            }
+        }
+        Ok(totals)
+    }
+
+    /// The estimated distinct members of a unique key, as
+    /// [`Counters::unique`], served from the owner's cached value: a fill
+    /// stores the estimates of the owner's unique keys beside its totals,
+    /// and every merge into its sketches deletes it after its commit, like
+    /// any write.
+    pub async fn unique<K: UniqueKeyOf<S>>(
+        &self,
+        db: &DatabaseConnection,
+        owner: I,
+        key: K,
+    ) -> Result<u64> {
+        let name = key.as_key_str().to_owned();
+        let mut all = self
+            .unique_many(db, std::slice::from_ref(&owner), &[key])
+            .await?;
+        let key = name.as_str();
+        Ok(all
+            .remove(&owner)
+            .and_then(|by_key| by_key.get(key).copied())
+            .unwrap_or(0))
+    }
+
+    /// The estimates of `keys` for each of `owners`, as
+    /// [`Counters::unique_many`] (zero-filled), served from Redis.
+    pub async fn unique_many<K: UniqueKeyOf<S>>(
+        &self,
+        db: &DatabaseConnection,
+        owners: &[I],
+        keys: &[K],
+    ) -> Result<UniqueMap<I>> {
+        let mut names = Vec::with_capacity(keys.len());
+        for key in keys {
+            let key = key.as_key_str();
+            counter_core::validate_key(key)?;
+            if !self.counters.table().is_unique(key) {
+                return Err(CounterError::WrongKeyKind {
+                    table: self.counters.table().name().to_owned(),
+                    key: key.to_owned(),
+                    unique: false,
+                    operation: "unique_many",
+                });
+            }
+            names.push(key.to_owned());
+        }
+        names.sort();
+        names.dedup();
+        let totals = self
+            .totals(db, owners, Want::Keys(names), by_name())
+            .await?;
+        Ok(totals
+            .into_iter()
+            .map(|(owner, by_key)| {
+                let estimates = by_key
+                    .into_iter()
+                    .map(|(key, estimate)| (key, u64::try_from(estimate).unwrap_or(0)))
+                    .collect();
+                (owner, estimates)
+            })
+            .collect())
+    }
+
+    /// Every count of `owners` as a fill stores it: the totals of every
+    /// key, and the estimates of the unique keys.
+    pub(crate) async fn owner_counts(
+        &self,
+        db: &DatabaseConnection,
+        owners: &[I],
+    ) -> Result<CountMap<I>> {
+        let mut counts = self.counters.get_all_keys(db, owners).await?;
+        self.add_estimates(
+            db,
+            owners,
+            &self.counters.table().unique_keys(),
+            &mut counts,
+        )
+        .await?;
+        Ok(counts)
+    }
+
+    /// Adds the estimates of the unique keys `keys` of `owners` to `counts`.
+    async fn add_estimates(
+        &self,
+        db: &DatabaseConnection,
+        owners: &[I],
+        keys: &[&str],
+        counts: &mut CountMap<I>,
+    ) -> Result<()> {
+        if keys.is_empty() || owners.is_empty() {
+            return Ok(());
+        }
+        let estimates = self
+            .counters
+            .untyped()
+            .unique_many(db, owners, keys)
+            .await?;
+        for (owner, by_key) in estimates {
+            let totals = counts.entry(owner).or_default();
+            for (key, estimate) in by_key {
+                totals.insert(key, i64::try_from(estimate).unwrap_or(i64::MAX));
+            }
+        }
+        Ok(())
     }
 
     /// Deletes `owners`' cached totals: after raw SQL on the counter table
@@ -349,13 +462,21 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         if !uncached.is_empty() {
             let from_db = match &want {
                 Want::Keys(names) => {
-                    let keys: Vec<&str> = names.iter().map(String::as_str).collect();
-                    self.counters
+                    let table = self.counters.table();
+                    let (unique, counted): (Vec<&str>, Vec<&str>) = names
+                        .iter()
+                        .map(String::as_str)
+                        .partition(|k| table.is_unique(k));
+                    let mut from_db = self
+                        .counters
                         .untyped()
-                        .get_many(db, &uncached, &keys)
-                        .await?
+                        .get_many(db, &uncached, &counted)
+                        .await?;
+                    self.add_estimates(db, &uncached, &unique, &mut from_db)
+                        .await?;
+                    from_db
                 }
-                Want::All => self.counters.get_all_keys(db, &uncached).await?,
+                Want::All => self.owner_counts(db, &uncached).await?,
             };
             served.extend(from_db);
         }
@@ -484,7 +605,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         let owners: Vec<I> = leased.iter().map(|(o, _)| o.clone()).collect();
         let from_db = {
             let _permit = shared.fills.acquire().await;
-            self.counters.get_all_keys(db, &owners).await?
+            self.owner_counts(db, &owners).await?
         };
         let ttl = shared.config.ttl.as_secs().max(1);
         let mut fills = Vec::with_capacity(leased.len());

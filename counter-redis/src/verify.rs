@@ -68,7 +68,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
             .collect();
         report.cached = cached.len();
         let ids: Vec<I> = cached.iter().map(|(o, _, _)| o.clone()).collect();
-        let truth = self.counters().get_all_keys(db, &ids).await?;
+        let truth = self.owner_counts(db, &ids).await?;
         let mut wrong_keys = Vec::new();
         for (owner, key, mut counts) in cached {
             let mut expected = truth.get(&owner).cloned().unwrap_or_default();

@@ -59,12 +59,9 @@ impl Sketches {
             let Some((table, column)) = self.tables.get(&id.table) else {
                 continue;
             };
-            let Some(sketch_table) = table.sketch_table() else {
-                continue;
-            };
             let owner = id.owner.to_value(*column);
             let cell = unique::cell(table, dialect, owner, &id.key, id.bucket);
-            cells.push((sketch_table, cell, sketch.clone()));
+            cells.push((table, cell, sketch.clone()));
         }
         Merges::new(dialect, cells).write(db).await
     }

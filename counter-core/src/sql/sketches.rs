@@ -259,6 +259,53 @@ pub(crate) fn prune_sketches(
     dialect.backend().build(&delete)
 }
 
+/// `SELECT DISTINCT <owner> AS owner_id FROM <table> [WHERE <owner> > ?]
+/// ORDER BY 1 LIMIT n`: the next owners of a members table, for a rebuild.
+pub(crate) fn member_owners(
+    dialect: Dialect,
+    table: &str,
+    owner: &str,
+    after: Option<Value>,
+    limit: u64,
+) -> Statement {
+    let mut select = Query::select();
+    select
+        .distinct()
+        .expr_as(Expr::col(Alias::new(owner)), Alias::new(col::OWNER_ID))
+        .from(Alias::new(table));
+    if let Some(after) = after {
+        select.and_where(Expr::col(Alias::new(owner)).gt(after));
+    }
+    select.order_by(Alias::new(owner), Order::Asc).limit(limit);
+    dialect.backend().build(&select)
+}
+
+/// `SELECT <owner> AS owner_id, CAST(<member> AS <text>) AS member FROM
+/// <table> WHERE <owner> IN (..)`: the members of some owners, as the text
+/// a rebuild hashes.
+pub(crate) fn members_of(
+    dialect: Dialect,
+    table: &str,
+    owner: &str,
+    member: &str,
+    owners: Vec<Value>,
+) -> Statement {
+    let text = super::text_type(dialect);
+    let select = Query::select()
+        .expr_as(Expr::col(Alias::new(owner)), Alias::new(col::OWNER_ID))
+        .expr_as(
+            Expr::col(Alias::new(member)).cast_as(Alias::new(text)),
+            Alias::new(MEMBER),
+        )
+        .from(Alias::new(table))
+        .and_where(Expr::col(Alias::new(owner)).is_in(owners))
+        .to_owned();
+    dialect.backend().build(&select)
+}
+
+/// The alias of a member in [`members_of`].
+pub(crate) const MEMBER: &str = "member";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,9 @@ use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
 
 use super::Sketch;
 use crate::{
-    CounterError, detach,
+    CounterError, CounterTable, detach,
     error::Result,
+    observe::{self, Touched},
     owner::SortOwner,
     retry,
     sql::{
@@ -24,13 +25,28 @@ use crate::{
 pub(crate) struct Merges {
     dialect: Dialect,
     cells: Vec<(String, SketchCell, Sketch)>,
+    /// The owners merged into, by counter table: what a cache in front of
+    /// the table forgets once the merges commit.
+    touched: Touched,
 }
 
 impl Merges {
-    /// The merges of `cells` (sketch table, row, sketch); empty sketches
-    /// are dropped, the rest sorted.
-    pub(crate) fn new(dialect: Dialect, mut cells: Vec<(String, SketchCell, Sketch)>) -> Self {
-        cells.retain(|(_, _, sketch)| !sketch.is_empty());
+    /// The merges of `cells` (counter table, row of its sketch table,
+    /// sketch); empty sketches are dropped, the rest sorted.
+    pub(crate) fn new(dialect: Dialect, cells: Vec<(&CounterTable, SketchCell, Sketch)>) -> Self {
+        let mut touched = Touched::new();
+        if observe::active() {
+            for (table, cell, sketch) in &cells {
+                if !sketch.is_empty() {
+                    touched.touch(table.name(), [cell.owner.clone()]);
+                }
+            }
+        }
+        let mut cells: Vec<(String, SketchCell, Sketch)> = cells
+            .into_iter()
+            .filter(|(_, _, sketch)| !sketch.is_empty())
+            .filter_map(|(table, cell, sketch)| Some((table.sketch_table()?, cell, sketch)))
+            .collect();
         cells.sort_by(|(ta, a, _), (tb, b, _)| {
             (ta, SortOwner::of(&a.owner), &a.key, a.bucket, a.slot).cmp(&(
                 tb,
@@ -40,7 +56,16 @@ impl Merges {
                 b.slot,
             ))
         });
-        Self { dialect, cells }
+        Self {
+            dialect,
+            cells,
+            touched,
+        }
+    }
+
+    /// The owners merged into (see the field).
+    pub(crate) fn touched(&self) -> &Touched {
+        &self.touched
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -81,14 +106,18 @@ impl Merges {
                         pool.run(move |pool| async move {
                             let txn = pool.begin_with_options(options).await?;
                             work.apply(&txn).await?;
-                            txn.commit().await
+                            txn.commit().await?;
+                            work.touched.clone().committed().await;
+                            Ok(())
                         })
                         .await
                     }
                     None => {
                         let txn = db.begin().await?;
                         work.apply(&txn).await?;
-                        txn.commit().await
+                        txn.commit().await?;
+                        work.touched.clone().wrote(retry::is_pool::<C>()).await;
+                        Ok(())
                     }
                 }
             }

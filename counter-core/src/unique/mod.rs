@@ -31,6 +31,7 @@ mod member;
 mod merge;
 mod observe;
 mod read;
+mod rebuild;
 pub mod sketch;
 
 pub use hash::murmur64a;
@@ -38,4 +39,5 @@ pub use member::Member;
 pub(crate) use merge::Merges;
 pub(crate) use observe::cell;
 pub use read::UniqueMap;
+pub use rebuild::{Members, RebuildReport};
 pub use sketch::{Sketch, SketchFormatError};

@@ -192,12 +192,10 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     where
         C: ConnectionTrait + TransactionTrait,
     {
-        let Some(table) = self.table().sketch_table() else {
-            return Ok(());
-        };
+        let table = self.table();
         let cells = cells
             .into_iter()
-            .map(|(cell, sketch)| (table.clone(), cell, sketch))
+            .map(|(cell, sketch)| (table, cell, sketch))
             .collect();
         Merges::new(Dialect::of(db)?, cells).write(db).await
     }

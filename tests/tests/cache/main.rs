@@ -10,6 +10,7 @@ mod flush;
 mod races;
 mod reads;
 mod soak;
+mod unique;
 mod writes;
 
 use blog_migration::{Migrator, MigratorTrait};
