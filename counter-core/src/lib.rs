@@ -118,6 +118,7 @@ pub use reconcile::{Drift, Reconcile, ReconcileReport, RowsOf, Truth};
 #[cfg(feature = "migration")]
 pub use schema::migration::{
     BackfillMigration, CascadeMigration, CounterTableMigration, CounterTableUpgrade,
+    SketchTableMigration,
 };
 pub use slots::{SlotPolicy, Slots};
 pub use strategy::{SlotStrategy, Writer};

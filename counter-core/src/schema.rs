@@ -106,6 +106,17 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         migration::CounterTableUpgrade::new(self.untyped())
     }
 
+    /// The migration that creates the sketch table of unique keys
+    /// (`<table>_sketches`) beside a companion table created before its
+    /// first unique key was declared: append it to the `Migrator` in the
+    /// release that adds the key. On a table that [`Counters::migration`]
+    /// created with the key already, it changes nothing. Its name,
+    /// `counter_core_sketches_<table>`, is stable.
+    #[cfg(feature = "migration")]
+    pub fn sketch_migration(&self) -> migration::SketchTableMigration {
+        migration::SketchTableMigration::new(self.untyped())
+    }
+
     /// The migration that turns an existing table's reference to its owner
     /// on (`on`) or off, when the declaration's `cascade` changes: on, it
     /// deletes the counts of owners that are gone (which the reference
@@ -220,8 +231,56 @@ pub mod migration {
         CounterTableMigration,
         CounterTableUpgrade,
         CascadeMigration,
-        BackfillMigration
+        BackfillMigration,
+        SketchTableMigration
     );
+
+    /// Creates (`up`) or drops (`down`) a companion table's sketch table
+    /// (see [`Counters::sketch_migration`]).
+    pub struct SketchTableMigration {
+        name: String,
+        table: CounterTable,
+        owner: OwnerColumn,
+    }
+
+    impl SketchTableMigration {
+        /// The sketch table migration of `counters`' table.
+        pub fn new<I: OwnerId>(counters: Counters<I>) -> Self {
+            let table = counters.table().clone();
+            Self {
+                name: format!("counter_core_sketches_{}", table.name()),
+                table,
+                owner: I::COLUMN,
+            }
+        }
+    }
+
+    #[async_trait]
+    impl MigrationTrait for SketchTableMigration {
+        async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            let Some(sketches) = self.table.sketch_table() else {
+                return Err(DbErr::Migration(format!(
+                    "`{}` has no unique key: nothing for its sketch migration to create",
+                    self.table.name()
+                )));
+            };
+            let stmt =
+                sql::create_sketch_table(dialect(manager)?, &self.table, &sketches, self.owner);
+            manager.get_connection().execute_raw(stmt).await?;
+            Ok(())
+        }
+
+        async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            if let Some(sketches) = self.table.sketch_table() {
+                let drop = sea_orm::sea_query::Table::drop()
+                    .table(sea_orm::sea_query::Alias::new(sketches))
+                    .if_exists()
+                    .to_owned();
+                manager.get_connection().execute(&drop).await?;
+            }
+            Ok(())
+        }
+    }
 
     fn dialect(manager: &SchemaManager) -> Result<Dialect, DbErr> {
         Dialect::from_backend(manager.get_database_backend())

@@ -358,3 +358,38 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_migration"]
+    async fn a_unique_key_added_to_an_existing_table_gets_its_sketch_table(t: TestDb) {
+        use blog_migration::{MigrationTrait, SchemaManager};
+        // Last release: plain counters only, with rows.
+        let before = counter_tests::counters::<i64>("unique_migration", 4);
+        before.create_table(&t.db).await.unwrap();
+        before.add(&t.db, 1, "likes", 5).await.unwrap();
+        // This release declares `viewers(unique)`: the check names the
+        // missing table, the migration creates it, twice is harmless.
+        let after = uniques("unique_migration", 4);
+        let drift = after.check_table(&t.db).await.unwrap();
+        assert_eq!(drift.len(), 1, "{drift:?}");
+        let err = after.observe(&t.db, 1, "viewers", "ann").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::SchemaMissing, "{err}");
+        let schema = SchemaManager::new(&t.db);
+        let migration = after.sketch_migration();
+        assert_eq!(
+            blog_migration::MigrationName::name(&migration),
+            "counter_core_sketches_unique_migration"
+        );
+        migration.up(&schema).await.unwrap();
+        migration.up(&schema).await.unwrap();
+        assert!(after.check_table(&t.db).await.unwrap().is_empty());
+        after.observe(&t.db, 1, "viewers", "ann").await.unwrap();
+        assert_eq!(after.unique(&t.db, 1, "viewers").await.unwrap(), 1);
+        assert_eq!(after.get(&t.db, 1, "likes").await.unwrap(), 5);
+        migration.down(&schema).await.unwrap();
+        assert_eq!(after.check_table(&t.db).await.unwrap().len(), 1);
+        assert!(before.sketch_migration().up(&schema).await.is_err(), "no unique key");
+        t.finish().await;
+    }
+}
