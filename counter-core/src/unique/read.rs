@@ -1,7 +1,7 @@
 //! Reads of unique counts: every slot row of the counters asked for, merged
 //! per owner and key in Rust (one query per chunk of owners).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, hash_map::Entry};
 
 use chrono::{DateTime, Utc};
 use sea_orm::ConnectionTrait;
@@ -189,7 +189,15 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                         table: table.clone(),
                         source,
                     })?;
-                merged.entry((owner, key)).or_default().merge(&sketch);
+                // The first row of a counter is its merge so far: no copy.
+                match merged.entry((owner, key)) {
+                    Entry::Occupied(mut first) => {
+                        first.get_mut().merge(&sketch);
+                    }
+                    Entry::Vacant(none) => {
+                        none.insert(sketch);
+                    }
+                }
             }
         }
         Ok(merged)

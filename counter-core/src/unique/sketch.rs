@@ -99,6 +99,38 @@ fn register_of(hash: u64) -> (u16, u8) {
     (index, rest.trailing_zeros() as u8 + 1)
 }
 
+/// The register-wise maximum of two sorted sparse lists, in one pass;
+/// whether it differs from `ours`.
+fn merge_sorted(ours: &[(u16, u8)], theirs: &[(u16, u8)]) -> (Vec<(u16, u8)>, bool) {
+    let mut merged = Vec::with_capacity(ours.len() + theirs.len());
+    let mut changed = false;
+    let (mut i, mut j) = (0, 0);
+    while i < ours.len() && j < theirs.len() {
+        let (a, b) = (ours[i], theirs[j]);
+        match a.0.cmp(&b.0) {
+            std::cmp::Ordering::Less => {
+                merged.push(a);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                merged.push(b);
+                changed = true;
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                changed |= b.1 > a.1;
+                merged.push((a.0, a.1.max(b.1)));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    merged.extend_from_slice(&ours[i..]);
+    changed |= j < theirs.len();
+    merged.extend_from_slice(&theirs[j..]);
+    (merged, changed)
+}
+
 impl Sketch {
     /// An empty sketch.
     pub fn new() -> Self {
@@ -164,11 +196,23 @@ impl Sketch {
     /// Whether a register changed (merging a sketch already merged, or one
     /// of a subset, changes none).
     pub fn merge(&mut self, other: &Sketch) -> bool {
-        match &other.repr {
-            Repr::Sparse(entries) => entries.iter().fold(false, |changed, (index, rank)| {
-                self.raise(*index, *rank) | changed
-            }),
-            Repr::Dense(theirs) => {
+        match (&mut self.repr, &other.repr) {
+            (Repr::Sparse(ours), Repr::Sparse(theirs)) => {
+                let (merged, changed) = merge_sorted(ours, theirs);
+                if changed {
+                    *ours = merged;
+                    if ours.len() > SPARSE_MAX {
+                        self.densify();
+                    }
+                }
+                changed
+            }
+            (Repr::Dense(_), Repr::Sparse(entries)) => {
+                entries.iter().fold(false, |changed, (index, rank)| {
+                    self.raise(*index, *rank) | changed
+                })
+            }
+            (_, Repr::Dense(theirs)) => {
                 self.densify();
                 let Repr::Dense(ours) = &mut self.repr else {
                     return false;
@@ -432,8 +476,14 @@ mod tests {
         assert_eq!(again, merged);
         // Sparse into sparse stays sparse while small, and equals the union.
         let mut small = users(0..5);
-        small.merge(&users(3..9));
+        assert!(small.merge(&users(3..9)), "new members change registers");
         assert_eq!(small.to_bytes(), users(0..9).to_bytes());
+        assert!(!small.merge(&users(2..7)), "a subset changes none");
+        // Two sparse halves whose union passes the sparse limit: dense, the union.
+        let (mut left, right) = (users(0..2_500), users(2_000..4_500));
+        assert!(left.merge(&right));
+        assert_eq!(left.to_bytes(), users(0..4_500).to_bytes());
+        assert_eq!(left.to_bytes().len(), 1 + DENSE_BYTES);
     }
 
     #[test]
