@@ -171,6 +171,8 @@ impl<E: SlottedCounter> Counters<E::OwnerId, E> {
 /// buckets; `strategy` is the `slot_strategy` option (without it the table
 /// keeps [`SlotStrategy::default()`]).
 #[doc(hidden)]
+// Called by generated code only: one argument per option of the attribute.
+#[allow(clippy::too_many_arguments)]
 pub fn derived_counters<E: SlottedCounter>(
     table: &'static str,
     slots: DeclaredSlots,

@@ -181,8 +181,8 @@ pub(crate) fn split_counters(
     let mut select = Query::select();
     select.columns(group.clone()).from(Alias::new(table));
     if let Some((owner, key, bucket)) = after {
-        let columns = Expr::tuple(group.clone().map(|c| Expr::col(c).into()));
-        let values = Expr::tuple([Expr::val(owner).into(), key.into(), bucket.into()]);
+        let columns = Expr::tuple(group.clone().map(Expr::col));
+        let values = Expr::tuple([Expr::val(owner), Expr::val(key), Expr::val(bucket)]);
         select.and_where(columns.gt(values));
     }
     select

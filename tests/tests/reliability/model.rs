@@ -364,6 +364,7 @@ impl Folded {
         BatchReport {
             rows: totals + buckets,
             statements: usize::from(totals > 0) + usize::from(buckets > 0),
+            sketches: 0,
         }
     }
 }
