@@ -169,29 +169,44 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// one folded row of a pruned bucket behind (the next prune takes it);
     /// no total is affected either way.
     pub async fn prune<C: ConnectionTrait>(&self, db: &C, before: DateTime<Utc>) -> Result<u64> {
-        let sketches = self.prune_sketches(db, before).await?;
-        Ok(sketches + self.prune_buckets(db, before).await?)
+        let mut deleted = 0;
+        // The deltas' buckets, then the unique keys' (whose all-time
+        // sketches, in bucket `ALL_TIME`, stay).
+        let tables = [
+            (self.table().bucket_table(), false),
+            (self.table().sketch_table(), true),
+        ];
+        for (table, unique) in tables {
+            if let Some(table) = table {
+                deleted += self.prune_table(db, &table, unique, before).await?;
+            }
+        }
+        Ok(deleted)
     }
 
-    /// The part of [`Counters::prune`] for the bucket table.
-    async fn prune_buckets<C: ConnectionTrait>(
+    /// The part of [`Counters::prune`] for one table of buckets: the bucket
+    /// table (`unique == false`) or the sketch table.
+    async fn prune_table<C: ConnectionTrait>(
         &self,
         db: &C,
+        table: &str,
+        unique: bool,
         before: DateTime<Utc>,
     ) -> Result<u64> {
-        let Some(buckets) = self.table().bucket_table() else {
-            return Ok(0);
-        };
         let dialect = Dialect::of(db)?;
-        let by_window = self.table().keys_by_window(false);
+        let by_window = self.table().keys_by_window(unique);
+        if by_window.is_empty() {
+            return Ok(0);
+        }
+        let floor = unique.then_some(sql::sketches::ALL_TIME);
         let mut deleted = 0;
-        let mut stretches = walk::Stretches::<I>::new("prune", &buckets, PRUNE_ROWS_PER_STATEMENT);
+        let mut stretches = walk::Stretches::<I>::new("prune", table, PRUNE_ROWS_PER_STATEMENT);
         while let Some(range) = stretches.next(db).await? {
             for (window, keys) in &by_window {
                 // The last start whose bucket ends at or before `before`.
                 let last = before.timestamp() - window.seconds();
-                let stmt = sql::prune_buckets(dialect, &buckets, &range, keys.clone(), last);
-                let done = retry::run(db, &buckets, || detach::execute(db, stmt.clone())).await?;
+                let stmt = sql::prune_buckets(dialect, table, &range, keys.clone(), floor, last);
+                let done = retry::run(db, table, || detach::execute(db, stmt.clone())).await?;
                 deleted += done.rows_affected();
             }
         }

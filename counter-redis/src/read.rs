@@ -172,7 +172,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
     /// The total of one counter; 0 if it was never written.
     pub async fn get<K: KeyOf<S>>(&self, db: &DatabaseConnection, owner: I, key: K) -> Result<i64> {
         let key = key.as_key_str().to_owned();
-        counter_core::validate_key(&key)?;
+        self.check_counted(&key, "get")?;
         let owners = std::slice::from_ref(&owner);
         let mut totals = self
             .totals(db, owners, Want::Keys(vec![key.clone()]), by_name())
@@ -193,7 +193,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
     ) -> Result<HashMap<I, S::Totals>> {
         let mut names = Vec::with_capacity(keys.len());
         for key in keys {
-            counter_core::validate_key(key.as_key_str())?;
+            self.check_counted(key.as_key_str(), "get_many")?;
             names.push(key.as_key_str().to_owned());
         }
         names.sort();
@@ -249,15 +249,7 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
         let mut names = Vec::with_capacity(keys.len());
         for key in keys {
             let key = key.as_key_str();
-            counter_core::validate_key(key)?;
-            if !self.counters.table().is_unique(key) {
-                return Err(CounterError::WrongKeyKind {
-                    table: self.counters.table().name().to_owned(),
-                    key: key.to_owned(),
-                    unique: false,
-                    operation: "unique_many",
-                });
-            }
+            self.check_kind(key, true, "unique_many")?;
             names.push(key.to_owned());
         }
         names.sort();
@@ -275,6 +267,27 @@ impl<I: OwnerId, S: KeySpace> CachedCounters<I, S> {
                 (owner, estimates)
             })
             .collect())
+    }
+
+    /// `Ok` if `key` is valid and counts deltas.
+    fn check_counted(&self, key: &str, operation: &'static str) -> Result<()> {
+        self.check_kind(key, false, operation)
+    }
+
+    /// `Ok` if `key` is valid and is a unique key (`unique`) or counts
+    /// deltas, as `operation` needs: the same errors as the handle's.
+    fn check_kind(&self, key: &str, unique: bool, operation: &'static str) -> Result<()> {
+        counter_core::validate_key(key)?;
+        let table = self.counters.table();
+        if table.is_unique(key) == unique {
+            return Ok(());
+        }
+        Err(CounterError::WrongKeyKind {
+            table: table.name().to_owned(),
+            key: key.to_owned(),
+            unique: !unique,
+            operation,
+        })
     }
 
     /// Every count of `owners` as a fill stores it: the totals of every

@@ -16,7 +16,7 @@ use super::{
     Config,
     pending::{CounterId, Delta, Drained, Pending},
     sink::{Flush, FlushSink, FlushedDelta},
-    sketches::{PendingSketches, Sketches},
+    sketches::PendingSketches,
     stats::Meter,
 };
 use crate::{
@@ -46,10 +46,8 @@ pub(super) struct Shared {
     pub pending: Pending,
     /// The drain being flushed, still counted by reads until it commits.
     pub in_flight: Mutex<Option<Arc<Drained>>>,
-    /// Sketches of unique keys waiting for a flush.
+    /// Sketches of unique keys waiting for a flush, and being flushed.
     pub sketches: PendingSketches,
-    /// The sketches being flushed, still merged by reads until they commit.
-    pub sketches_in_flight: Mutex<Option<Arc<Sketches>>>,
     /// Odd while a read could count a delta twice or not at all: during a
     /// drain (deltas move from `pending` to `in_flight`) and from a
     /// `COMMIT` being sent until `in_flight` is cleared. A read that saw the
@@ -166,7 +164,7 @@ async fn run(shared: Arc<Shared>) {
             }
         }
         if closing || shared.sketches.len() > 0 {
-            flush_sketches(&shared).await;
+            flush_sketches(&shared, closing).await;
         }
         shared.flushed.send_replace(request);
         // The drain started after `closing` was set, and adds check it
@@ -185,36 +183,51 @@ async fn run(shared: Arc<Shared>) {
     shared.stopped_cleanly.store(true, Ordering::SeqCst);
 }
 
-/// Merges every pending sketch into the sketch tables, retrying with
-/// backoff until that commits (a merge applied twice is the same merge, so
-/// a retry after an unknown outcome is safe); reads merge them from
-/// `sketches_in_flight` meanwhile.
-async fn flush_sketches(shared: &Shared) {
-    let drained = shared.sketches.drain();
-    if drained.sketches.is_empty() {
+/// Attempts of a sketch flush before its sketches go back to the pending
+/// ones (to be retried by the next cycle, so that a sketch table that is
+/// missing does not hold the deltas' flushes back); at shutdown, before
+/// they are given up (counted in `rejected_sketches`, logged at `error`).
+const SKETCH_ATTEMPTS: u32 = 3;
+const SKETCH_ATTEMPTS_AT_SHUTDOWN: u32 = 10;
+
+/// Merges every pending sketch into the sketch tables: a merge applied
+/// twice is the same merge, so a retry after an unknown outcome is safe.
+/// Reads merge the sketches from the in-flight set meanwhile. A stored
+/// sketch that cannot be read sets aside this flush's sketch of it, not
+/// the others'.
+async fn flush_sketches(shared: &Shared, closing: bool) {
+    let Some(drained) = shared.sketches.drain() else {
         return;
-    }
-    let drained = Arc::new(drained);
-    *lock(&shared.sketches_in_flight) = Some(drained.clone());
+    };
     shared.room_freed();
     let meter = &shared.meter;
-    let mut attempt = 0u32;
-    loop {
-        attempt += 1;
+    let attempts = if closing {
+        SKETCH_ATTEMPTS_AT_SHUTDOWN
+    } else {
+        SKETCH_ATTEMPTS
+    };
+    for attempt in 1..=attempts {
         let write = drained.write(&shared.db, shared.dialect);
-        let result = tokio::time::timeout(ATTEMPT_TIMEOUT, write)
+        let mut result = tokio::time::timeout(ATTEMPT_TIMEOUT, write)
             .await
             .unwrap_or_else(|_| {
                 Err(crate::CounterError::Database(DbErr::Custom(format!(
                     "sketch flush attempt timed out after {ATTEMPT_TIMEOUT:?}"
                 ))))
             });
+        if let Err(crate::CounterError::BadSketch { .. }) = &result {
+            result = drained
+                .write_each(&shared.db, shared.dialect)
+                .await
+                .map(|rejected| Meter::bump(&meter.rejected_sketches, rejected));
+        }
         match result {
             Ok(()) => {
-                Meter::bump(&meter.flushed_sketches, drained.sketches.len() as u64);
+                Meter::bump(&meter.flushed_sketches, drained.len() as u64);
                 Meter::bump(&meter.committed_members, drained.members);
                 meter.set_error(None);
-                break;
+                shared.sketches.committed();
+                return;
             }
             Err(error) => {
                 Meter::bump(&meter.failed_attempts, 1);
@@ -222,20 +235,28 @@ async fn flush_sketches(shared: &Shared) {
                 let pause = backoff(attempt);
                 tracing::warn!(
                     attempt,
-                    sketches = drained.sketches.len(),
+                    sketches = drained.len(),
                     retry_in_ms = pause.as_millis() as u64,
                     %error,
                     "counter buffer: sketch flush failed; its sketches are kept and it will be retried"
                 );
-                tokio::time::sleep(pause).await;
+                if attempt < attempts {
+                    tokio::time::sleep(pause).await;
+                }
             }
         }
     }
-    *lock(&shared.sketches_in_flight) = None;
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+    if closing {
+        Meter::bump(&meter.rejected_sketches, drained.len() as u64);
+        tracing::error!(
+            sketches = drained.len(),
+            members = drained.members,
+            "counter buffer: shutting down with sketches that could not be flushed; their members are not counted"
+        );
+        shared.sketches.committed();
+    } else {
+        shared.sketches.restore();
+    }
 }
 
 /// Tells every waiter that the flusher has stopped, however it stopped:

@@ -237,7 +237,6 @@ impl BufferBuilder {
         let shared = Arc::new(Shared {
             pending: Pending::new(shards, config.capacity),
             sketches: PendingSketches::new(config.sketch_capacity),
-            sketches_in_flight: Mutex::default(),
             db,
             dialect,
             config,
@@ -520,8 +519,8 @@ impl CounterBuffer {
                         Meter::bump(&shared.meter.full_waits, 1);
                         Instant::now()
                     });
-                    shared.wake.notify_one();
-                    self.wait_for_room(since)?;
+                    let sketches = &shared.sketches;
+                    self.wait_until_room(since, sketches.capacity(), || sketches.is_full())?;
                 }
             }
         }
@@ -542,18 +541,10 @@ impl CounterBuffer {
         counters.check_unique(&owner, key, "unique")?;
         let shared = self.shared();
         let id = sketch_ids(counters, owner.clone(), key, Utc::now()).swap_remove(0);
-        // Pending, then in flight, then stored: a sketch moves in that
-        // order, so each is read before it can leave the next.
+        // Pending and in flight (under one lock), then stored: a sketch
+        // moves in that order, so it is read before it can leave the next.
         let mut merged = Sketch::new();
         shared.sketches.merge_into(&id, &mut merged);
-        let flying = shared
-            .sketches_in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(sketch) = flying.as_ref().and_then(|f| f.get(&id)) {
-            merged.merge(sketch);
-        }
         let untyped = counters.untyped();
         merged.merge(&untyped.sketch(&shared.db, owner, key).await?);
         Ok(merged.estimate())
@@ -563,9 +554,20 @@ impl CounterBuffer {
     /// there may be room.
     fn wait_for_room(&self, since: Instant) -> Result<()> {
         let shared = self.shared();
-        let full = BufferError::Full {
-            capacity: shared.config.capacity,
-        };
+        self.wait_until_room(since, shared.config.capacity, || shared.pending.is_full())
+    }
+
+    /// Applies the full-buffer policy to a caller waiting `since` for
+    /// `is_full` to end, in a buffer of `capacity`; `Ok` once there may be
+    /// room.
+    fn wait_until_room(
+        &self,
+        since: Instant,
+        capacity: usize,
+        is_full: impl Fn() -> bool,
+    ) -> Result<()> {
+        let shared = self.shared();
+        let full = BufferError::Full { capacity };
         if shared.config.when_full == WhenFull::Fail || since.elapsed() >= MAX_BLOCK {
             return Err(full.into());
         }
@@ -578,7 +580,7 @@ impl CounterBuffer {
                 .room
                 .1
                 .wait_timeout_while(guard, Duration::from_millis(50), |()| {
-                    shared.pending.is_full() && !shared.is_closing()
+                    is_full() && !shared.is_closing()
                 });
         };
         match Handle::try_current().map(|h| h.runtime_flavor()) {
@@ -655,6 +657,13 @@ impl CounterBuffer {
     /// committed (with a [sink](BufferBuilder::sink): was taken by it).
     /// While the database (or the sink) is unreachable it waits (the flush
     /// is being retried); wrap it in `tokio::time::timeout` to bound that.
+    ///
+    /// Sketches of unique keys ([`CounterBuffer::observe`]) are flushed in
+    /// the same cycle: committed when this returns, unless three attempts
+    /// failed, in which case they are pending again (still read by
+    /// [`CounterBuffer::unique`], retried by the next cycle, the error in
+    /// [`BufferStats::last_error`]); a sketch table that is missing never
+    /// holds the deltas' flushes back.
     pub async fn flush(&self) -> Result<()> {
         let shared = self.shared();
         let target = shared.requests.fetch_add(1, Ordering::SeqCst) + 1;

@@ -4,14 +4,16 @@
 //!
 //! Unlike deltas, sketches need no ledger: merging is idempotent, so a
 //! flush retried after a lost `COMMIT` reply, or sent twice, changes
-//! nothing the second time. That also makes reads simple: a read merges the
-//! stored sketch with what is pending and in flight, and a member counted
-//! in two of them still counts once.
+//! nothing the second time, and a failed flush's sketches simply go back
+//! into the pending ones. That also makes reads simple: a read merges the
+//! stored sketch with what is pending and in flight (both under one lock,
+//! so a sketch is never between the two), and a member counted in two of
+//! them still counts once.
 
 use std::{
     collections::HashMap,
     sync::{
-        Mutex, MutexGuard, PoisonError,
+        Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
 };
@@ -19,7 +21,7 @@ use std::{
 use sea_orm::DatabaseConnection;
 
 use crate::{
-    CounterTable,
+    CounterError, CounterTable,
     error::Result,
     owner::{OwnerColumn, SortOwner},
     sql::Dialect,
@@ -39,7 +41,7 @@ pub(super) struct SketchId {
 /// Sketches waiting for a flush, or being flushed.
 #[derive(Debug, Default)]
 pub(super) struct Sketches {
-    pub sketches: HashMap<SketchId, Sketch>,
+    sketches: HashMap<SketchId, Sketch>,
     /// Each table's configuration (slots, sketch table) and owner column.
     tables: HashMap<String, (CounterTable, OwnerColumn)>,
     /// Members observed into these sketches.
@@ -47,15 +49,31 @@ pub(super) struct Sketches {
 }
 
 impl Sketches {
-    /// The sketch pending for `id`, if any.
-    pub fn get(&self, id: &SketchId) -> Option<&Sketch> {
-        self.sketches.get(id)
+    /// Distinct sketches.
+    pub fn len(&self) -> usize {
+        self.sketches.len()
     }
 
-    /// Merges every sketch into its row, in one transaction.
-    pub async fn write(&self, db: &DatabaseConnection, dialect: Dialect) -> Result<()> {
+    /// Merges `other` in: a failed flush's sketches back into the pending.
+    fn absorb(&mut self, other: &Sketches) {
+        for (id, sketch) in &other.sketches {
+            self.sketches.entry(id.clone()).or_default().merge(sketch);
+        }
+        for (name, table) in &other.tables {
+            self.tables
+                .entry(name.clone())
+                .or_insert_with(|| table.clone());
+        }
+        self.members += other.members;
+    }
+
+    /// The merges that write `ids` (every sketch when `None`).
+    fn merges(&self, dialect: Dialect, only: Option<&SketchId>) -> Merges {
         let mut cells = Vec::with_capacity(self.sketches.len());
         for (id, sketch) in &self.sketches {
+            if only.is_some_and(|only| only != id) {
+                continue;
+            }
             let Some((table, column)) = self.tables.get(&id.table) else {
                 continue;
             };
@@ -63,8 +81,47 @@ impl Sketches {
             let cell = unique::cell(table, dialect, owner, &id.key, id.bucket);
             cells.push((table, cell, sketch.clone()));
         }
-        Merges::new(dialect, cells).write(db).await
+        Merges::new(dialect, cells)
     }
+
+    /// Merges every sketch into its row, in one transaction.
+    pub async fn write(&self, db: &DatabaseConnection, dialect: Dialect) -> Result<()> {
+        self.merges(dialect, None).write(db).await
+    }
+
+    /// Writes the sketches one by one, setting aside those whose stored
+    /// row cannot be read ([`CounterError::BadSketch`]: a row written by
+    /// hand or by a newer format), which no retry can merge into; each is
+    /// logged at `error`. Returns how many were set aside, or the first
+    /// other error.
+    pub async fn write_each(&self, db: &DatabaseConnection, dialect: Dialect) -> Result<u64> {
+        let mut rejected = 0;
+        for id in self.sketches.keys() {
+            match self.merges(dialect, Some(id)).write(db).await {
+                Ok(()) => {}
+                Err(error @ CounterError::BadSketch { .. }) => {
+                    rejected += 1;
+                    tracing::error!(
+                        table = %id.table,
+                        owner = ?id.owner,
+                        key = %id.key,
+                        bucket = id.bucket,
+                        %error,
+                        "counter buffer: a stored sketch cannot be read; this flush's members of it are set aside"
+                    );
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(rejected)
+    }
+}
+
+/// What the lock holds: the pending sketches and the flush under way.
+#[derive(Debug, Default)]
+struct Held {
+    pending: Sketches,
+    in_flight: Option<Arc<Sketches>>,
 }
 
 /// The buffer's pending sketches, behind one lock: an observe holds it
@@ -72,7 +129,7 @@ impl Sketches {
 /// one hot owner wait on each other for nanoseconds, not for a row lock.
 #[derive(Debug)]
 pub(super) struct PendingSketches {
-    held: Mutex<Sketches>,
+    held: Mutex<Held>,
     capacity: usize,
 }
 
@@ -91,7 +148,7 @@ impl PendingSketches {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Sketches> {
+    fn lock(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -111,37 +168,73 @@ impl PendingSketches {
         if closing.load(Ordering::SeqCst) {
             return Err(SketchRefused::Closed);
         }
+        let pending = &mut held.pending;
         let new = ids
             .iter()
-            .filter(|id| !held.sketches.contains_key(*id))
+            .filter(|id| !pending.sketches.contains_key(*id))
             .count();
-        if new > 0 && held.sketches.len() + new > self.capacity {
+        if new > 0 && pending.sketches.len() + new > self.capacity {
             return Err(SketchRefused::Full);
         }
-        if !held.tables.contains_key(table.name()) {
-            held.tables
+        if !pending.tables.contains_key(table.name()) {
+            pending
+                .tables
                 .insert(table.name().to_owned(), (table.clone(), column));
         }
         for id in ids {
-            held.sketches.entry(id).or_default().insert_hash(hash);
+            pending.sketches.entry(id).or_default().insert_hash(hash);
         }
-        held.members += 1;
-        Ok(held.sketches.len())
+        pending.members += 1;
+        Ok(pending.sketches.len())
     }
 
-    /// Everything pending, taken for a flush.
-    pub fn drain(&self) -> Sketches {
-        std::mem::take(&mut *self.lock())
+    /// Everything pending, taken for a flush and kept readable as in
+    /// flight, in one step; `None` when nothing is pending.
+    pub fn drain(&self) -> Option<Arc<Sketches>> {
+        let mut held = self.lock();
+        if held.pending.sketches.is_empty() {
+            return None;
+        }
+        let drained = Arc::new(std::mem::take(&mut held.pending));
+        held.in_flight = Some(drained.clone());
+        Some(drained)
+    }
+
+    /// The flush under way committed: no longer in flight.
+    pub fn committed(&self) {
+        self.lock().in_flight = None;
+    }
+
+    /// The flush under way failed: its sketches pending again, in one step.
+    pub fn restore(&self) {
+        let mut held = self.lock();
+        if let Some(failed) = held.in_flight.take() {
+            held.pending.absorb(&failed);
+        }
     }
 
     /// Distinct sketches pending.
     pub fn len(&self) -> usize {
-        self.lock().sketches.len()
+        self.lock().pending.len()
     }
 
-    /// The sketch pending for `id`, merged into `into`.
+    /// Whether `capacity` sketches are pending.
+    pub fn is_full(&self) -> bool {
+        self.len() >= self.capacity
+    }
+
+    /// The most sketches pending at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// What is pending and in flight for `id`, merged into `into`.
     pub fn merge_into(&self, id: &SketchId, into: &mut Sketch) {
-        if let Some(sketch) = self.lock().get(id) {
+        let held = self.lock();
+        if let Some(sketch) = held.pending.sketches.get(id) {
+            into.merge(sketch);
+        }
+        if let Some(sketch) = held.in_flight.as_ref().and_then(|f| f.sketches.get(id)) {
             into.merge(sketch);
         }
     }

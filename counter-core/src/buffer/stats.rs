@@ -59,6 +59,10 @@ pub struct BufferStats {
     pub pending_sketches: usize,
     /// Sketches merged into the sketch tables by flushes.
     pub flushed_sketches: u64,
+    /// Sketches set aside: their stored row could not be read
+    /// ([`CounterError::BadSketch`](crate::CounterError::BadSketch)), or
+    /// they could not be flushed at shutdown. Each is logged at `error`.
+    pub rejected_sketches: u64,
 }
 
 /// The counters behind [`BufferStats`], updated by the flusher and by `add`.
@@ -76,6 +80,7 @@ pub(super) struct Meter {
     pub full_waits: AtomicU64,
     pub committed_members: AtomicU64,
     pub flushed_sketches: AtomicU64,
+    pub rejected_sketches: AtomicU64,
     pub last_flush_micros: AtomicU64,
     pub last_error: Mutex<Option<String>>,
 }
@@ -126,6 +131,7 @@ impl Meter {
             committed_members: load(&self.committed_members),
             pending_sketches,
             flushed_sketches: load(&self.flushed_sketches),
+            rejected_sketches: load(&self.rejected_sketches),
         }
     }
 }

@@ -60,6 +60,7 @@ pub(crate) fn prune_buckets(
     table: &str,
     range: &OwnerRange,
     keys: Vec<String>,
+    floor: Option<i64>,
     last: i64,
 ) -> Statement {
     let mut delete = Query::delete();
@@ -70,6 +71,11 @@ pub(crate) fn prune_buckets(
     delete
         .and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys))
         .and_where(Expr::col(Alias::new(col::BUCKET)).lte(last));
+    // Above `floor`, when rows below it are no buckets (a sketch table's
+    // all-time sketches).
+    if let Some(floor) = floor {
+        delete.and_where(Expr::col(Alias::new(col::BUCKET)).gt(floor));
+    }
     dialect.backend().build(&delete)
 }
 
@@ -96,7 +102,27 @@ mod tests {
             upto: Some(9i64.into()),
             limit: 0,
         };
-        let my = prune_buckets(Dialect::MySql, "c_buckets", &range, vec!["views".into()], 0);
+        let my = prune_buckets(
+            Dialect::MySql,
+            "c_buckets",
+            &range,
+            vec!["views".into()],
+            None,
+            0,
+        );
+        let kept = prune_buckets(
+            Dialect::Sqlite,
+            "c_sketches",
+            &range,
+            vec!["v".into()],
+            Some(i64::MIN),
+            0,
+        )
+        .to_string();
+        assert!(
+            kept.contains(&format!("\"bucket\" > {}", i64::MIN)),
+            "all-time sketches stay: {kept}"
+        );
         assert_eq!(
             my.sql,
             "DELETE FROM `c_buckets` WHERE `owner_id` > ? AND `owner_id` <= ? AND `count_key` IN (?) AND `bucket` <= ?"

@@ -240,25 +240,6 @@ pub(crate) fn delete_slots(
     dialect.backend().build(&delete)
 }
 
-/// `DELETE FROM t WHERE count_key IN (..) AND bucket <= last AND bucket >
-/// ALL_TIME`: the buckets of `keys` that end by `last + width`, never an
-/// all-time sketch.
-pub(crate) fn prune_sketches(
-    dialect: Dialect,
-    table: &str,
-    keys: Vec<String>,
-    last: i64,
-) -> Statement {
-    let bucket = Expr::col(Alias::new(col::BUCKET));
-    let delete = Query::delete()
-        .from_table(Alias::new(table))
-        .and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys))
-        .and_where(bucket.clone().lte(last))
-        .and_where(bucket.gt(ALL_TIME))
-        .to_owned();
-    dialect.backend().build(&delete)
-}
-
 /// `SELECT DISTINCT <owner> AS owner_id FROM <table> [WHERE <owner> > ?]
 /// ORDER BY 1 LIMIT n`: the next owners of a members table, for a rebuild.
 pub(crate) fn member_owners(
@@ -354,7 +335,5 @@ mod tests {
         )
         .to_string();
         assert!(sql.contains(&format!("{}", ALL_TIME + 1)), "{sql}");
-        let prune = prune_sketches(Dialect::Sqlite, "t", vec!["v".into()], 0).to_string();
-        assert!(prune.contains(&format!("> {ALL_TIME}")), "{prune}");
     }
 }

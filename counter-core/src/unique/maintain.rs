@@ -9,7 +9,6 @@
 
 use std::{collections::HashSet, sync::Arc};
 
-use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait, Value};
 
 use super::Sketch;
@@ -98,28 +97,6 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             }
         }
         Ok(stats)
-    }
-
-    /// Deletes the sketches of the unique keys' buckets that end at or
-    /// before `before` (the part of [`Counters::prune`] for the sketch
-    /// table); all-time sketches stay. Returns the rows deleted.
-    pub(crate) async fn prune_sketches<C: ConnectionTrait>(
-        &self,
-        db: &C,
-        before: DateTime<Utc>,
-    ) -> Result<u64> {
-        let Some(table) = self.table().sketch_table() else {
-            return Ok(0);
-        };
-        let dialect = Dialect::of(db)?;
-        let mut deleted = 0;
-        for (window, keys) in self.table().keys_by_window(true) {
-            let last = before.timestamp() - window.seconds();
-            let stmt = sketches::prune_sketches(dialect, &table, keys, last);
-            let done = retry::run(db, &table, || detach::execute(db, stmt.clone())).await?;
-            deleted += done.rows_affected();
-        }
-        Ok(deleted)
     }
 }
 

@@ -106,18 +106,20 @@ impl Merges {
                         pool.run(move |pool| async move {
                             let txn = pool.begin_with_options(options).await?;
                             work.apply(&txn).await?;
-                            txn.commit().await?;
+                            // Told whatever the outcome: a commit whose
+                            // reply was lost may have applied.
+                            let done = txn.commit().await;
                             work.touched.clone().committed().await;
-                            Ok(())
+                            done
                         })
                         .await
                     }
                     None => {
                         let txn = db.begin().await?;
                         work.apply(&txn).await?;
-                        txn.commit().await?;
+                        let done = txn.commit().await;
                         work.touched.clone().wrote(retry::is_pool::<C>()).await;
-                        Ok(())
+                        done
                     }
                 }
             }
@@ -145,17 +147,23 @@ async fn merge_into<C: ConnectionTrait>(
     sketch: &Sketch,
 ) -> Result<(), DbErr> {
     let lock = sketches::lock_cell(dialect, table, cell);
-    let mut row = txn.query_one_raw(lock.clone()).await?;
-    if row.is_none() {
-        // A concurrent writer may create it first: then this inserts
-        // nothing, and the locked read below finds theirs.
+    let mut found = txn.query_one_raw(lock.clone()).await?;
+    // A missing row is inserted, then read locked. A concurrent writer may
+    // create it first: then the insert does nothing and the read finds
+    // theirs. A compaction may delete it between the insert (which takes
+    // no lock on a row that exists, on PostgreSQL) and the read: then once
+    // more. Three rounds: a compaction deletes a counter's rows once.
+    for _ in 0..3 {
+        if found.is_some() {
+            break;
+        }
         let insert = sketches::insert_cell(dialect, table, cell, sketch.to_bytes());
         txn.execute_raw(insert).await?;
-        row = txn.query_one_raw(lock).await?;
+        found = txn.query_one_raw(lock.clone()).await?;
     }
-    let Some(row) = row else {
+    let Some(row) = found else {
         return Err(DbErr::RecordNotFound(format!(
-            "the sketch row just inserted in `{table}`"
+            "a sketch row of `{table}`, deleted three times while it was written"
         )));
     };
     let bytes: Vec<u8> = row.try_get("", sketches::SKETCH)?;

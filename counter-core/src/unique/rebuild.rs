@@ -77,6 +77,14 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// and is exact while the application observes (a member observed
     /// during the rebuild is in the sketch either way). Buckets of a
     /// windowed key are not rebuilt: the members table has no time.
+    ///
+    /// Memory holds one chunk's member rows: 1,000 owners' members, all of
+    /// them for an owner with millions. Members are hashed as the database's
+    /// text of them: observe the same text (PostgreSQL's `inet` reads
+    /// `10.0.0.1/32` where `IpAddr` writes `10.0.0.1`; MySQL's `BINARY(16)`
+    /// UUIDs are bytes, not the hyphenated text). String owners are walked in
+    /// the column's own collation: give them a binary one (as the companion
+    /// table's) so that owners differing only in case stay apart.
     pub async fn rebuild<K: UniqueKeyOf<S>>(
         &self,
         db: &DatabaseConnection,
@@ -106,12 +114,14 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             let Some(last) = owners.last().cloned() else {
                 break;
             };
-            if after.as_ref().is_some_and(|a| *a >= last) {
+            // The database orders owners in its own collation, which need
+            // not be Rust's: only a page that does not move is an error.
+            if after.as_ref() == Some(&last) {
                 return Err(CounterError::WalkStalled {
                     walk: "rebuild",
                     table: source.to_owned(),
                     owner: format!("{last:?}"),
-                    reason: "the members table returned owners out of order",
+                    reason: "the members table returned the same owners again",
                 });
             }
             let ids: Vec<Value> = owners.iter().cloned().map(Into::into).collect();

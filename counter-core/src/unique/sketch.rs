@@ -306,7 +306,12 @@ impl Sketch {
                 let mut entries = Vec::with_capacity(rest.len() / 3);
                 for chunk in rest.chunks_exact(3) {
                     let packed = u32::from_be_bytes([0, chunk[0], chunk[1], chunk[2]]);
-                    let (index, rank) = ((packed >> 6) as u16, (packed & 63) as u8);
+                    let (index, rank) = (packed >> 6, (packed & 63) as u8);
+                    if index >= REGISTERS as u32 {
+                        return bad("a sparse register index is below 16,384");
+                    }
+                    // Below 16,384: fits.
+                    let index = index as u16;
                     if rank == 0
                         || rank > MAX_RANK
                         || entries.last().is_some_and(|(i, _)| *i >= index)
@@ -484,6 +489,19 @@ mod tests {
         assert!(left.merge(&right));
         assert_eq!(left.to_bytes(), users(0..4_500).to_bytes());
         assert_eq!(left.to_bytes().len(), 1 + DENSE_BYTES);
+    }
+
+    #[test]
+    fn register_indexes_past_the_registers_are_refused() {
+        // Index 16,384 (packed 0x100001), and 65,536 (which a 16-bit cast
+        // would wrap to 0): refused, never stored to panic a merge later.
+        for bytes in [[SPARSE, 0x10, 0x00, 0x01], [SPARSE, 0x40, 0x00, 0x01]] {
+            assert!(Sketch::from_bytes(&bytes).is_err(), "{bytes:?}");
+        }
+        let last = Sketch::from_bytes(&[SPARSE, 0x0f, 0xff, 0xc1]).unwrap();
+        let mut dense = users(0..5_000);
+        dense.merge(&last);
+        assert!(dense.estimate() > 4_900);
     }
 
     #[test]

@@ -139,3 +139,76 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "buffer_unique_faults"]
+    async fn a_missing_table_or_a_bad_row_holds_nothing_else_back(t: TestDb) {
+        use counter_core::WhenFull;
+        use sea_orm::{
+            ConnectionTrait,
+            sea_query::{Alias, Query},
+        };
+        FlushLedger::default().create_table(&t.db).await.unwrap();
+        // A table made before its unique key: no sketch table yet.
+        let plain = counter_tests::counters::<i64>("buffer_unique_faults", 2);
+        plain.create_table(&t.db).await.unwrap();
+        let c = uniques("buffer_unique_faults", 2);
+        // Flushed only when asked: every step below is deterministic.
+        let buffer = CounterBuffer::builder(&t.db)
+            .interval(Duration::from_secs(3_600))
+            .sketch_capacity(2)
+            .when_full(WhenFull::Fail)
+            .start()
+            .await
+            .unwrap();
+        buffer.observe(&c, 1, "viewers", "ann").unwrap();
+        buffer.add(&plain, 1, "likes", 3).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), buffer.flush())
+            .await
+            .expect("a missing sketch table does not hang the flush")
+            .unwrap();
+        assert_eq!(plain.get(&t.db, 1, "likes").await.unwrap(), 3, "deltas flushed");
+        let stats = buffer.stats();
+        assert_eq!(stats.pending_sketches, 1, "{stats:?}");
+        assert!(stats.last_error.is_some(), "{stats:?}");
+        // Still read by this process while pending.
+        let err = buffer.unique(&c, 1, "viewers").await.unwrap_err();
+        assert!(matches!(err, CounterError::MissingTable { .. }), "{err}");
+        // Full of sketches: refused at once with the sketches' capacity.
+        buffer.observe(&c, 2, "viewers", "bob").unwrap();
+        let full = buffer.observe(&c, 3, "viewers", "cy").unwrap_err();
+        assert!(
+            matches!(full, CounterError::Buffer(BufferError::Full { capacity: 2 })),
+            "{full}"
+        );
+        // The migration runs; the next cycles flush what waited.
+        c.create_table(&t.db).await.unwrap();
+        // Rows that no sketch format reads, in both of owner 2's slots.
+        for slot in [0_i16, 1] {
+            let bad = Query::insert()
+                .into_table(Alias::new("buffer_unique_faults_sketches"))
+                .columns(["owner_id", "count_key", "bucket", "slot", "sketch"].map(Alias::new))
+                .values_panic([
+                    2_i64.into(),
+                    "viewers".into(),
+                    i64::MIN.into(),
+                    slot.into(),
+                    vec![0x11_u8, 0x10, 0x00, 0x01].into(),
+                ])
+                .to_owned();
+            t.db.execute(&bad).await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while buffer.stats().pending_sketches > 0 {
+            assert!(std::time::Instant::now() < deadline, "{:?}", buffer.stats());
+            buffer.flush().await.unwrap();
+        }
+        assert_eq!(c.unique(&t.db, 1, "viewers").await.unwrap(), 1);
+        let stats = buffer.shutdown().await.unwrap();
+        assert_eq!(stats.rejected_sketches, 1, "owner 2's sketch set aside: {stats:?}");
+        let err = c.unique(&t.db, 2, "viewers").await.unwrap_err();
+        assert!(matches!(err, CounterError::BadSketch { .. }), "{err}");
+        t.finish().await;
+    }
+}

@@ -57,6 +57,10 @@ backend_test! {
         buffer.shutdown().await.unwrap();
         let err = cached.unique_many(db, &[1], &["likes"]).await.unwrap_err();
         assert!(matches!(err, counter_core::CounterError::WrongKeyKind { .. }), "{err}");
+        let err = cached.get(db, 1, "viewers").await.unwrap_err();
+        assert!(matches!(err, counter_core::CounterError::WrongKeyKind { .. }), "{err}");
+        let err = cached.get_many(db, &[1], &["likes", "viewers"]).await.unwrap_err();
+        assert!(matches!(err, counter_core::CounterError::WrongKeyKind { .. }), "{err}");
         let verify = cached.verify(db, &[1, 2]).await.unwrap();
         figures(
             "cache_unique",
