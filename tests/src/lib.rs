@@ -461,6 +461,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_member_missing_from_a_sketch_is_counted() {
+        let mut stored = counter_core::unique::Sketch::new();
+        stored.insert("ann");
+        assert_eq!(members_missing(&stored, ["ann"]), 0);
+        assert_eq!(members_missing(&stored, ["ann", "bob", "cy"]), 2);
+    }
+
+    #[test]
     fn database_is_replaced_in_mysql_urls() {
         assert_eq!(
             with_database("mysql://root@127.0.0.1:3306/test", "x"),
@@ -489,6 +497,23 @@ mod tests {
         assert_eq!(database_of("mysql://root@h:3306/test?x=1"), Some("test"));
         assert_eq!(database_of("mysql://root@h:3306"), None);
     }
+}
+
+/// How many of `members` a stored sketch does not account for: a member
+/// is accounted for when merging it alone changes no register (a lost
+/// write would have left its register lower).
+pub fn members_missing<'a>(
+    stored: &counter_core::unique::Sketch,
+    members: impl IntoIterator<Item = &'a str>,
+) -> u64 {
+    members
+        .into_iter()
+        .filter(|member| {
+            let mut alone = counter_core::unique::Sketch::new();
+            alone.insert(*member);
+            stored.clone().merge(&alone)
+        })
+        .count() as u64
 }
 
 /// Helpers that look at or write the companion table behind the crate's back.

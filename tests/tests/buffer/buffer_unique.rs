@@ -10,7 +10,7 @@ use counter_core::{
     BufferError, CounterBuffer, CounterError, CounterTable, Counters, FlushLedger, Window,
     unique::Sketch,
 };
-use counter_tests::{TestDb, backend_test, figures, raw};
+use counter_tests::{TestDb, backend_test, figures, members_missing, raw};
 
 /// Counters with a unique `viewers` key and a day-windowed unique `visitors`.
 fn uniques(name: &str, slots: u16) -> Counters<i64> {
@@ -102,6 +102,10 @@ backend_test! {
                 ("estimate", stored.estimate()),
                 ("sketch_flushes", stats.flushed_sketches),
                 ("rows", rows as u64),
+                (
+                    "members_lost",
+                    members_missing(&stored, (0..distinct).map(|i| format!("user:{i}")).collect::<Vec<_>>().iter().map(String::as_str)),
+                ),
             ],
         );
         t.finish().await;

@@ -8,7 +8,7 @@ use chrono::{TimeZone, Utc};
 use counter_core::{CounterTable, Counters, Window, unique::Sketch};
 use counter_mq::{Change, CounterMessage, Observation, Publish};
 use counter_tests::{
-    TestDb, backend_test, figures,
+    TestDb, backend_test, figures, members_missing,
     mq::{self, Bus},
 };
 
@@ -75,7 +75,13 @@ backend_test! {
             union.insert("typed:1");
             let stored = posts.sketch(&t.db, 7, "viewers").await.unwrap();
             assert!(stored.to_bytes() == union.to_bytes(), "{broker}: {stored:?} {union:?} {stats:?}");
-            assert_eq!(posts.get(&t.db, 7, "views").await.unwrap(), MESSAGES as i64);
+            let views = posts.get(&t.db, 7, "views").await.unwrap();
+            assert_eq!(views, MESSAGES as i64);
+            let members: Vec<String> = (0..250).map(|i| format!("user:{i}")).collect();
+            let missing = members_missing(
+                &stored,
+                members.iter().map(String::as_str).chain(["typed:1"]),
+            );
             figures(
                 &format!("unique_mq_{broker}"),
                 t.backend,
@@ -85,7 +91,8 @@ backend_test! {
                     ("duplicates_skipped", stats.duplicates_skipped),
                     ("distinct_members", 251),
                     ("estimate", stored.estimate()),
-                    ("views_lost", 0),
+                    ("views_lost", MESSAGES as u64 - views as u64),
+                    ("members_lost", missing),
                 ],
             );
         }
