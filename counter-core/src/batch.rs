@@ -12,7 +12,7 @@ use crate::{
     observe::{self, Touched},
     owner::{OwnerId, SortOwner},
     retry,
-    sql::{self, Dialect, UpsertRow, sketches::ALL_TIME},
+    sql::{self, Dialect, UpsertRow},
     typed::{KeyOf, KeySpace, UniqueKeyOf},
     unique::{self, Member, Merges, Sketch},
 };
@@ -284,8 +284,7 @@ impl DeltaBatch {
         let table = counters.table();
         let owner: Value = owner.into();
         let sort = SortOwner::of(&owner);
-        let window = table.window_for(key).map(|w| w.bucket_of(at));
-        for bucket in [Some(ALL_TIME), window].into_iter().flatten() {
+        for bucket in table.sketch_buckets(key, at) {
             let at = (
                 table.name().to_owned(),
                 sort.clone(),

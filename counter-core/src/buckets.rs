@@ -218,13 +218,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let key = key.as_key_str();
         validate_key(key)?;
         self.table().check_kind(key, false, "range")?;
-        match self.table().window_for(key) {
-            Some(window) => Ok((key, window)),
-            None => Err(CounterError::NotWindowed {
-                table: self.table().name().to_owned(),
-                key: key.to_owned(),
-            }),
-        }
+        Ok((key, self.table().required_window(key)?))
     }
 
     /// Runs the bucket sums of `owners` in chunks, handing each

@@ -151,12 +151,11 @@ impl CounterTable {
     /// name would be longer than [`MAX_TABLE_NAME_LEN`].
     pub fn with_key_window(mut self, key: &str, window: Window) -> Result<Self> {
         validate_key(key)?;
-        let buckets = format!("{}{BUCKET_TABLE_SUFFIX}", self.name());
-        validate_table_name(&buckets).map_err(|_| CounterError::InvalidTableName {
-            name: preview(&buckets),
-            reason: "the bucket table of a windowed key is the counter table's name plus \
-                     `_buckets`, at most 63 bytes: choose a shorter counter table name",
-        })?;
+        self.check_side_table(
+            BUCKET_TABLE_SUFFIX,
+            "the bucket table of a windowed key is the counter table's name plus \
+             `_buckets`, at most 63 bytes: choose a shorter counter table name",
+        )?;
         Arc::make_mut(&mut self.inner)
             .key_windows
             .insert(key.to_owned(), window);
@@ -166,6 +165,16 @@ impl CounterTable {
     /// The time window of `key`, if it is counted in buckets.
     pub fn window_for(&self, key: &str) -> Option<Window> {
         self.inner.key_windows.get(key).copied()
+    }
+
+    /// The window of `key`, or [`CounterError::NotWindowed`]: what a range
+    /// read needs.
+    pub(crate) fn required_window(&self, key: &str) -> Result<Window> {
+        self.window_for(key)
+            .ok_or_else(|| CounterError::NotWindowed {
+                table: self.name().to_owned(),
+                key: key.to_owned(),
+            })
     }
 
     /// The windowed keys and their windows, in key order.
@@ -222,16 +231,39 @@ impl CounterTable {
     /// [`MAX_TABLE_NAME_LEN`].
     pub fn with_unique_key(mut self, key: &str) -> Result<Self> {
         validate_key(key)?;
-        let sketches = format!("{}{SKETCH_TABLE_SUFFIX}", self.name());
-        validate_table_name(&sketches).map_err(|_| CounterError::InvalidTableName {
-            name: preview(&sketches),
-            reason: "the sketch table of a unique key is the counter table's name plus \
-                     `_sketches`, at most 63 bytes: choose a shorter counter table name",
-        })?;
+        self.check_side_table(
+            SKETCH_TABLE_SUFFIX,
+            "the sketch table of a unique key is the counter table's name plus \
+             `_sketches`, at most 63 bytes: choose a shorter counter table name",
+        )?;
         Arc::make_mut(&mut self.inner)
             .unique_keys
             .insert(key.to_owned());
         Ok(self)
+    }
+
+    /// `Ok` if this table's name plus `suffix` (a bucket or sketch table)
+    /// is a valid table name; else the error, with `reason`.
+    fn check_side_table(&self, suffix: &str, reason: &'static str) -> Result<()> {
+        let name = format!("{}{suffix}", self.name());
+        validate_table_name(&name).map_err(|_| CounterError::InvalidTableName {
+            name: preview(&name),
+            reason,
+        })
+    }
+
+    /// The buckets a member observed `at` merges into for `key`: the
+    /// all-time sketch's ([`ALL_TIME`](crate::sql::sketches::ALL_TIME)) and,
+    /// for a windowed key, the bucket of `at`.
+    pub(crate) fn sketch_buckets(
+        &self,
+        key: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> impl Iterator<Item = i64> + use<> {
+        let window = self.window_for(key).map(|w| w.bucket_of(at));
+        [Some(crate::sql::sketches::ALL_TIME), window]
+            .into_iter()
+            .flatten()
     }
 
     /// Whether `key` is a unique count ([`CounterTable::with_unique_key`]).

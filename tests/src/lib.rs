@@ -263,6 +263,18 @@ pub fn counters<I: OwnerId>(table: &str, slots: u16) -> Counters<I> {
     Counters::new(table.expect("a valid test table"))
 }
 
+/// Counters in `table` with `slots` slots and two unique keys: `viewers`
+/// (all-time) and `visitors` (with day buckets); any other key counts
+/// deltas.
+pub fn uniques(table: &str, slots: u16) -> Counters<i64> {
+    let table = CounterTable::new(table.to_owned())
+        .and_then(|t| t.with_slots(slots))
+        .and_then(|t| t.with_unique_key("viewers"))
+        .and_then(|t| t.with_unique_key("visitors"))
+        .and_then(|t| t.with_key_window("visitors", counter_core::Window::Day));
+    Counters::new(table.expect("a valid test table"))
+}
+
 /// A number from the environment variable `var` (a test's knob, such as
 /// `COUNTER_SOAK_SECS`): `None` when unset or empty; a panic naming the
 /// variable when it is not a number, rather than a silent default.

@@ -177,7 +177,7 @@ const CACHE_TTL: Duration = Duration::from_secs(600);
 /// How many problems of one target are printed.
 const SHOWN: u64 = 10;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use bench::BoxError;
 
 /// Totals by owner, then by key name: what an untyped batch read returns.
 type Totals = HashMap<i64, HashMap<String, i64>>;
@@ -419,44 +419,14 @@ impl Work {
     }
 }
 
-/// Removes a temporary SQLite database and its `-wal` and `-shm` files
-/// when dropped, whichever way the run ends.
-struct TempSqlite(PathBuf);
-
-impl Drop for TempSqlite {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("cache-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::exit_code("cache-bench", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<bool, BoxError> {
     // Declared before the connection, so dropped after it.
-    let mut _temp = None;
-    let url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => {
-            let path = std::env::temp_dir().join(format!("cache-bench-{}.db", std::process::id()));
-            let url = format!("sqlite://{}?mode=rwc", path.display());
-            _temp = Some(TempSqlite(path));
-            url
-        }
-    };
+    let (url, _temp) = bench::database_url(args.database_url.as_deref(), "cache-bench");
     let mut options = ConnectOptions::new(&url);
     // The Zipf tasks plus a few concurrent fills.
     options.max_connections(16).sqlx_logging(false);

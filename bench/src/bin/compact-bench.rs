@@ -40,7 +40,6 @@
 //! `cargo run --release -p bench --bin compact-bench -- --database-url <URL>`
 
 use std::{
-    path::PathBuf,
     process::ExitCode,
     sync::{
         Arc, Mutex,
@@ -89,18 +88,11 @@ const KEY: &str = "likes";
 /// Timed `top(10)` calls per measurement (after one warm-up call).
 const TOP_RUNS: usize = 5;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use bench::BoxError;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("compact-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::exit_code("compact-bench", run(Args::parse()).await)
 }
 
 /// The hot counter's owner: the middle owner id (see the module docs).
@@ -122,20 +114,6 @@ struct Capture {
     last: Mutex<Option<String>>,
 }
 
-/// Removes a temporary SQLite database and its `-wal` and `-shm` files
-/// when dropped, whichever way the run ends.
-struct TempSqlite(PathBuf);
-
-impl Drop for TempSqlite {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 async fn run(args: Args) -> Result<bool, BoxError> {
     if args.increments < u64::from(args.clients) {
         return Err(format!(
@@ -145,17 +123,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         .into());
     }
     // Declared before the connection, so dropped after it.
-    let mut _temp = None;
-    let url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => {
-            let path =
-                std::env::temp_dir().join(format!("compact-bench-{}.db", std::process::id()));
-            let url = format!("sqlite://{}?mode=rwc", path.display());
-            _temp = Some(TempSqlite(path));
-            url
-        }
-    };
+    let (url, _temp) = bench::database_url(args.database_url.as_deref(), "compact-bench");
     let mut options = sea_orm::ConnectOptions::new(&url);
     options
         .max_connections(u32::from(args.clients) + 4)

@@ -136,14 +136,7 @@ impl Damaged {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("reconcile-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::exit_code("reconcile-bench", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<bool, BoxError> {

@@ -94,44 +94,15 @@ const WRITE_OWNER: i64 = -1;
 const CHUNK: usize = 5_000;
 const OBSERVE_CHUNK: usize = 50_000;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use bench::BoxError;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("unique-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Removes a temporary SQLite database and its `-wal` and `-shm` files.
-struct TempSqlite(PathBuf);
-
-impl Drop for TempSqlite {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
-    }
+    bench::exit_code("unique-bench", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<bool, BoxError> {
-    let mut _temp = None;
-    let url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => {
-            let path = std::env::temp_dir().join(format!("unique-bench-{}.db", std::process::id()));
-            let url = format!("sqlite://{}?mode=rwc", path.display());
-            _temp = Some(TempSqlite(path));
-            url
-        }
-    };
+    let (url, _temp) = bench::database_url(args.database_url.as_deref(), "unique-bench");
     let mut options = ConnectOptions::new(&url);
     options
         .max_connections(args.writers as u32 + 4)

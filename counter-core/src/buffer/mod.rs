@@ -36,7 +36,7 @@ use crate::{
     key::validate_key,
     owner::{OwnerId, SortOwner},
     retry,
-    sql::{self, Dialect, sketches::ALL_TIME},
+    sql::{self, Dialect},
     typed::{KeyOf, KeySpace, UniqueKeyOf},
     unique::{Member, Sketch, murmur64a},
 };
@@ -77,10 +77,8 @@ fn sketch_ids<I: OwnerId, S: KeySpace>(
 ) -> Vec<SketchId> {
     let table = counters.table();
     let owner = SortOwner::from_value(owner.into());
-    let window = table.window_for(key).map(|w| w.bucket_of(at));
-    [Some(ALL_TIME), window]
-        .into_iter()
-        .flatten()
+    table
+        .sketch_buckets(key, at)
         .map(|bucket| SketchId {
             table: table.name().to_owned(),
             owner: owner.clone(),

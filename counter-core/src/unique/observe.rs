@@ -170,10 +170,8 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     ) -> Vec<(SketchCell, Sketch)> {
         let owner: Value = owner.into();
         let table = self.table();
-        let window = table.window_for(&key).map(|w| w.bucket_of(at));
-        [Some(ALL_TIME), window]
-            .into_iter()
-            .flatten()
+        table
+            .sketch_buckets(&key, at)
             .map(|bucket| {
                 (
                     cell(table, dialect, owner.clone(), &key, bucket),

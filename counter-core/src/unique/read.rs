@@ -129,7 +129,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         for owner in owners {
             owner.check()?;
         }
-        self.check_unique_window(key)?;
+        self.table().required_window(key)?;
         window::check_range(from, to)?;
         let range = Buckets::Range {
             from: window::ceil_seconds(from),
@@ -141,17 +141,6 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             .into_iter()
             .map(|(owner, mut by_key)| (owner, by_key.remove(key).unwrap_or(0)))
             .collect())
-    }
-
-    /// `Ok` if the unique key `key` is windowed.
-    fn check_unique_window(&self, key: &str) -> Result<()> {
-        match self.table().window_for(key) {
-            Some(_) => Ok(()),
-            None => Err(CounterError::NotWindowed {
-                table: self.table().name().to_owned(),
-                key: key.to_owned(),
-            }),
-        }
     }
 
     /// The merged sketch of each `(owner, key)` that has rows in `buckets`.

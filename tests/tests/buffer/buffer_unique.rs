@@ -6,23 +6,8 @@
 use std::{sync::Arc, time::Duration};
 
 use chrono::{Duration as Days, TimeZone, Utc};
-use counter_core::{
-    BufferError, CounterBuffer, CounterError, CounterTable, Counters, FlushLedger, Window,
-    unique::Sketch,
-};
-use counter_tests::{TestDb, backend_test, figures, members_missing, raw};
-
-/// Counters with a unique `viewers` key and a day-windowed unique `visitors`.
-fn uniques(name: &str, slots: u16) -> Counters<i64> {
-    Counters::new(
-        CounterTable::new(name.to_owned())
-            .and_then(|t| t.with_slots(slots))
-            .and_then(|t| t.with_unique_key("viewers"))
-            .and_then(|t| t.with_unique_key("visitors"))
-            .and_then(|t| t.with_key_window("visitors", Window::Day))
-            .expect("a valid table"),
-    )
-}
+use counter_core::{BufferError, CounterBuffer, CounterError, FlushLedger, unique::Sketch};
+use counter_tests::{TestDb, backend_test, figures, members_missing, raw, uniques};
 
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,23 +7,10 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use counter_core::{
-    CounterError, CounterTable, Counters, ErrorKind, Window,
+    CounterError, ErrorKind,
     unique::{Sketch, sketch::STANDARD_ERROR},
 };
-use counter_tests::{TestDb, backend_test, figures, members_missing, raw};
-
-/// Counters in `name` with `slots` slots and two unique keys: `viewers`
-/// (all-time) and `visitors` (with day buckets), beside a plain `likes`.
-fn uniques(name: &str, slots: u16) -> Counters<i64> {
-    Counters::new(
-        CounterTable::new(name.to_owned())
-            .and_then(|t| t.with_slots(slots))
-            .and_then(|t| t.with_unique_key("viewers"))
-            .and_then(|t| t.with_unique_key("visitors"))
-            .and_then(|t| t.with_key_window("visitors", Window::Day))
-            .expect("a valid table"),
-    )
-}
+use counter_tests::{TestDb, backend_test, figures, members_missing, raw, uniques};
 
 fn day(d: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, d, 0, 0, 0).unwrap()
@@ -390,6 +377,47 @@ backend_test! {
         migration.down(&schema).await.unwrap();
         assert_eq!(after.check_table(&t.db).await.unwrap().len(), 1);
         assert!(before.sketch_migration().up(&schema).await.is_err(), "no unique key");
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_dropped_calls"]
+    async fn observes_dropped_mid_flight_strand_nothing(t: TestDb) {
+        use std::time::Duration;
+        let c = uniques("unique_dropped_calls", 4);
+        c.create_table(&t.db).await.unwrap();
+        // Each observe given up after 0 to 2 ms, as axum drops a handler
+        // whose client left: done or not, nothing may be left behind.
+        let mut acknowledged = Vec::new();
+        for i in 0..300_u64 {
+            let member = format!("m{i}");
+            let limit = Duration::from_micros(i % 2_000);
+            let call = c.observe(&t.db, 1, "viewers", member.as_str());
+            if let Ok(done) = tokio::time::timeout(limit, call).await {
+                done.unwrap();
+                acknowledged.push(member);
+            }
+        }
+        // The pool still serves every call, promptly.
+        let again = tokio::time::timeout(Duration::from_secs(30), async {
+            for i in 0..50 {
+                c.observe(&t.db, 2, "viewers", format!("n{i}").as_str()).await?;
+            }
+            c.sketch(&t.db, 1, "viewers").await
+        })
+        .await
+        .expect("no connection stranded by the dropped calls")
+        .unwrap();
+        let lost = members_missing(&again, acknowledged.iter().map(String::as_str));
+        assert_eq!(lost, 0, "every acknowledged observe is counted");
+        assert_eq!(c.unique(&t.db, 2, "viewers").await.unwrap(), 50);
+        figures(
+            "unique_dropped_calls",
+            t.backend,
+            &[("acknowledged", acknowledged.len() as u64), ("given_up", 300 - acknowledged.len() as u64), ("members_lost", lost)],
+        );
         t.finish().await;
     }
 }
