@@ -230,8 +230,7 @@ async fn flush_sketches(shared: &Shared, closing: bool) {
                 return;
             }
             Err(error) => {
-                Meter::bump(&meter.failed_attempts, 1);
-                meter.set_error(Some(error.to_string()));
+                meter.failed(error.to_string());
                 let pause = backoff(attempt);
                 tracing::warn!(
                     attempt,
@@ -402,8 +401,7 @@ async fn send_to_sink(shared: &Shared, sink: &dyn FlushSink, seq: u64, drained: 
                 return;
             }
             Err(error) => {
-                Meter::bump(&shared.meter.failed_attempts, 1);
-                shared.meter.set_error(Some(error.to_string()));
+                shared.meter.failed(error.to_string());
                 let pause = backoff(attempt);
                 tracing::warn!(
                     seq,
@@ -474,8 +472,7 @@ async fn apply(
                 return Ok(());
             }
             Err(error) => {
-                Meter::bump(&meter.failed_attempts, 1);
-                meter.set_error(Some(error.to_string()));
+                meter.failed(error.to_string());
                 if classify(&error) == Classified::Overflow {
                     return Err(error);
                 }

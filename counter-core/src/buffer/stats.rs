@@ -90,6 +90,13 @@ impl Meter {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
+    /// Records a failed attempt: the error first, then the count, so that a
+    /// reader who sees `failed_attempts` grow also sees `last_error` name it.
+    pub fn failed(&self, error: String) {
+        self.set_error(Some(error));
+        self.failed_attempts.fetch_add(1, Ordering::Release);
+    }
+
     pub fn set_error(&self, error: Option<String>) {
         *self
             .last_error
@@ -118,7 +125,7 @@ impl Meter {
             flushes: load(&self.flushes),
             rows_written: load(&self.rows_written),
             statements: load(&self.statements),
-            failed_attempts: load(&self.failed_attempts),
+            failed_attempts: self.failed_attempts.load(Ordering::Acquire),
             replays_skipped: load(&self.replays_skipped),
             rejected_deltas: load(&self.rejected_deltas),
             full_waits: load(&self.full_waits),
