@@ -70,7 +70,7 @@ impl fmt::Display for TableDrift {
         match self {
             Self::Missing { table } => write!(
                 f,
-                "`{table}` does not exist: run `migration()` (a bucket table: `upgrade_migration()`)"
+                "`{table}` does not exist: run `migration()` (a bucket table added later: `upgrade_migration()`; a sketch table: `sketch_migration()`)"
             ),
             Self::NotByteWise {
                 table,

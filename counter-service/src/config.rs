@@ -391,6 +391,10 @@ pub struct KeyConfig {
     pub window: Option<WindowSetting>,
     /// Check and fix against a truth in the business database.
     pub check: Option<CheckConfig>,
+    /// Counts distinct members (`counters:observe`, `uniques:batchGet`)
+    /// instead of deltas: see the guide's unique counts.
+    #[serde(default)]
+    pub unique: bool,
 }
 
 /// A key's time buckets.
@@ -663,7 +667,8 @@ mod tests {
         let config = Config::from_text(DEMO, "demo", env(&[]), &[]).unwrap();
         assert!(config.server.open);
         assert!(config.server.listen.ip().is_loopback());
-        assert_eq!(config.namespaces["demo"].keys.len(), 2);
+        assert_eq!(config.namespaces["demo"].keys.len(), 3);
+        assert!(config.namespaces["demo"].keys["viewers"].unique);
     }
 
     #[test]

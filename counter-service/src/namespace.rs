@@ -79,6 +79,9 @@ pub struct KeyInfo {
     pub window: Option<String>,
     /// Whether a check-and-fix truth is configured.
     pub checked: bool,
+    /// Whether the key counts distinct members (an estimate, read by
+    /// `uniques:batchGet`) rather than deltas.
+    pub unique: bool,
 }
 
 /// A namespace, built from its configuration.
@@ -141,6 +144,17 @@ impl Namespace {
                     .with_key_window(key, window)
                     .map_err(|e| invalid(format!("{at}.window"), e))?;
             }
+            if key_config.unique {
+                if key_config.check.is_some() {
+                    return Err(ConfigError::invalid(
+                        format!("{at}.check"),
+                        "a unique key has no check: its truth is a set of members, not a count",
+                    ));
+                }
+                table = table
+                    .with_unique_key(key)
+                    .map_err(|e| invalid(at.clone(), e))?;
+            }
             if let Some(check) = &key_config.check {
                 if check.every_seconds == Some(0) {
                     return Err(ConfigError::invalid(
@@ -163,6 +177,7 @@ impl Namespace {
                         WindowSetting::Day => "day".into(),
                     }),
                     checked: key_config.check.is_some(),
+                    unique: key_config.unique,
                 },
             );
         }
@@ -229,6 +244,30 @@ impl Namespace {
                 format!("; patterns: {}", patterns.join(", "))
             }
         )))
+    }
+
+    /// `key` if this namespace admits it and it counts deltas (open key
+    /// sets always do); a unique key is a 400 that names the endpoints
+    /// which serve it.
+    pub fn counted_key<'k>(&self, key: &'k str) -> Result<&'k str, Problem> {
+        let key = self.key(key)?;
+        if self.keys.get(key).is_some_and(|k| k.unique) {
+            return Err(Problem::bad_request(format!(
+                "`{key}` counts distinct members: write it with `counters:observe`, read it with `uniques:batchGet`"
+            )));
+        }
+        Ok(key)
+    }
+
+    /// `key` if it is one of this namespace's unique keys; else a 400.
+    pub fn unique_key<'k>(&self, key: &'k str) -> Result<&'k str, Problem> {
+        let key = self.key(key)?;
+        if !self.keys.get(key).is_some_and(|k| k.unique) {
+            return Err(Problem::bad_request(format!(
+                "`{key}` counts deltas, not distinct members: write it with `counters:add`, read it with `counts:batchGet`"
+            )));
+        }
+        Ok(key)
     }
 
     /// The companion table's name.

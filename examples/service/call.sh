@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Calling counter-service from any language: here, curl. Against the demo
 # (`cargo run -p counter-service`), or any service whose namespace `demo`
-# has the keys `likes` and `views` (day window):
+# has the keys `likes`, `views` (day window) and `viewers` (unique, day window):
 #
 #   examples/service/call.sh [BASE_URL] [TOKEN]
 #
@@ -45,6 +45,19 @@ expect "batch get" "$(call GET "/v1/demo/counts:batchGet?owners=$RUN,0&keys=like
 expect "top" "$(call GET '/v1/demo/top?key=likes&limit=3')" '"owners":\['
 expect "series" "$(call GET "/v1/demo/series?owner=$RUN&key=views&from=2026-11-01T00:00:00Z&to=2026-11-04T00:00:00Z")" '"sum":3'
 expect "keys" "$(call GET /v1/demo/keys)" '"reaction:heart"'
+
+# Unique counts: members observed (a repeat, or a retried request, counts
+# once), read for all time and as the union of a range of days.
+observed="{\"observations\": [
+  {\"owner\": \"$RUN\", \"key\": \"viewers\", \"member\": \"ann\", \"at\": \"2026-11-02T10:00:00Z\"},
+  {\"owner\": \"$RUN\", \"key\": \"viewers\", \"member\": \"bob\", \"at\": \"2026-11-02T11:00:00Z\"},
+  {\"owner\": \"$RUN\", \"key\": \"viewers\", \"member\": \"ann\", \"at\": \"2026-11-03T09:00:00Z\"}]}"
+expect "observe" "$(call POST /v1/demo/counters:observe "$observed")" '"observed":3'
+expect "observe, retried" "$(call POST /v1/demo/counters:observe "$observed")" '"observed":3'
+expect "distinct viewers" "$(call GET "/v1/demo/uniques:batchGet?owners=$RUN&keys=viewers")" "\"$RUN\":\\{\"viewers\":2\\}"
+expect "viewers on the 3rd" \
+  "$(call GET "/v1/demo/uniques:batchGet?owners=$RUN&keys=viewers&from=2026-11-03T00:00:00Z&to=2026-11-04T00:00:00Z")" \
+  "\"$RUN\":\\{\"viewers\":1\\}"
 
 # Errors are problem details with a kind.
 expect "an unknown key" "$(call POST /v1/demo/counters:add "{\"owner\": \"$RUN\", \"key\": \"nope\"}")" '"kind":"invalid_input"'

@@ -70,6 +70,10 @@ pub struct CompactReply {
     pub bucket_rows_before: u64,
     /// Bucket rows after.
     pub bucket_rows_after: u64,
+    /// Sketch rows of unique keys before (each counter's merged into one).
+    pub sketch_rows_before: u64,
+    /// Sketch rows after.
+    pub sketch_rows_after: u64,
 }
 
 /// Folds each counter's slot rows into one, online: totals never change.
@@ -99,5 +103,7 @@ pub(crate) async fn compact(
         counters_folded: report.totals.counters_folded,
         bucket_rows_before: report.buckets.rows_before,
         bucket_rows_after: report.buckets.rows_after,
+        sketch_rows_before: report.sketches.rows_before,
+        sketch_rows_after: report.sketches.rows_after,
     }))
 }

@@ -5,6 +5,7 @@
 //! ```text
 //! POST /v1/{ns}/counters:add          POST /v1/{ns}/counters:addAndGet
 //! POST /v1/{ns}/counters:batchAdd     GET|POST /v1/{ns}/counts:batchGet
+//! POST /v1/{ns}/counters:observe      GET|POST /v1/{ns}/uniques:batchGet
 //! GET  /v1/{ns}/top                   GET  /v1/{ns}/series
 //! GET  /v1/{ns}/keys                  POST /v1/{ns}/admin:check  POST /v1/{ns}/admin:compact
 //! GET  /healthz  /readyz  /metrics  /openapi.json
@@ -14,6 +15,7 @@ mod admin;
 mod extract;
 mod ops;
 mod read;
+mod unique;
 mod write;
 
 use std::time::Duration;
@@ -44,13 +46,14 @@ pub const REQUEST_ID: &str = "x-request-id";
 #[openapi(
     info(
         title = "counter-service",
-        description = "Slotted counters over HTTP: idempotent adds, batch gets, rankings, series. \
+        description = "Slotted counters over HTTP: idempotent adds, batch gets, rankings, series, \
+                       unique counts. \
                        Every error is RFC 9457 problem details with a `kind`."
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(
-        (name = "counters", description = "Adds"),
+        (name = "counters", description = "Adds and observations"),
         (name = "counts", description = "Reads"),
         (name = "admin", description = "Maintenance on demand (admin scope)"),
         (name = "operations", description = "Probes, metrics, this document (no token)"),
@@ -81,6 +84,8 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(write::add_and_get))
         .routes(routes!(write::batch_add))
         .routes(routes!(read::batch_get, read::batch_get_post))
+        .routes(routes!(unique::observe))
+        .routes(routes!(unique::batch_get, unique::batch_get_post))
         .routes(routes!(read::top))
         .routes(routes!(read::series))
         .routes(routes!(read::keys))

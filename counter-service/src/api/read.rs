@@ -93,7 +93,29 @@ pub(crate) async fn batch_get_post(
     counts(&state, &caller, &ns, request.owners, request.keys).await
 }
 
-fn split(list: &str) -> impl Iterator<Item = &str> {
+/// Bounds a batch read's lists (1 to `max_batch_owners` owners, 1 to
+/// `max_batch_keys` keys) and checks each key with `admit`.
+pub(super) fn check_batch<'k>(
+    state: &AppState,
+    owners: &[Value],
+    keys: &'k [String],
+    admit: impl Fn(&'k str) -> Result<&'k str, Problem>,
+) -> Result<(), Problem> {
+    let (max_owners, max_keys) = (state.server.max_batch_owners, state.server.max_batch_keys);
+    if owners.is_empty() || owners.len() > max_owners {
+        return Err(Problem::over_bound("batch owners", max_owners, owners.len()).with("min", 1));
+    }
+    if keys.is_empty() || keys.len() > max_keys {
+        return Err(Problem::over_bound("batch keys", max_keys, keys.len()).with("min", 1));
+    }
+    for key in keys {
+        admit(key)?;
+    }
+    Ok(())
+}
+
+/// The items of a comma-separated query list.
+pub(super) fn split(list: &str) -> impl Iterator<Item = &str> {
     list.split(',').filter(|s| !s.is_empty())
 }
 
@@ -105,16 +127,7 @@ async fn counts(
     keys: Vec<String>,
 ) -> Result<axum::Json<BatchGetReply>, Problem> {
     let namespace = state.namespace(caller, ns, Scope::Read)?;
-    let (max_owners, max_keys) = (state.server.max_batch_owners, state.server.max_batch_keys);
-    if owners.is_empty() || owners.len() > max_owners {
-        return Err(Problem::over_bound("batch owners", max_owners, owners.len()).with("min", 1));
-    }
-    if keys.is_empty() || keys.len() > max_keys {
-        return Err(Problem::over_bound("batch keys", max_keys, keys.len()).with("min", 1));
-    }
-    for key in &keys {
-        namespace.key(key)?;
-    }
+    check_batch(state, &owners, &keys, |key| namespace.counted_key(key))?;
     metrics::histogram!("counter_service_batch_size", "op" => "batchGet")
         .record((owners.len() * keys.len()) as f64);
     let counts = dispatch!(&namespace.table, h => read_counts(state, h, &owners, &keys).await?);
@@ -188,7 +201,7 @@ pub(crate) async fn top(
     Query(query): Query<TopQuery>,
 ) -> Result<axum::Json<TopReply>, Problem> {
     let namespace = state.namespace(&caller, &ns, Scope::Read)?;
-    let key = namespace.key(&query.key)?;
+    let key = namespace.counted_key(&query.key)?;
     let limit = query.limit.unwrap_or(10);
     if !(1..=MAX_TOP).contains(&limit) {
         return Err(Problem::over_bound("limit", MAX_TOP, limit).with("min", 1));
@@ -308,7 +321,7 @@ pub(crate) async fn series(
     Query(query): Query<SeriesQuery>,
 ) -> Result<axum::Json<SeriesReply>, Problem> {
     let namespace = state.namespace(&caller, &ns, Scope::Read)?;
-    let key = namespace.key(&query.key)?;
+    let key = namespace.counted_key(&query.key)?;
     let buckets = dispatch!(&namespace.table, h => {
         let owner = ServiceOwner::from_text(&query.owner)?;
         h.counters.series(&state.db, owner, key, query.from, query.to).await?

@@ -284,7 +284,10 @@ fn check<I: ServiceOwner>(
             }
         };
         let owner = I::from_json(&item.owner).map_err(at_item)?;
-        let counter_key = namespace.key(&item.key).map_err(at_item)?.to_owned();
+        let counter_key = namespace
+            .counted_key(&item.key)
+            .map_err(at_item)?
+            .to_owned();
         if let Some(id) = &item.id {
             idempotency::check_id(id).map_err(|e| at_item(Problem::bad_request(e)))?;
             if key.as_deref() == Some(id.as_str()) {

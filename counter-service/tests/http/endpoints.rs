@@ -16,6 +16,9 @@ const ROUTES: &[&str] = &[
     "POST /v1/{ns}/counters:batchAdd",
     "GET /v1/{ns}/counts:batchGet",
     "POST /v1/{ns}/counts:batchGet",
+    "POST /v1/{ns}/counters:observe",
+    "GET /v1/{ns}/uniques:batchGet",
+    "POST /v1/{ns}/uniques:batchGet",
     "GET /v1/{ns}/top",
     "GET /v1/{ns}/series",
     "GET /v1/{ns}/keys",
@@ -104,10 +107,31 @@ backend_test! {
             .await
             .assert_problem(400, "invalid_input");
 
+        // Unique counts: members observed (42 and "42" are one), read by GET and POST.
+        let observed = service
+            .post(
+                "/v1/posts/counters:observe",
+                None,
+                json!({"observations": [
+                    {"owner": 1, "key": "viewers", "member": "ann"},
+                    {"owner": 1, "key": "viewers", "member": 42},
+                    {"owner": "1", "key": "viewers", "member": "42"},
+                ]}),
+            )
+            .await
+            .ok();
+        assert_eq!(observed, json!({"observed": 3}), "[{b}]");
+        let got = service.get("/v1/posts/uniques:batchGet?owners=1,2&keys=viewers", None).await.ok();
+        assert_eq!(got["uniques"], json!({"1": {"viewers": 2}, "2": {"viewers": 0}}), "[{b}]");
+        let got = service.post("/v1/posts/uniques:batchGet", None, json!({"owners": [1], "keys": ["viewers"]})).await.ok();
+        assert_eq!(got["uniques"], json!({"1": {"viewers": 2}}), "[{b}]");
+
         // Keys: declared, patterns, and the pattern keys in use.
         let keys = service.get("/v1/posts/keys", None).await.ok();
         let names: Vec<&str> = keys["keys"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["comments", "likes", "views"], "[{b}]");
+        assert_eq!(names, ["comments", "likes", "viewers", "views"], "[{b}]");
+        let unique: Vec<bool> = keys["keys"].as_array().unwrap().iter().map(|k| k["unique"].as_bool().unwrap()).collect();
+        assert_eq!(unique, [false, false, true, false], "[{b}]");
         assert_eq!((keys["patterns"].clone(), keys["in_use"].clone()), (json!(["reaction:*"]), json!(["reaction:heart"])), "[{b}]");
 
         // Check and fix: seeded drift found and repaired.

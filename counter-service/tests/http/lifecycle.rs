@@ -199,17 +199,20 @@ backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn http_and_queue_adds_sum_exactly(t: TestDb) {
         let scratch = Scratch::of(&t);
-        let posts = Counters::<i64>::new(CounterTable::new("post_counters").unwrap());
+        let posts = Counters::<i64>::new(CounterTable::new("post_counters").unwrap().with_unique_key("viewers").unwrap());
         // RabbitMQ: the shared server, a queue of this test's own.
         if let Some(amqp) = mq::amqp_url(t.backend, t.label()) {
             let queue = mq::AmqpQueue::named(&amqp, t.label()).await;
             let broker = format!("[broker]\nkind = \"amqp\"\nurl = \"{amqp}\"\nqueue = \"{}\"\n", queue.settings.name);
             let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{broker}"))).await;
             let publisher = queue.publisher().await;
-            both_paths(&t, &service, "amqp", 9, |_| {
+            both_paths(&t, &service, "amqp", 9, |n| {
                 let (publisher, posts) = (&publisher, &posts);
                 async move {
                     publisher.publish(posts, 9, "likes", 1).await.unwrap();
+                    if let Some(member) = queue_member(n) {
+                        publisher.observe(posts, 9, "viewers", &member).await.unwrap();
+                    }
                 }
             })
             .await;
@@ -223,10 +226,13 @@ backend_test! {
             let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{broker}"))).await;
             let js = mq::jetstream(&[nats.url()]).await;
             let publisher = counter_mq::nats::JetStreamPublisher::new(js);
-            both_paths(&t, &service, "nats", 10, |_| {
+            both_paths(&t, &service, "nats", 10, |n| {
                 let (publisher, posts) = (&publisher, &posts);
                 async move {
                     publisher.publish(posts, 10, "likes", 1).await.unwrap();
+                    if let Some(member) = queue_member(n) {
+                        publisher.observe(posts, 10, "viewers", &member).await.unwrap();
+                    }
                 }
             })
             .await;
@@ -236,8 +242,20 @@ backend_test! {
     }
 }
 
+/// Members the queue observes (`m-0` to `m-99`) and HTTP observes (`m-50`
+/// to `m-149`): 150 distinct between them.
+fn queue_member(n: u64) -> Option<String> {
+    (n < 100).then(|| format!("m-{n}"))
+}
+
+fn http_member(n: u64) -> Option<String> {
+    (n < 100).then(|| format!("m-{}", n + 50))
+}
+
 /// 500 keyed HTTP adds and 500 published events to `owner`'s likes at
-/// once: 1,000, reported as `service_http_and_queue_<broker>`.
+/// once: 1,000, reported as `service_http_and_queue_<broker>`; and the
+/// observations of [`queue_member`] and [`http_member`] to its viewers,
+/// whose estimate must be the union's.
 async fn both_paths<F, Fut>(t: &TestDb, service: &Running, broker: &str, owner: i64, publish: F)
 where
     F: Fn(u64) -> Fut,
@@ -257,6 +275,16 @@ where
                 )
                 .await
                 .ok();
+                if let Some(member) = http_member(n) {
+                    let observation = json!({"owner": owner, "key": "viewers", "member": member});
+                    api.post(
+                        "/v1/posts/counters:observe",
+                        None,
+                        json!({"observations": [observation]}),
+                    )
+                    .await
+                    .ok();
+                }
             }
         })
     };
@@ -277,6 +305,36 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // The union's sketch, made here: what the stored estimate must equal.
+    let mut union = counter_core::unique::Sketch::new();
+    for n in 0..EACH {
+        for member in [queue_member(n), http_member(n)].into_iter().flatten() {
+            union.insert(member.as_str());
+        }
+    }
+    let read = || async {
+        service
+            .post(
+                "/v1/posts/uniques:batchGet",
+                None,
+                json!({"owners": [owner], "keys": ["viewers"]}),
+            )
+            .await
+            .ok()["uniques"][owner.to_string()]["viewers"]
+            .as_u64()
+            .unwrap()
+    };
+    let mut viewers = read().await;
+    while viewers < union.estimate() && wait.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        viewers = read().await;
+    }
+    assert_eq!(
+        viewers,
+        union.estimate(),
+        "[{}] {broker}: the union of queue and HTTP observations",
+        t.backend
+    );
     let ready = service.get("/readyz", None).await.ok();
     assert_eq!(ready["broker"]["ok"], true, "{ready}");
     figures(

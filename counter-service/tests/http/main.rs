@@ -10,3 +10,4 @@ mod idempotency;
 mod lifecycle;
 mod logs;
 mod support;
+mod unique;

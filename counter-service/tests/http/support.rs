@@ -34,6 +34,9 @@ window = "day"
 [namespaces.posts.keys.comments.check]
 table = "comments"
 via = "post_id"
+[namespaces.posts.keys.viewers]
+unique = true
+window = "day"
 
 [namespaces.users]
 table = "user_counters"
@@ -44,6 +47,7 @@ keys.followers = {}
 table = "tag_counters"
 owner = "string"
 keys.uses = { slots = "adaptive" }
+keys.visitors = { unique = true }
 "#;
 
 /// The tokens of the auth tests.
