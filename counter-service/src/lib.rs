@@ -5,7 +5,9 @@
 //! with an `Idempotency-Key` is applied exactly once, a retry gets the
 //! first answer) or publish to a queue it consumes (`counter-mq`); a page
 //! fetches many owners' counts in one batch get, served through a Redis
-//! cache when one is configured (`counter-redis`); the service checks its
+//! cache when one is configured (`counter-redis`); keys declared `unique`
+//! count distinct members (observes are retry-safe as they are: a member
+//! merged twice counts once); the service checks its
 //! counts against the business tables and repairs them (the library's
 //! recount). Namespaces, tokens and bounds come from one TOML file
 //! ([`config`]).
