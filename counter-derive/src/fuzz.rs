@@ -417,8 +417,45 @@ fn owner_table(input: &DeriveInput) -> Option<String> {
     })
 }
 
+/// One entry of `keys(...)` as written: a name (any identifier, keywords
+/// such as `type` or `true` included, as the derive reads it), its options,
+/// or a value it must not have (`likes = 1`).
+struct WrittenKey {
+    ident: syn::Ident,
+    options: Option<syn::punctuated::Punctuated<syn::Meta, syn::Token![,]>>,
+    assigned: bool,
+}
+
+impl syn::parse::Parse for WrittenKey {
+    fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
+        use syn::ext::IdentExt;
+        let ident = input.call(syn::Ident::parse_any)?;
+        if input.peek(syn::token::Paren) {
+            let content;
+            syn::parenthesized!(content in input);
+            let options = content.parse_terminated(syn::Meta::parse, syn::Token![,])?;
+            return Ok(Self {
+                ident,
+                options: Some(options),
+                assigned: false,
+            });
+        }
+        let assigned = input.peek(syn::Token![=]);
+        if assigned {
+            input.parse::<syn::Token![=]>()?;
+            input.parse::<syn::Expr>()?;
+        }
+        Ok(Self {
+            ident,
+            options: None,
+            assigned,
+        })
+    }
+}
+
 /// The keys the `#[counter]` attributes of an accepted input list, read
-/// with syn's own `Meta` grammar: an independent oracle that every option
+/// with syn's own `Meta` grammar (each key as a [`WrittenKey`]: `Meta`
+/// refuses `true` as a name): an independent oracle that every option
 /// is one the derive knows, written once, with a value where it needs one.
 /// A parser that skipped an unknown or repeated option without an error
 /// would accept what this refuses.
@@ -440,43 +477,32 @@ fn written(input: &DeriveInput) -> Result<Vec<String>, String> {
             match (name.as_str(), &option) {
                 ("keys", Meta::List(list)) => {
                     for key in list
-                        .parse_args_with(List::parse_terminated)
+                        .parse_args_with(Punctuated::<WrittenKey, syn::Token![,]>::parse_terminated)
                         .map_err(|e| e.to_string())?
                     {
-                        let ident = key
-                            .path()
-                            .get_ident()
-                            .ok_or("accepted a key that is a path")?;
+                        let ident = &key.ident;
+                        if key.assigned {
+                            return Err(format!("accepted `{ident} = ...`"));
+                        }
                         let mut key_options = Vec::new();
-                        match &key {
-                            Meta::Path(_) => {}
-                            Meta::List(list) => {
-                                for o in list
-                                    .parse_args_with(List::parse_terminated)
-                                    .map_err(|e| e.to_string())?
+                        for o in key.options.iter().flatten() {
+                            let o = match &o {
+                                Meta::NameValue(nv) => {
+                                    nv.path.get_ident().map(|i| i.unraw().to_string())
+                                }
+                                _ => None,
+                            };
+                            match o {
+                                Some(o)
+                                    if ["slots", "window"].contains(&o.as_str())
+                                        && !key_options.contains(&o) =>
                                 {
-                                    let o = match &o {
-                                        Meta::NameValue(nv) => {
-                                            nv.path.get_ident().map(|i| i.unraw().to_string())
-                                        }
-                                        _ => None,
-                                    };
-                                    match o {
-                                        Some(o)
-                                            if ["slots", "window"].contains(&o.as_str())
-                                                && !key_options.contains(&o) =>
-                                        {
-                                            key_options.push(o)
-                                        }
-                                        o => {
-                                            return Err(format!(
-                                                "accepted key option {o:?} of `{ident}`"
-                                            ));
-                                        }
-                                    }
+                                    key_options.push(o)
+                                }
+                                o => {
+                                    return Err(format!("accepted key option {o:?} of `{ident}`"));
                                 }
                             }
-                            Meta::NameValue(_) => return Err(format!("accepted `{ident} = ...`")),
                         }
                         keys.push(ident.unraw().to_string());
                     }
@@ -741,6 +767,8 @@ fn edge_attributes() {
         ("#[counter(keys(likes))]\n#[counter(slots = 4)]".into(), Model(s("posts_counters 4 likes"))),
         ("#[counter(keys(r#gen, gen))]".into(), Errors(&["duplicate key `gen`"])),
         ("#[counter(keys(r#type, gen, l1, x_))]".into(), Model(s("posts_counters 16 type gen l1 x_"))),
+        // Found by `grammar_mutations_never_panic` (proptest-regressions/fuzz.txt).
+        ("#[counter(r#keys(true))]".into(), Model(s("posts_counters 16 true"))),
         (
             "#[counter(keys(self, Self, _1, a::b))]".into(),
             Errors(&[
