@@ -6,7 +6,7 @@ use counter_tests::{TestDb, backend_test};
 use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 
-use crate::support::{NAMESPACES, Running, Scratch, config_text};
+use crate::support::{NAMESPACES, Running, Scratch, cache_section, config_text};
 
 /// Every route the tests below call, as `METHOD path`: the OpenAPI
 /// document must list each, and nothing else.
@@ -195,14 +195,10 @@ backend_test! {
     /// add sees it, and the cache serves the repeated reads.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn cached_batch_gets_see_every_acknowledged_add(t: TestDb) {
-        let Some(redis) = counter_tests::redis::shared_url(t.backend, t.label()) else {
+        let Some(cache) = cache_section(&t) else {
             return t.finish().await;
         };
         let scratch = Scratch::of(&t);
-        let cache = format!(
-            "[cache]\nredis_url = \"{redis}\"\nnamespace = \"{}\"\n",
-            counter_tests::redis::namespace(t.backend, t.label())
-        );
         let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{cache}"))).await;
         let b = t.backend;
         let owners = json!([1, 2, 3]);

@@ -155,6 +155,16 @@ impl Scratch {
 
 /// The configuration of a test: `server` settings, the scratch database,
 /// then `rest` (namespaces, tokens).
+/// The `[cache]` section that puts `t`'s Redis namespace in front of the
+/// service, or `None` when no Redis is configured for the tests.
+pub fn cache_section(t: &TestDb) -> Option<String> {
+    let redis = counter_tests::redis::shared_url(t.backend, t.label())?;
+    Some(format!(
+        "[cache]\nredis_url = \"{redis}\"\nnamespace = \"{}\"\n",
+        counter_tests::redis::namespace(t.backend, t.label())
+    ))
+}
+
 pub fn config_text(server: &str, scratch: &Scratch, rest: &str) -> String {
     format!("[server]\n{server}\n{}\n{rest}", scratch.database)
 }

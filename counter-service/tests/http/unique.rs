@@ -5,7 +5,9 @@
 use counter_tests::{TestDb, backend_test};
 use serde_json::{Value, json};
 
-use crate::support::{NAMESPACES, READER, Running, Scratch, TOKENS, WRITER, config_text};
+use crate::support::{
+    NAMESPACES, READER, Running, Scratch, TOKENS, WRITER, cache_section, config_text,
+};
 
 /// The estimate of `owner`'s `key` in `ns`, read through `uniques:batchGet`.
 async fn estimate(
@@ -175,14 +177,10 @@ backend_test! {
     /// sees it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn cached_unique_reads_see_every_acknowledged_observe(t: TestDb) {
-        let Some(redis) = counter_tests::redis::shared_url(t.backend, t.label()) else {
+        let Some(cache) = cache_section(&t) else {
             return t.finish().await;
         };
         let scratch = Scratch::of(&t);
-        let cache = format!(
-            "[cache]\nredis_url = \"{redis}\"\nnamespace = \"{}\"\n",
-            counter_tests::redis::namespace(t.backend, t.label())
-        );
         let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{cache}"))).await;
         let b = t.backend;
         let mut stale = 0u64;
