@@ -300,8 +300,10 @@ impl<S: Source> Consumer<S> {
         self.run_while(shutdown, Until::Shutdown).await
     }
 
-    /// Drains the queue: runs until a fetch brings nothing (the broker had
-    /// no message ready for this consumer within `max_wait`), or until
+    /// Drains the queue: runs until a fetch brings nothing and the broker
+    /// then reports nothing ready for this consumer (a fetch can come back
+    /// empty on a loaded machine while messages wait: the drain goes on;
+    /// a broker that cannot say ends it, with `lag: None`), or until
     /// `shutdown` completes, whichever comes first; every batch it took is
     /// committed and acknowledged before it returns. For the end of a
     /// deployment's life (stop the publishers, then drain) and for jobs and
@@ -370,7 +372,7 @@ impl<S: Source> Consumer<S> {
                     // forever: what waits now, or unknown.
                     let lag = self.source.idle_lag().await;
                     self.meter.0.set_lag(lag);
-                    if until == Until::Idle {
+                    if until == Until::Idle && matches!(lag, Some(0) | None) {
                         break;
                     }
                 }

@@ -66,9 +66,6 @@ pub struct Change {
     pub at: Option<DateTime<Utc>>,
 }
 
-/// A message: an id, a counter table and changes of that table. Build one
-/// with [`CounterMessage::new`] and [`CounterMessage::push`], or let a
-/// [`Publish`](crate::Publish)er build it.
 /// One member observed into a unique key: `[owner, key, member]` or
 /// `[owner, key, member, at]` on the wire.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +81,10 @@ pub struct Observation {
     pub at: Option<DateTime<Utc>>,
 }
 
+/// A message: an id, a counter table, and changes and observations of that
+/// table. Build one with [`CounterMessage::new`], [`CounterMessage::push`]
+/// and [`CounterMessage::push_observation`], or let a
+/// [`Publish`](crate::Publish)er build it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterMessage {
     id: String,

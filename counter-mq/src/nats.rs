@@ -21,6 +21,9 @@ use crate::{
     source::Source,
 };
 
+/// How long an idle consumer waits for the server to say what is pending.
+const IDLE_LAG_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The stream counter messages are published to; [`ensure_stream`]
 /// creates it when missing.
 #[derive(Debug, Clone)]
@@ -213,9 +216,19 @@ impl Source for JetStreamSource {
     }
 
     async fn idle_lag(&mut self) -> Option<u64> {
-        // A fetch that expired with nothing: nothing is pending for this
-        // durable consumer.
-        Some(0)
+        // A fetch that expired empty does not prove the stream drained: on
+        // a loaded machine the server may answer a short expiry with
+        // nothing while messages wait. The consumer's info says, in one
+        // round trip, bounded so a slow server never holds the loop.
+        let info = tokio::time::timeout(IDLE_LAG_TIMEOUT, self.consumer.get_info()).await;
+        match info {
+            Ok(Ok(info)) => Some(info.num_pending),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "counter consumer: the stream's backlog is unknown");
+                None
+            }
+            Err(_elapsed) => None,
+        }
     }
 
     async fn ack(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
