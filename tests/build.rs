@@ -112,18 +112,22 @@ fn main() {
 /// The fenced Rust blocks of one page.
 fn blocks(page: &str, text: &str) -> Vec<Block> {
     let mut found = Vec::new();
-    let mut open: Option<(usize, String, Vec<&str>)> = None;
+    // A fence may be indented (a block inside a list item): its lines lose
+    // the fence's indent.
+    let mut open: Option<(usize, String, usize, Vec<&str>)> = None;
     for (i, line) in text.lines().enumerate() {
         match &mut open {
             None => {
-                if let Some(info) = line.strip_prefix("```")
+                let trimmed = line.trim_start();
+                if let Some(info) = trimmed.strip_prefix("```")
                     && (info == "rust" || info.starts_with("rust,"))
                 {
-                    open = Some((i + 1, info.to_owned(), Vec::new()));
+                    let indent = line.len() - trimmed.len();
+                    open = Some((i + 1, info.to_owned(), indent, Vec::new()));
                 }
             }
-            Some((start, info, lines)) => {
-                if line.trim_end() == "```" {
+            Some((start, info, indent, lines)) => {
+                if line.trim() == "```" {
                     let code = lines.join("\n");
                     let options: Vec<&str> = info.split(',').skip(1).collect();
                     let kind = if options.contains(&"ignore") {
@@ -151,7 +155,8 @@ fn blocks(page: &str, text: &str) -> Vec<Block> {
                     });
                     open = None;
                 } else {
-                    lines.push(line);
+                    let margin = line.len() - line.trim_start().len();
+                    lines.push(&line[margin.min(*indent)..]);
                 }
             }
         }

@@ -22,7 +22,7 @@ fn every_rust_block_of_the_guide_is_compiled_or_says_why_not() {
         let text = std::fs::read_to_string(page).expect("a page");
         let mut lines = text.lines().enumerate();
         while let Some((i, line)) = lines.next() {
-            let Some(info) = line.strip_prefix("```") else {
+            let Some(info) = line.trim_start().strip_prefix("```") else {
                 continue;
             };
             let rust = info == "rust" || info.starts_with("rust,");
@@ -37,7 +37,7 @@ fn every_rust_block_of_the_guide_is_compiled_or_says_why_not() {
             }
             // The rest of the fence, whatever its language.
             for (_, inner) in lines.by_ref() {
-                if inner.trim_end() == "```" {
+                if inner.trim() == "```" {
                     break;
                 }
             }

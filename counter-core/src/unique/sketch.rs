@@ -18,6 +18,10 @@
 //! The format below is about 200 lines, safe, and pinned by Redis's own
 //! figures: its estimates equal `PFCOUNT`'s from 10 to 1,000,000 members
 //! (999,674 for a million, 0.03 % off), and 10 members take 31 bytes.
+//! Speed is not what sets them apart: an observation hashes a member and
+//! sets one register, and `unique-bench`'s buffered observes (hashing and
+//! merging in memory, the flush included) ran at 2.2 to 2.5 million a
+//! second on one 2-core machine (`docs/bench/unique-*.json`).
 //!
 //! # The serialized format (version 1)
 //!

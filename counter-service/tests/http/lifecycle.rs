@@ -395,3 +395,92 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    /// Two service processes on one database observe overlapping members
+    /// into one owner's unique key at once (each process merges into the
+    /// slot rows it picks): both read the estimate of the union's sketch
+    /// made here, before and after a compaction folds the slots, so
+    /// sketches written by different processes merge as one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+    async fn two_processes_observing_one_owner_make_one_sketch(t: TestDb) {
+        const OWNER: i64 = 7;
+        let scratch = Scratch::of(&t);
+        let file = std::env::temp_dir().join(format!(
+            "counter-service-uniques-{}-{}.toml",
+            t.backend,
+            std::process::id()
+        ));
+        std::fs::write(&file, config_text("open = true", &scratch, NAMESPACES)).unwrap();
+        let ports = [free_port(), free_port()];
+        let mut children = Vec::new();
+        for port in ports {
+            children.push(spawn_binary(&file, port).await);
+        }
+        let apis: Vec<Api> = ports
+            .iter()
+            .map(|port| Api::new(format!("http://127.0.0.1:{port}")))
+            .collect();
+        // Process 0 sees members 0..1500, process 1 sees 1000..2500, in
+        // batches of 250, at once.
+        let ranges = [0..1_500u64, 1_000..2_500];
+        let writers: Vec<_> = apis
+            .iter()
+            .zip(ranges.clone())
+            .map(|(api, range)| {
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let members: Vec<u64> = range.collect();
+                    for chunk in members.chunks(250) {
+                        let observations: Vec<_> = chunk
+                            .iter()
+                            .map(|n| json!({"owner": OWNER, "key": "viewers", "member": format!("user-{n}")}))
+                            .collect();
+                        let reply = api
+                            .post("/v1/posts/counters:observe", None, json!({"observations": observations}))
+                            .await
+                            .ok();
+                        assert_eq!(reply["observed"], chunk.len(), "{reply}");
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        let mut union = counter_core::unique::Sketch::new();
+        for n in 0..2_500u64 {
+            union.insert(format!("user-{n}").as_str());
+        }
+        let read = |api: Api| async move {
+            api.post("/v1/posts/uniques:batchGet", None, json!({"owners": [OWNER], "keys": ["viewers"]}))
+                .await
+                .ok()["uniques"][OWNER.to_string()]["viewers"]
+                .as_u64()
+                .unwrap()
+        };
+        let before = [read(apis[0].clone()).await, read(apis[1].clone()).await];
+        let compacted = apis[1].post("/v1/posts/admin:compact", None, json!({})).await.ok();
+        let after = read(apis[0].clone()).await;
+        figures(
+            "service_unique_processes",
+            t.backend,
+            &[
+                ("members", 2_500),
+                ("union_estimate", union.estimate()),
+                ("process_0_reads", before[0]),
+                ("process_1_reads", before[1]),
+                ("after_compaction", after),
+                ("sketch_rows_after", compacted["sketch_rows_after"].as_u64().unwrap_or(u64::MAX)),
+            ],
+        );
+        assert_eq!(before, [union.estimate(); 2], "[{}] both processes read the union", t.backend);
+        assert_eq!(after, union.estimate(), "[{}] after compaction: {compacted}", t.backend);
+        for mut child in children {
+            child.start_kill().unwrap();
+            child.wait().await.unwrap();
+        }
+        let _ = std::fs::remove_file(&file);
+        t.finish().await;
+    }
+}
