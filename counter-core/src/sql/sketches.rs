@@ -261,31 +261,39 @@ pub(crate) fn member_owners(
     dialect.backend().build(&select)
 }
 
-/// `SELECT <owner> AS owner_id, CAST(<member> AS <text>) AS member FROM
-/// <table> WHERE <owner> IN (..)`: the members of some owners, as the text
-/// a rebuild hashes.
+/// `SELECT <owner> AS owner_id, CAST(<member> AS <text>) AS member
+/// [, <at> AS seen_at] FROM <table> WHERE <owner> IN (..)`: the members of
+/// some owners, as the text a rebuild hashes, with the time of each row
+/// when the rebuild fills buckets.
 pub(crate) fn members_of(
     dialect: Dialect,
     table: &str,
     owner: &str,
     member: &str,
+    at: Option<&str>,
     owners: Vec<Value>,
 ) -> Statement {
     let text = super::text_type(dialect);
-    let select = Query::select()
+    let mut select = Query::select();
+    select
         .expr_as(Expr::col(Alias::new(owner)), Alias::new(col::OWNER_ID))
         .expr_as(
             Expr::col(Alias::new(member)).cast_as(Alias::new(text)),
             Alias::new(MEMBER),
-        )
+        );
+    if let Some(at) = at {
+        select.expr_as(Expr::col(Alias::new(at)), Alias::new(SEEN_AT));
+    }
+    select
         .from(Alias::new(table))
-        .and_where(Expr::col(Alias::new(owner)).is_in(owners))
-        .to_owned();
+        .and_where(Expr::col(Alias::new(owner)).is_in(owners));
     dialect.backend().build(&select)
 }
 
 /// The alias of a member in [`members_of`].
 pub(crate) const MEMBER: &str = "member";
+/// The alias of a member row's time in [`members_of`].
+pub(crate) const SEEN_AT: &str = "seen_at";
 
 #[cfg(test)]
 mod tests {

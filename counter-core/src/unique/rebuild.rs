@@ -2,9 +2,10 @@
 //! (a `post_views (post_id, user_id)` table): for a unique key added to an
 //! app that already has data, or sketches lost with a restore.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use sea_orm::{DatabaseConnection, Value};
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sea_orm::{DatabaseConnection, DbErr, QueryResult, Value};
 
 use super::{Sketch, merge::Merges, observe::cell};
 use crate::{
@@ -14,7 +15,7 @@ use crate::{
     retry,
     sql::{
         Dialect,
-        sketches::{self, ALL_TIME, MEMBER},
+        sketches::{self, ALL_TIME, MEMBER, SEEN_AT},
     },
     table::validate_table_name,
     typed::{KeySpace, UniqueKeyOf},
@@ -22,6 +23,9 @@ use crate::{
 
 /// Owners a rebuild reads the members of per query.
 const OWNERS_PER_CHUNK: u64 = 1_000;
+/// Sketch rows a rebuild merges into per transaction: 1,000 owners' days
+/// of a year are 365,000 rows, too many for one.
+const CELLS_PER_TRANSACTION: usize = 5_000;
 
 /// Where a rebuild reads members: a table with one row per (owner,
 /// member), named by table and columns, such as a `post_views (post_id,
@@ -32,6 +36,7 @@ pub struct Members {
     table: String,
     owner: String,
     member: String,
+    at: Option<String>,
 }
 
 impl Members {
@@ -49,11 +54,42 @@ impl Members {
             table: table.into(),
             owner: owner.into(),
             member: member.into(),
+            at: None,
         };
         for name in [&members.table, &members.owner, &members.member] {
             validate_table_name(name)?;
         }
         Ok(members)
+    }
+
+    /// The column that says when each row's member was seen (a
+    /// `viewed_at` timestamp), for a windowed key: the rebuild then merges
+    /// each member into the bucket of its time too, so unions over days
+    /// (`unique_over`) are rebuilt with the all-time sketch. A row whose
+    /// time is `NULL` counts in the all-time sketch only. The column may be
+    /// a timestamp with or without a time zone (read as UTC), a MySQL
+    /// `DATETIME` or `TIMESTAMP`, or SQLite text or Unix seconds.
+    pub fn at(mut self, column: impl Into<String>) -> Result<Self> {
+        let column = column.into();
+        validate_table_name(&column)?;
+        self.at = Some(column);
+        Ok(self)
+    }
+}
+
+/// When a member row was seen: the column named by [`Members::at`], read
+/// as whichever time type the database returns for it.
+fn seen_at(row: &QueryResult, members: &Members) -> Result<Option<DateTime<Utc>>> {
+    if let Ok(at) = row.try_get::<Option<DateTime<Utc>>>("", SEEN_AT) {
+        return Ok(at);
+    }
+    match row.try_get::<Option<NaiveDateTime>>("", SEEN_AT) {
+        Ok(at) => Ok(at.map(|at| at.and_utc())),
+        Err(error) => Err(CounterError::Database(DbErr::Type(format!(
+            "rebuild: `{}`.`{}` is not a time the database returns as a timestamp: {error}",
+            members.table,
+            members.at.as_deref().unwrap_or_default()
+        )))),
     }
 }
 
@@ -65,18 +101,24 @@ pub struct RebuildReport {
     pub owners: u64,
     /// Member rows read.
     pub members: u64,
+    /// Time buckets merged into (with [`Members::at`]), counted per owner.
+    pub buckets: u64,
 }
 
 impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// Merges every member of `members` into the all-time sketch of the
     /// unique key `key` of its owner, 1,000 owners at a time (one query
-    /// for their members, one transaction for their sketches).
+    /// for their members, one transaction for their sketches); with
+    /// [`Members::at`], into the bucket of each row's time too (a windowed
+    /// key; one without a window is [`CounterError::NotWindowed`]).
     ///
     /// It merges, never replaces: a sketch only misses members, never
     /// counts one that was not observed, so merging the truth in repairs it
     /// and is exact while the application observes (a member observed
-    /// during the rebuild is in the sketch either way). Buckets of a
-    /// windowed key are not rebuilt: the members table has no time.
+    /// during the rebuild is in the sketch either way). Without
+    /// [`Members::at`], the buckets of a windowed key are left as they are:
+    /// a members table without time cannot say which day a member belongs
+    /// to.
     ///
     /// Memory holds one chunk's member rows: 1,000 owners' members, all of
     /// them for an owner with millions. Members are hashed as the database's
@@ -93,6 +135,12 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     ) -> Result<RebuildReport> {
         let key = key.as_key_str();
         self.check_unique_key(key, "rebuild")?;
+        if members.at.is_some() && self.table().window_for(key).is_none() {
+            return Err(CounterError::NotWindowed {
+                table: self.table().name().to_owned(),
+                key: key.to_owned(),
+            });
+        }
         let dialect = Dialect::of(db)?;
         let source = members.table.as_str();
         let mut report = RebuildReport::default();
@@ -125,31 +173,59 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 });
             }
             let ids: Vec<Value> = owners.iter().cloned().map(Into::into).collect();
-            let query = sketches::members_of(dialect, source, &members.owner, &members.member, ids);
+            let query = sketches::members_of(
+                dialect,
+                source,
+                &members.owner,
+                &members.member,
+                members.at.as_deref(),
+                ids,
+            );
             let rows =
                 retry::run_transaction(db, source, || detach::query_all(db, query.clone())).await?;
-            let mut by_owner: HashMap<I, Sketch> = HashMap::with_capacity(owners.len());
+            let table = self.table();
+            // Each owner's sketch per bucket: the all-time one, and with a
+            // time column the bucket of each row's time.
+            let mut by_cell: HashMap<(I, i64), Sketch> = HashMap::with_capacity(owners.len());
+            let mut merged_owners = HashSet::with_capacity(owners.len());
             for row in &rows {
                 let owner = row.try_get::<I>("", crate::sql::col::OWNER_ID)?;
-                let member = row.try_get::<Option<String>>("", MEMBER)?;
-                if let Some(member) = member {
-                    by_owner.entry(owner).or_default().insert(member.as_str());
+                let Some(member) = row.try_get::<Option<String>>("", MEMBER)? else {
+                    continue;
+                };
+                let bucket = match members.at {
+                    Some(_) => seen_at(row, members)?
+                        .and_then(|at| table.sketch_buckets(key, at).find(|b| *b != ALL_TIME)),
+                    None => None,
+                };
+                for bucket in std::iter::once(ALL_TIME).chain(bucket) {
+                    by_cell
+                        .entry((owner.clone(), bucket))
+                        .or_default()
+                        .insert(member.as_str());
                 }
+                merged_owners.insert(owner);
             }
             report.members += rows.len() as u64;
-            report.owners += by_owner.len() as u64;
-            let table = self.table();
-            let cells = by_owner
+            report.owners += merged_owners.len() as u64;
+            report.buckets += by_cell.keys().filter(|(_, b)| *b != ALL_TIME).count() as u64;
+            // One transaction per bounded group of rows: merges are
+            // idempotent, so a rebuild cut between groups is finished by
+            // running it again.
+            let mut cells: Vec<_> = by_cell
                 .into_iter()
-                .map(|(owner, sketch)| {
+                .map(|((owner, bucket), sketch)| {
                     (
                         table,
-                        cell(table, dialect, owner.into(), key, ALL_TIME),
+                        cell(table, dialect, owner.into(), key, bucket),
                         sketch,
                     )
                 })
                 .collect();
-            Merges::new(dialect, cells).write(db).await?;
+            while !cells.is_empty() {
+                let rest = cells.split_off(cells.len().saturating_sub(CELLS_PER_TRANSACTION));
+                Merges::new(dialect, rest).write(db).await?;
+            }
             let done = (owners.len() as u64) < OWNERS_PER_CHUNK;
             after = Some(last);
             if done {

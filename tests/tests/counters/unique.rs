@@ -348,6 +348,98 @@ backend_test! {
 }
 
 backend_test! {
+    /// A rebuild given the members' time column fills the day buckets of a
+    /// windowed key as well as its all-time sketch: each day's union, and
+    /// the three days', equal sketches of that day's members made in
+    /// memory. Read once from a timestamp without a time zone and once
+    /// from one with (the second run changes nothing); a `NULL` time counts
+    /// all-time only; a time column for a key without a window is refused.
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_rebuild_buckets"]
+    async fn a_rebuild_with_a_time_column_fills_the_day_buckets(t: TestDb) {
+        use counter_core::unique::Members;
+        use sea_orm::{
+            ConnectionTrait,
+            sea_query::{Alias, ColumnDef, Query, Table},
+        };
+        let c = uniques("unique_rebuild_days", 2);
+        c.create_table(&t.db).await.unwrap();
+        let create = Table::create()
+            .table(Alias::new("post_visits"))
+            .col(ColumnDef::new(Alias::new("post_id")).big_integer().not_null())
+            .col(ColumnDef::new(Alias::new("user_id")).big_integer().not_null())
+            .col(ColumnDef::new(Alias::new("visited_at")).date_time().null())
+            .col(ColumnDef::new(Alias::new("visited_tz")).timestamp_with_time_zone().null())
+            .to_owned();
+        t.db.execute(&create).await.unwrap();
+        // 40 posts, visits on November 2, 3 and 4 at several hours; users
+        // return on later days; post 5 also has a visit of unknown time.
+        let mut rows: Vec<(i64, i64, Option<DateTime<Utc>>)> = Vec::new();
+        for post in 1..=40_i64 {
+            for d in 2..=4_u32 {
+                for user in 0..(post % 7 + 3) {
+                    let user = user + i64::from(d) * 2; // overlaps the day before
+                    let at = day(d) + Duration::minutes(user * 97 % 1_440);
+                    rows.push((post, user, Some(at)));
+                }
+            }
+        }
+        rows.push((5, 9_999, None));
+        for chunk in rows.chunks(500) {
+            let mut insert = Query::insert();
+            insert.into_table(Alias::new("post_visits")).columns([
+                Alias::new("post_id"),
+                Alias::new("user_id"),
+                Alias::new("visited_at"),
+                Alias::new("visited_tz"),
+            ]);
+            for &(post, user, at) in chunk {
+                insert.values_panic([
+                    post.into(),
+                    user.into(),
+                    at.map(|at| at.naive_utc()).into(),
+                    at.into(),
+                ]);
+            }
+            t.db.execute(&insert).await.unwrap();
+        }
+        let members = Members::of("post_visits", "post_id", "user_id").unwrap();
+        let refused = c.rebuild(&t.db, "viewers", &members.clone().at("visited_at").unwrap()).await.unwrap_err();
+        assert!(matches!(refused, CounterError::NotWindowed { .. }), "{refused}");
+        let report = c.rebuild(&t.db, "visitors", &members.clone().at("visited_at").unwrap()).await.unwrap();
+        assert_eq!((report.owners, report.members, report.buckets), (40, rows.len() as u64, 120));
+        let again = c.rebuild(&t.db, "visitors", &members.at("visited_tz").unwrap()).await.unwrap();
+        assert_eq!(again.buckets, 120);
+        let mut checked = 0;
+        for post in [1_i64, 5, 6, 40] {
+            let of = |keep: &dyn Fn(&Option<DateTime<Utc>>) -> bool| {
+                let mut sketch = Sketch::new();
+                for (_, user, _) in rows.iter().filter(|(p, _, at)| *p == post && keep(at)) {
+                    sketch.insert(user);
+                }
+                sketch.estimate()
+            };
+            for d in 2..=4_u32 {
+                let stored = c.unique_over(&t.db, post, "visitors", day(d), day(d + 1)).await.unwrap();
+                let expected = of(&|at| at.is_some_and(|at| at >= day(d) && at < day(d + 1)));
+                assert_eq!(stored, expected, "post {post}, November {d}");
+                checked += 1;
+            }
+            let days = c.unique_over(&t.db, post, "visitors", day(2), day(5)).await.unwrap();
+            assert_eq!(days, of(&|at| at.is_some()), "post {post}: the three days' union");
+            let all = c.unique(&t.db, post, "visitors").await.unwrap();
+            assert_eq!(all, of(&|_| true), "post {post}: all time, the untimed visit too");
+        }
+        figures(
+            "unique_rebuild_buckets",
+            t.backend,
+            &[("rows", rows.len() as u64), ("buckets", report.buckets), ("days_checked", checked)],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
     #[tokio::test(flavor = "multi_thread")]
     #[label = "unique_migration"]
     async fn a_unique_key_added_to_an_existing_table_gets_its_sketch_table(t: TestDb) {
