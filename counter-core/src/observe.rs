@@ -4,7 +4,7 @@
 //! Every write path of the crate reports the owners it touched: single
 //! writes, [`DeltaBatch`](crate::DeltaBatch)es, counter-cache hooks and the
 //! `*_counted` helpers, [`CounterBuffer`](crate::CounterBuffer) flushes,
-//! recount repairs and purges. What happens to the report depends on who
+//! recount repairs, resets and purges. What happens to the report depends on who
 //! owns the transaction:
 //!
 //! * **The crate committed it** (a write on a pool, a transaction of its

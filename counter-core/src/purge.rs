@@ -1,4 +1,5 @@
-//! Deleting the counts of owners that are gone, for tables without
+//! Deleting counts: one counter set back to zero ([`Counters::reset`]),
+//! and the counts of owners that are gone, for tables without
 //! `cascade` (whose database deletes them with the owner row) and for
 //! deletes no foreign key sees: so that a new owner row reusing an id (a
 //! test suite's truncate and seed, Loco's `truncate`) starts from zero.
@@ -8,11 +9,12 @@ use sea_orm::{ConnectionTrait, Value};
 use crate::{
     Counters, detach,
     error::{CounterError, Result},
+    key::validate_key,
     observe::Touched,
     owner::{OwnerId, sorted_unique},
     retry,
-    sql::{self, Dialect},
-    typed::KeySpace,
+    sql::{self, Dialect, Layout},
+    typed::{KeyOf, KeySpace, UniqueKeyOf},
 };
 
 /// Owners per `DELETE ... IN (...)`: far below every backend's bind limit.
@@ -34,6 +36,76 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 let touched = Touched::of(name, values.clone());
                 let stmt = sql::delete_owners(dialect, &table, values);
                 let done = retry::run(db, &table, || {
+                    detach::execute_observed(db, stmt.clone(), &touched)
+                })
+                .await?;
+                deleted += done.rows_affected();
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Sets the counter `key` of each of `owners` back to zero, returning
+    /// the slot rows deleted: its total and, for a windowed key, its time
+    /// buckets (a unique key: [`Counters::reset_unique`]). The rows are
+    /// deleted, 1,000 owners per statement: an add that commits before the
+    /// reset is erased with them, one that commits after counts from zero
+    /// (on a new row), and none is half-counted. A cache in front of the
+    /// table forgets the owners after the commit, as after any write.
+    ///
+    /// For a counter the application's own rows define (a counter cache's
+    /// `comments`), a reset makes it disagree with those rows: recount it
+    /// instead. A moderation reset of `likes`, a test's fixture, a counter
+    /// whose meaning changed are what this is for.
+    pub async fn reset<C: ConnectionTrait, K: KeyOf<S>>(
+        &self,
+        db: &C,
+        owners: &[I],
+        key: K,
+    ) -> Result<u64> {
+        let key = key.as_key_str();
+        validate_key(key)?;
+        self.table().check_kind(key, false, "reset")?;
+        self.reset_named(db, owners, key).await
+    }
+
+    /// [`Counters::reset`] of a unique key: its sketches (all time and
+    /// buckets) are deleted, and it counts distinct members from none.
+    pub async fn reset_unique<C: ConnectionTrait, K: UniqueKeyOf<S>>(
+        &self,
+        db: &C,
+        owners: &[I],
+        key: K,
+    ) -> Result<u64> {
+        let key = key.as_key_str();
+        self.check_unique_key(key, "reset_unique")?;
+        self.reset_named(db, owners, key).await
+    }
+
+    async fn reset_named<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        owners: &[I],
+        key: &str,
+    ) -> Result<u64> {
+        let owners = sorted_unique(owners)?;
+        let dialect = Dialect::of(db)?;
+        let table = self.table();
+        let mut deleted = 0;
+        for (name, layout) in sql::tables(table) {
+            // Only the tables that can hold the key.
+            let holds = match layout {
+                Layout::Totals | Layout::Buckets => !table.is_unique(key),
+                Layout::Sketches => table.is_unique(key),
+            };
+            if !holds || (layout == Layout::Buckets && table.window_for(key).is_none()) {
+                continue;
+            }
+            for chunk in owners.chunks(OWNERS_PER_STATEMENT) {
+                let values: Vec<Value> = chunk.iter().cloned().map(Into::into).collect();
+                let touched = Touched::of(table.name(), values.clone());
+                let stmt = sql::delete_key_of_owners(dialect, &name, values, key);
+                let done = retry::run(db, &name, || {
                     detach::execute_observed(db, stmt.clone(), &touched)
                 })
                 .await?;

@@ -251,7 +251,7 @@ impl Namespace {
     /// which serve it.
     pub fn counted_key<'k>(&self, key: &'k str) -> Result<&'k str, Problem> {
         let key = self.key(key)?;
-        if self.keys.get(key).is_some_and(|k| k.unique) {
+        if self.is_unique(key) {
             return Err(Problem::bad_request(format!(
                 "`{key}` counts distinct members: write it with `counters:observe`, read it with `uniques:batchGet`"
             )));
@@ -262,12 +262,18 @@ impl Namespace {
     /// `key` if it is one of this namespace's unique keys; else a 400.
     pub fn unique_key<'k>(&self, key: &'k str) -> Result<&'k str, Problem> {
         let key = self.key(key)?;
-        if !self.keys.get(key).is_some_and(|k| k.unique) {
+        if !self.is_unique(key) {
             return Err(Problem::bad_request(format!(
                 "`{key}` counts deltas, not distinct members: write it with `counters:add`, read it with `counts:batchGet`"
             )));
         }
         Ok(key)
+    }
+
+    /// Whether `key` is one of this namespace's unique keys (declared
+    /// `unique = true`; open key sets count deltas).
+    pub fn is_unique(&self, key: &str) -> bool {
+        self.keys.get(key).is_some_and(|k| k.unique)
     }
 
     /// The companion table's name.

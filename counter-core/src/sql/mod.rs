@@ -35,7 +35,9 @@ pub(crate) use ddl::{create_table, drop_table, owner_fk_name};
 pub(crate) use errors::{Classified, classify, is_connection_fault, names_table};
 pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks, takes_row_key_locks};
 pub(crate) use order::owner_order;
-pub(crate) use owners::{delete_all, delete_orphans_of, delete_owners, orphan_owners};
+pub(crate) use owners::{
+    delete_all, delete_key_of_owners, delete_orphans_of, delete_owners, orphan_owners,
+};
 pub(crate) use range::{OwnerRange, nth_row_owner};
 pub(crate) use rank::ranked;
 pub(crate) use reconcile::{

@@ -29,6 +29,22 @@ pub(crate) fn delete_owners(dialect: Dialect, table: &str, owners: Vec<Value>) -
     dialect.backend().build(&delete)
 }
 
+/// `DELETE FROM t WHERE owner_id IN (...) AND count_key = ?`: one key of
+/// some owners.
+pub(crate) fn delete_key_of_owners(
+    dialect: Dialect,
+    table: &str,
+    owners: Vec<Value>,
+    key: &str,
+) -> Statement {
+    let delete = Query::delete()
+        .from_table(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners))
+        .and_where(Expr::col(Alias::new(col::COUNT_KEY)).eq(key))
+        .to_owned();
+    dialect.backend().build(&delete)
+}
+
 /// `DELETE FROM t` (every count).
 pub(crate) fn delete_all(dialect: Dialect, table: &str) -> Statement {
     dialect

@@ -1,16 +1,23 @@
-//! `admin:check` and `admin:compact`: maintenance on demand.
+//! `admin:check`, `admin:compact` and `counters:clear`: maintenance on
+//! demand, for tokens with the admin scope.
 
 use axum::{Extension, extract::State};
 use counter_core::Compact;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::extract::{Ns, Query};
+use super::{
+    extract::{Json, Ns, Query},
+    read::check_batch,
+};
 use crate::{
     auth::Caller,
     check::{self, CheckReport},
     config::Scope,
     dispatch,
+    namespace::{Handle, Namespace},
+    owner::ServiceOwner,
     problem::{Problem, ProblemBody},
     state::AppState,
 };
@@ -106,4 +113,86 @@ pub(crate) async fn compact(
         sketch_rows_before: report.sketches.rows_before,
         sketch_rows_after: report.sketches.rows_after,
     }))
+}
+
+/// `counters:clear`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearRequest {
+    /// Owners (strings, or numbers in an integer namespace).
+    #[schema(value_type = Vec<Object>)]
+    pub owners: Vec<Value>,
+    /// Keys: counted or unique, declared or of a pattern.
+    pub keys: Vec<String>,
+}
+
+/// What a clear deleted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClearReply {
+    /// Slot, bucket and sketch rows deleted (0 when the counters were
+    /// zero already).
+    pub rows_deleted: u64,
+}
+
+/// Sets the counters `keys` of `owners` back to zero (totals, time buckets,
+/// unique keys' sketches). Adds committed before it are erased, later ones
+/// count from zero; an `Idempotency-Key` already used still replays its
+/// first answer (a retried add is not applied again after a clear). Not
+/// idempotent across adds: a clear retried after adds erases them too.
+#[utoipa::path(
+    post,
+    path = "/v1/{ns}/counters:clear",
+    tag = "admin",
+    params(("ns" = String, Path, description = "The namespace")),
+    request_body = ClearRequest,
+    responses(
+        (status = 200, description = "The counters are zero", body = ClearReply),
+        (status = 400, description = "Bad input, or over a batch bound", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "Needs the admin scope", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn clear(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Ns(ns): Ns,
+    Json(request): Json<ClearRequest>,
+) -> Result<axum::Json<ClearReply>, Problem> {
+    let namespace = state.namespace(&caller, &ns, Scope::Admin)?.clone();
+    check_batch(&state, &request.owners, &request.keys, |key| {
+        namespace.key(key)
+    })?;
+    // A task of its own: a client that gives up does not stop a clear
+    // between its keys.
+    let task = tokio::spawn(async move {
+        dispatch!(&namespace.table, h => reset(&state, &namespace, h, &request).await)
+    });
+    let rows_deleted = task.await.map_err(Problem::internal)??;
+    Ok(axum::Json(ClearReply { rows_deleted }))
+}
+
+async fn reset<I: ServiceOwner>(
+    state: &AppState,
+    namespace: &Namespace,
+    handle: &Handle<I>,
+    request: &ClearRequest,
+) -> Result<u64, Problem> {
+    let owners: Vec<I> = request
+        .owners
+        .iter()
+        .map(I::from_json)
+        .collect::<Result<_, _>>()?;
+    let mut rows = 0;
+    for key in &request.keys {
+        let key = key.as_str();
+        rows += match namespace.is_unique(key) {
+            true => {
+                handle
+                    .counters
+                    .reset_unique(&state.db, &owners, key)
+                    .await?
+            }
+            false => handle.counters.reset(&state.db, &owners, key).await?,
+        };
+    }
+    Ok(rows)
 }

@@ -91,6 +91,7 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(read::keys))
         .routes(routes!(admin::check))
         .routes(routes!(admin::compact))
+        .routes(routes!(admin::clear))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

@@ -38,6 +38,9 @@ backend_test! {
         service.post(&add("posts"), Some(WRITER), like.clone()).await.ok();
         service.post("/v1/posts/admin:compact", Some(WRITER), json!({})).await.assert_problem(403, "forbidden");
         service.post("/v1/posts/admin:compact", Some(ADMIN), json!({})).await.ok();
+        let clear = |owner: i64| json!({"owners": [owner], "keys": ["likes"]});
+        service.post("/v1/posts/counters:clear", Some(WRITER), clear(1)).await.assert_problem(403, "forbidden");
+        service.post("/v1/posts/counters:clear", Some(ADMIN), clear(99)).await.ok();
 
         // Namespaces: a token for `posts` only.
         service.post(&add("posts"), Some(POSTS_ONLY), like.clone()).await.ok();

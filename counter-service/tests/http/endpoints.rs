@@ -24,6 +24,7 @@ const ROUTES: &[&str] = &[
     "GET /v1/{ns}/keys",
     "POST /v1/{ns}/admin:check",
     "POST /v1/{ns}/admin:compact",
+    "POST /v1/{ns}/counters:clear",
     "GET /healthz",
     "GET /readyz",
     "GET /metrics",
@@ -158,6 +159,35 @@ backend_test! {
         assert!(compact["rows_after"].as_u64() <= compact["rows_before"].as_u64(), "[{b}] {compact}");
         assert_eq!(service.totals("posts", None, json!([1]), json!(["likes"])).await, json!({"1": {"likes": 25}}), "[{b}]");
 
+        // Clear: owner 2's likes and views (its buckets too) and owner 1's
+        // viewers back to zero; nothing else changes; counting starts again.
+        let cleared = service.post("/v1/posts/counters:clear", None, json!({"owners": [2], "keys": ["likes", "views"]})).await.ok();
+        assert!(cleared["rows_deleted"].as_u64() >= Some(3), "[{b}] {cleared}");
+        let cleared = service.post("/v1/posts/counters:clear", None, json!({"owners": ["1"], "keys": ["viewers"]})).await.ok();
+        assert!(cleared["rows_deleted"].as_u64() >= Some(1), "[{b}] {cleared}");
+        assert_eq!(
+            service.totals("posts", None, json!([1, 2]), json!(["likes", "views"])).await,
+            json!({"1": {"likes": 25, "views": 0}, "2": {"likes": 0, "views": 0}}),
+            "[{b}]"
+        );
+        let series = service
+            .get("/v1/posts/series?owner=2&key=views&from=2026-11-01T00:00:00Z&to=2026-11-05T00:00:00Z", None)
+            .await
+            .ok();
+        assert_eq!(series["sum"], json!(0), "[{b}] {series}");
+        let got = service.get("/v1/posts/uniques:batchGet?owners=1&keys=viewers", None).await.ok();
+        assert_eq!(got["uniques"], json!({"1": {"viewers": 0}}), "[{b}]");
+        let total = service.post("/v1/posts/counters:addAndGet", None, json!({"owner": 2, "key": "likes"})).await.ok();
+        assert_eq!(total["total"], 1, "[{b}] counts again from zero");
+        service
+            .post("/v1/posts/counters:clear", None, json!({"owners": [2], "keys": ["nope"]}))
+            .await
+            .assert_problem(400, "invalid_input");
+        service
+            .post("/v1/posts/counters:clear", None, json!({"owners": [], "keys": ["likes"]}))
+            .await
+            .assert_problem(400, "invalid_input");
+
         // Operations.
         assert_eq!(service.get("/healthz", None).await.text, "ok");
         let ready = service.get("/readyz", None).await.ok();
@@ -192,7 +222,7 @@ fn routes_of(document: &Value) -> BTreeSet<String> {
 
 backend_test! {
     /// Batch gets through the Redis cache: every read after an acknowledged
-    /// add sees it, and the cache serves the repeated reads.
+    /// add or clear sees it, and the cache serves the repeated reads.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn cached_batch_gets_see_every_acknowledged_add(t: TestDb) {
         let Some(cache) = cache_section(&t) else {
@@ -214,6 +244,15 @@ backend_test! {
                 }
             }
         }
+        // A clear is a write too: the cached totals are forgotten.
+        let before = service.totals("posts", None, owners.clone(), json!(["likes"])).await;
+        service.post("/v1/posts/counters:clear", None, json!({"owners": [2], "keys": ["likes"]})).await.ok();
+        for _ in 0..2 {
+            let counts = service.totals("posts", None, owners.clone(), json!(["likes"])).await;
+            if counts["2"]["likes"] != 0 || counts["1"] != before["1"] {
+                stale += 1;
+            }
+        }
         let ready = service.get("/readyz", None).await.ok();
         assert_eq!(ready["cache"]["ok"], true, "[{b}] {ready}");
         let metrics = service.get("/metrics", None).await.text;
@@ -222,7 +261,7 @@ backend_test! {
             .find_map(|l| l.strip_prefix("counter_service_cache_hits "))
             .and_then(|v| v.trim().parse::<f64>().ok())
             .unwrap_or(0.0);
-        counter_tests::figures("service_cached_reads", b, &[("reads", 200), ("owner_hits", hits as u64), ("stale_reads", stale)]);
+        counter_tests::figures("service_cached_reads", b, &[("reads", 202), ("owner_hits", hits as u64), ("stale_reads", stale)]);
         assert_eq!(stale, 0, "[{b}] reads that missed an acknowledged add");
         assert!(hits >= 50.0, "[{b}] the cache served {hits} of 200 reads");
         service.stop().await;

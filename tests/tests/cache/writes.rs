@@ -121,6 +121,7 @@ backend_test! {
             buffer.shutdown().await.unwrap();
         });
         step!("purge", posts.purge(db, &[3]).await.unwrap());
+        step!("reset", posts.reset(db, &[1, 2], Key::Likes).await.unwrap());
 
         // Hooks in the caller's own transaction, outside any scope: the
         // cache cannot see the commit, so this process reads those owners

@@ -15,6 +15,7 @@ mod migrations;
 mod owners;
 mod ranking;
 mod reads;
+mod resets;
 mod transactions;
 mod unique;
 mod windows;
