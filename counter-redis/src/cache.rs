@@ -201,6 +201,20 @@ impl CountCache {
         }
     }
 
+    /// Whether Redis answers a `PING` within `within` (a cluster: every
+    /// master): a readiness probe's question. The cache never needs it to
+    /// serve: a Redis that does not answer sends reads to the database.
+    pub async fn ping(&self, within: Duration) -> Result<(), CacheError> {
+        match tokio::time::timeout(within, self.shared.link.ping()).await {
+            Ok(answer) => answer.map_err(CacheError::Redis),
+            Err(_) => Err(CacheError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "no answer to PING",
+                format!("within {within:?}"),
+            )))),
+        }
+    }
+
     /// The namespace of its keys.
     pub fn namespace(&self) -> &str {
         &self.shared.config.namespace

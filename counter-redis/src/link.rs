@@ -133,6 +133,17 @@ impl Link {
         Ok(landed.into_iter().map(|n| n == 1).collect())
     }
 
+    /// `PING`: the server, or on a cluster every master, answers.
+    pub(crate) async fn ping(&self) -> RedisResult<()> {
+        match self {
+            Link::Standalone(con) => redis::cmd("PING")
+                .query_async::<String>(&mut con.clone())
+                .await
+                .map(drop),
+            Link::Cluster(cluster) => cluster.ping_masters().await,
+        }
+    }
+
     /// Deletes the keys (`UNLINK`: freed off Redis's main thread).
     pub(crate) async fn unlink(&self, keys: &[Vec<u8>]) -> RedisResult<()> {
         match self {
@@ -337,6 +348,30 @@ impl Cluster {
         let slots = Arc::new(slots);
         *self.slots.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&slots);
         Ok(slots)
+    }
+
+    /// `PING` to every master of a fresh slot map, by its address. (The
+    /// client's own all-masters routing skips a master it has no connection
+    /// to, and a slot's route falls back to another node, so a dead master
+    /// would pass either way.)
+    async fn ping_masters(&self) -> RedisResult<()> {
+        let slots = self.refresh_slots().await?;
+        let mut masters: Vec<&str> = slots.iter().map(|(_, _, node)| node.as_str()).collect();
+        masters.sort_unstable();
+        masters.dedup();
+        let pings = masters.into_iter().map(|node| {
+            let (host, port) = node.rsplit_once(':').unwrap_or((node, ""));
+            let route = SingleNodeRoutingInfo::ByAddress {
+                host: host.to_owned(),
+                port: port.parse().unwrap_or(0),
+            };
+            let mut con = self.con.clone();
+            async move {
+                con.route_command(redis::cmd("PING"), RoutingInfo::SingleNode(route))
+                    .await
+            }
+        });
+        try_join_all(pings).await.map(drop)
     }
 
     fn forget_slots(&self) {

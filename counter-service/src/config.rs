@@ -197,14 +197,39 @@ impl Default for DatabaseConfig {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
-    /// `redis://host:port`.
-    pub redis_url: String,
+    /// A standalone server, `redis://host:port`.
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// A Redis Cluster: some of its nodes (`redis://host:port` each), from
+    /// which the rest are learned. Either this or `redis_url`.
+    #[serde(default)]
+    pub cluster_urls: Vec<String>,
     /// The key prefix of this service's entries (default `counter-service`).
     #[serde(default = "default_cache_namespace")]
     pub namespace: String,
     /// How long an entry lives without a write (default 3,600 s).
     #[serde(default = "default_cache_ttl")]
     pub ttl_seconds: u64,
+}
+
+impl CacheConfig {
+    /// Where the cache is: `redis_url` or `cluster_urls`, exactly one.
+    pub fn target(&self) -> Result<counter_redis::RedisTarget, ConfigError> {
+        match (&self.redis_url, self.cluster_urls.as_slice()) {
+            (Some(url), []) => Ok(counter_redis::RedisTarget::standalone(url.clone())),
+            (None, [_, ..]) => Ok(counter_redis::RedisTarget::cluster(
+                self.cluster_urls.clone(),
+            )),
+            (Some(_), [_, ..]) => Err(ConfigError::invalid(
+                "cache",
+                "set `redis_url` (a standalone server) or `cluster_urls` (a Redis Cluster), not both",
+            )),
+            (None, []) => Err(ConfigError::invalid(
+                "cache",
+                "set `redis_url` (a standalone server) or `cluster_urls` (a Redis Cluster's nodes)",
+            )),
+        }
+    }
 }
 
 fn default_cache_namespace() -> String {
@@ -465,7 +490,15 @@ impl fmt::Debug for DatabaseConfig {
 impl fmt::Debug for CacheConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CacheConfig")
-            .field("redis_url", &redact_url(&self.redis_url))
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field(
+                "cluster_urls",
+                &self
+                    .cluster_urls
+                    .iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
             .field("namespace", &self.namespace)
             .field("ttl_seconds", &self.ttl_seconds)
             .finish()
@@ -766,6 +799,31 @@ mod tests {
             !shown.contains("s3cret") && !shown.contains(":pw@"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_cache_is_a_server_or_a_cluster_not_both() {
+        let cache = |section: &str| {
+            let text = format!("[database]\nurl = \"sqlite::memory:\"\n[cache]\n{section}\n");
+            let config = Config::from_text(&text, "t", env(&[]), &[]).unwrap();
+            config.cache.unwrap().target().map_err(|e| e.to_string())
+        };
+        assert!(matches!(
+            cache("redis_url = \"redis://a:6379\""),
+            Ok(counter_redis::RedisTarget::Standalone(_))
+        ));
+        let nodes = cache("cluster_urls = [\"redis://a:7000\", \"redis://:pw@b:7001\"]");
+        assert!(matches!(nodes, Ok(counter_redis::RedisTarget::Cluster(ref n)) if n.len() == 2));
+        let both = cache("redis_url = \"redis://a\"\ncluster_urls = [\"redis://b\"]").unwrap_err();
+        assert!(
+            both.contains("not both") && both.contains("`cache`"),
+            "{both}"
+        );
+        let neither = cache("ttl_seconds = 5").unwrap_err();
+        assert!(neither.contains("cluster_urls"), "{neither}");
+        let text = "[database]\nurl = \"sqlite::memory:\"\n[cache]\ncluster_urls = [\"redis://:pw@b:7001\"]\n";
+        let shown = format!("{:?}", Config::from_text(text, "t", env(&[]), &[]).unwrap());
+        assert!(!shown.contains(":pw@"), "{shown}");
     }
 
     #[test]

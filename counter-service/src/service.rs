@@ -3,7 +3,7 @@
 use std::{collections::BTreeMap, future::Future, time::Duration};
 
 use axum::Router;
-use counter_redis::{CountCache, RedisTarget};
+use counter_redis::CountCache;
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbBackend};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
@@ -177,22 +177,19 @@ impl Service {
         counter_mq::ledger::probe(&db, "counter-service")
             .await
             .map_err(|e| StartError::Ledger(e.to_string()))?;
-        let (cache, redis) = match &config.cache {
-            None => (None, None),
+        let cache = match &config.cache {
+            None => None,
             Some(settings) => {
-                let cache =
-                    CountCache::builder(RedisTarget::standalone(settings.redis_url.clone()))
-                        .namespace(settings.namespace.clone())
-                        .ttl(Duration::from_secs(settings.ttl_seconds.max(1)))
-                        .build()
-                        .await
-                        .map_err(|e| StartError::Cache(e.to_string()))?;
+                let cache = CountCache::builder(settings.target()?)
+                    .namespace(settings.namespace.clone())
+                    .ttl(Duration::from_secs(settings.ttl_seconds.max(1)))
+                    .build()
+                    .await
+                    .map_err(|e| StartError::Cache(e.to_string()))?;
                 for namespace in namespaces.values_mut() {
                     namespace.use_cache(&cache);
                 }
-                let client = redis::Client::open(settings.redis_url.as_str())
-                    .map_err(|e| StartError::Cache(e.to_string()))?;
-                (Some(cache), Some(client))
+                Some(cache)
             }
         };
         for namespace in namespaces.values_mut() {
@@ -215,7 +212,6 @@ impl Service {
             tokens,
             server: config.server.clone(),
             cache,
-            redis,
             metrics: crate::metrics::handle(),
             feed,
             retention: Duration::from_secs(config.idempotency.retention_hours * 3_600),

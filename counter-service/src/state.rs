@@ -24,8 +24,6 @@ pub(crate) struct Shared {
     pub tokens: Tokens,
     pub server: ServerConfig,
     pub cache: Option<counter_redis::CountCache>,
-    /// A client of the cache's Redis, for `/readyz`'s `PING`.
-    pub redis: Option<redis::Client>,
     pub metrics: PrometheusHandle,
     pub feed: Option<FeedStatus>,
     /// How long idempotency keys are kept.

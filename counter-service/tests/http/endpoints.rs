@@ -268,3 +268,67 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    /// The cache on a Redis Cluster (`cluster_urls`): batch gets see every
+    /// acknowledged add and clear; `/readyz` pings every master, and with
+    /// one master killed reports the cache down while the service stays
+    /// ready and its reads stay exact (they go to the database).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_redis_cluster_cache_serves_exact_batch_gets(t: TestDb) {
+        if cache_section(&t).is_none() {
+            return t.finish().await;
+        }
+        let cluster = counter_tests::redis::RedisCluster::start(true);
+        let urls: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+        let cache = format!(
+            "[cache]\ncluster_urls = [{}]\nnamespace = \"{}\"\n",
+            urls.join(", "),
+            counter_tests::redis::namespace(t.backend, t.label())
+        );
+        let scratch = Scratch::of(&t);
+        let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{cache}"))).await;
+        let b = t.backend;
+        let owners = json!([1, 2, 3]);
+        let (mut stale, mut reads) = (0u64, 0u64);
+        let read_sum = |counts: &Value| (1..=3).map(|o| counts[o.to_string()]["likes"].as_u64().unwrap()).sum::<u64>();
+        for n in 1..=30u64 {
+            service.post("/v1/posts/counters:add", None, json!({"owner": 1 + n % 3, "key": "likes"})).await.ok();
+            for _ in 0..2 {
+                let counts = service.totals("posts", None, owners.clone(), json!(["likes"])).await;
+                reads += 1;
+                if read_sum(&counts) != n {
+                    stale += 1;
+                }
+            }
+        }
+        service.post("/v1/posts/counters:clear", None, json!({"owners": [1, 2, 3], "keys": ["likes"]})).await.ok();
+        let counts = service.totals("posts", None, owners.clone(), json!(["likes"])).await;
+        reads += 1;
+        if read_sum(&counts) != 0 {
+            stale += 1;
+        }
+        let ready = service.get("/readyz", None).await.ok();
+        assert_eq!(ready["cache"]["ok"], true, "[{b}] {ready}");
+
+        // One master down: the cache is reported down, reads stay exact.
+        cluster.nodes[0].kill();
+        service.post("/v1/posts/counters:add", None, json!({"owner": 2, "key": "likes", "delta": 5})).await.ok();
+        let counts = service.totals("posts", None, owners.clone(), json!(["likes"])).await;
+        reads += 1;
+        if read_sum(&counts) != 5 {
+            stale += 1;
+        }
+        let ready = service.get("/readyz", None).await.ok();
+        assert_eq!((ready["status"].clone(), ready["cache"]["ok"].clone()), (json!("ready"), json!(false)), "[{b}] {ready}");
+        counter_tests::figures(
+            "service_cluster_cache",
+            b,
+            &[("reads", reads), ("stale_reads", stale)],
+        );
+        assert_eq!(stale, 0, "[{b}] reads that missed an acknowledged write");
+        service.stop().await;
+        drop(cluster);
+        t.finish().await;
+    }
+}

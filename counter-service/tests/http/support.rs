@@ -153,8 +153,6 @@ impl Scratch {
     }
 }
 
-/// The configuration of a test: `server` settings, the scratch database,
-/// then `rest` (namespaces, tokens).
 /// The `[cache]` section that puts `t`'s Redis namespace in front of the
 /// service, or `None` when no Redis is configured for the tests.
 pub fn cache_section(t: &TestDb) -> Option<String> {
@@ -165,6 +163,8 @@ pub fn cache_section(t: &TestDb) -> Option<String> {
     ))
 }
 
+/// The configuration of a test: `server` settings, the scratch database,
+/// then `rest` (namespaces, tokens).
 pub fn config_text(server: &str, scratch: &Scratch, rest: &str) -> String {
     format!("[server]\n{server}\n{}\n{rest}", scratch.database)
 }
