@@ -254,6 +254,12 @@ pub enum BrokerConfig {
         /// The durable consumer's name (default `counter-service`).
         #[serde(default = "default_consumer")]
         consumer: String,
+        /// The subjects the stream captures when the service creates it
+        /// (default `["counters.>"]`; publishers send to
+        /// `<prefix>.<table>`, `JetStreamPublisher::subject_prefix`). A
+        /// stream that exists already is used as it is.
+        #[serde(default = "default_subjects")]
+        subjects: Vec<String>,
     },
     /// RabbitMQ.
     Amqp {
@@ -267,6 +273,10 @@ pub enum BrokerConfig {
 
 fn default_stream() -> String {
     "COUNTERS".into()
+}
+
+fn default_subjects() -> Vec<String> {
+    vec!["counters.>".into()]
 }
 
 fn default_consumer() -> String {
@@ -512,11 +522,13 @@ impl fmt::Debug for BrokerConfig {
                 url,
                 stream,
                 consumer,
+                subjects,
             } => f
                 .debug_struct("Nats")
                 .field("url", &redact_url(url))
                 .field("stream", stream)
                 .field("consumer", consumer)
+                .field("subjects", subjects)
                 .finish(),
             BrokerConfig::Amqp { url, queue } => f
                 .debug_struct("Amqp")

@@ -219,13 +219,18 @@ backend_test! {
             service.stop().await;
             queue.delete().await;
         }
-        // JetStream: a private nats-server, the service's default stream.
+        // JetStream: a private nats-server, a stream the service creates
+        // with the subjects configured (the publisher's are not the
+        // default `counters.>`, so an ignored setting loses every message).
         if let Some(bin) = mq::nats_server(t.backend, t.label()) {
             let nats = mq::PrivateNats::start(&bin);
-            let broker = format!("[broker]\nkind = \"nats\"\nurl = \"{}\"\n", nats.url());
+            let broker = format!(
+                "[broker]\nkind = \"nats\"\nurl = \"{}\"\nstream = \"SERVICE_COUNTS\"\nsubjects = [\"svc.counts.>\"]\n",
+                nats.url()
+            );
             let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{broker}"))).await;
             let js = mq::jetstream(&[nats.url()]).await;
-            let publisher = counter_mq::nats::JetStreamPublisher::new(js);
+            let publisher = counter_mq::nats::JetStreamPublisher::new(js).subject_prefix("svc.counts");
             both_paths(&t, &service, "nats", 10, |n| {
                 let (publisher, posts) = (&publisher, &posts);
                 async move {
