@@ -30,8 +30,9 @@ pub enum ErrorKind {
     InvalidInput,
     /// A sum would leave `i64`: a delta, a fold, a total. Nothing was written.
     Overflow,
-    /// Worth retrying as it is, later: a write conflict whose retries ran out
-    /// (or that happened in the caller's transaction: retry the transaction),
+    /// Worth retrying as it is, later: a write conflict (a deadlock, a
+    /// serialization failure, a lock wait timeout) whose retries ran out, or
+    /// that happened in the caller's transaction (retry the transaction),
     /// a busy recount, a full buffer, an unresolved flush, a database that
     /// could not be reached or a connection lost (reset, closed, a server
     /// shutting down, a Galera node leaving its cluster), whichever call met
@@ -493,7 +494,17 @@ impl CounterError {
                 | BufferError::NoRuntime => ErrorKind::Misuse,
             },
             Self::BadSketch { .. } => ErrorKind::Database,
-            Self::Database(e) if crate::sql::is_connection_fault(e) => ErrorKind::Transient,
+            // A connection lost, or a statement the database refused and
+            // undid (a deadlock, a serialization failure, a lock wait that
+            // timed out, SQLite busy): the same kind from every path,
+            // whether the crate's own retries ran out (`Conflict`) or the
+            // error came from a transaction the crate does not retry.
+            Self::Database(e)
+                if crate::sql::is_connection_fault(e)
+                    || crate::sql::classify(e) == crate::sql::Classified::Conflict =>
+            {
+                ErrorKind::Transient
+            }
             Self::Database(_) => ErrorKind::Database,
         }
     }
@@ -639,6 +650,25 @@ pub type Result<T, E = CounterError> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_and_undone_statement_is_transient_from_any_path() {
+        let database = |message: &str| {
+            CounterError::from(DbErr::Exec(sea_orm::RuntimeErr::Internal(format!(
+                "error returned from database: {message}"
+            ))))
+        };
+        for undone in [
+            "1213 (40001): Deadlock found when trying to get lock; try restarting transaction",
+            "deadlock detected",
+            "1205 (HY000): Lock wait timeout exceeded; try restarting transaction",
+            "(code: 5) database is locked",
+        ] {
+            assert_eq!(database(undone).kind(), ErrorKind::Transient, "{undone}");
+        }
+        let other = database("1054 (42S22): Unknown column 'slot' in 'field list'");
+        assert_eq!(other.kind(), ErrorKind::Database);
+    }
 
     #[test]
     fn own_errors_cross_a_hook_typed_and_database_errors_unchanged() {

@@ -39,8 +39,6 @@ use crate::{idempotency, owner::ServiceOwner, problem::Problem};
 
 /// Deltas in one group at most.
 pub(crate) const MAX_GROUP_ITEMS: usize = 2_000;
-/// Groups of a namespace in flight at once.
-const WORKERS: usize = 4;
 /// Requests waiting per namespace before callers wait to enqueue.
 const QUEUE: usize = 10_000;
 /// Attempts of a group before its requests hear 503.
@@ -121,14 +119,15 @@ impl<I> Clone for AddQueue<I> {
 }
 
 impl<I: ServiceOwner> AddQueue<I> {
-    /// Starts the workers; they end when every handle is dropped.
-    pub fn start(db: DatabaseConnection, counters: Counters<I>) -> Self {
+    /// Starts `workers` workers (groups in flight at once); they end when
+    /// every handle is dropped.
+    pub fn start(db: DatabaseConnection, counters: Counters<I>, workers: usize) -> Self {
         let (jobs, waiting) = mpsc::channel(QUEUE);
         let waiting = Arc::new(Mutex::new(Waiting {
             receiver: waiting,
             carried: VecDeque::new(),
         }));
-        for _ in 0..WORKERS {
+        for _ in 0..workers.max(1) {
             let (db, counters, waiting) = (db.clone(), counters.clone(), waiting.clone());
             tokio::spawn(async move {
                 loop {
@@ -255,6 +254,7 @@ async fn run_group<I: ServiceOwner>(
         match result {
             Ok(done) => {
                 tracing::debug!(requests = jobs.len(), "add group committed");
+                metrics::histogram!(crate::metrics::ADD_GROUP_REQUESTS).record(jobs.len() as f64);
                 touched.committed().await;
                 // The stored first answers of the replays, in one read.
                 let replays: Vec<&str> = jobs

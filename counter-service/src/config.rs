@@ -135,6 +135,13 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// How long a shutdown waits for requests in flight (default 10,000 ms).
     pub shutdown_grace_ms: u64,
+    /// Add groups of a namespace committed at once, 1 to 64 (default 2).
+    /// Each takes every add waiting and commits it as one transaction, so
+    /// fewer workers make larger groups and fewer transactions: on a
+    /// database the service shares a machine with, 1 to 2 measured best
+    /// (see the performance guide); more overlap the round trips of a
+    /// distant database.
+    pub add_workers: usize,
 }
 
 impl Default for ServerConfig {
@@ -149,6 +156,7 @@ impl Default for ServerConfig {
             max_batch_keys: 32,
             log_format: LogFormat::Text,
             shutdown_grace_ms: 10_000,
+            add_workers: 2,
         }
     }
 }

@@ -9,9 +9,13 @@ use axum::{
     middleware::Next,
     response::Response,
 };
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::state::AppState;
+
+/// Requests committed per add group (group commit's effect: the database
+/// work of one transaction shared by this many requests).
+pub(crate) const ADD_GROUP_REQUESTS: &str = "counter_service_add_group_requests";
 
 /// The process's recorder, installed once (a process may run several
 /// services, as the tests do; they share it).
@@ -24,6 +28,11 @@ pub(crate) fn handle() -> PrometheusHandle {
                     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0,
                 ])
+                .expect("static buckets are valid")
+                .set_buckets_for_metric(
+                    Matcher::Full(ADD_GROUP_REQUESTS.into()),
+                    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+                )
                 .expect("static buckets are valid")
                 .build_recorder();
             let handle = recorder.handle();

@@ -281,9 +281,10 @@ impl Namespace {
         dispatch!(&self.table, h => h.counters.table().name())
     }
 
-    /// Starts this namespace's add queue on `db`.
-    pub fn start_adds(&mut self, db: &sea_orm::DatabaseConnection) {
-        dispatch!(&mut self.table, h => h.adds = Some(AddQueue::start(db.clone(), h.counters.clone())));
+    /// Starts this namespace's add queue on `db`, with `workers` groups in
+    /// flight at once.
+    pub fn start_adds(&mut self, db: &sea_orm::DatabaseConnection, workers: usize) {
+        dispatch!(&mut self.table, h => h.adds = Some(AddQueue::start(db.clone(), h.counters.clone(), workers)));
     }
 
     /// Puts `cache` in front of this namespace's batch gets (and registers

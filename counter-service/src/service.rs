@@ -67,6 +67,12 @@ impl std::fmt::Debug for Service {
 
 /// The configured namespaces, built and checked.
 fn namespaces(config: &Config) -> Result<BTreeMap<String, Namespace>, ConfigError> {
+    if !(1..=64).contains(&config.server.add_workers) {
+        return Err(ConfigError::invalid(
+            "server.add_workers",
+            format!("{} is not 1 to 64", config.server.add_workers),
+        ));
+    }
     let mut namespaces = BTreeMap::new();
     let mut tables = BTreeMap::new();
     for (name, ns) in &config.namespaces {
@@ -193,7 +199,7 @@ impl Service {
             }
         };
         for namespace in namespaces.values_mut() {
-            namespace.start_adds(&db);
+            namespace.start_adds(&db, config.server.add_workers);
         }
         let (stop, stopped) = watch::channel(false);
         let mut background = Vec::new();

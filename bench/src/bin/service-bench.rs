@@ -7,10 +7,14 @@
 //!   with an `Idempotency-Key` each, then without; the same load on the
 //!   naive service built in here (one row per counter, `UPDATE ... SET
 //!   value = value + 1`). Every total is checked: `lost` and `doubled`.
+//!   Then the same requests answered by a route that touches no database:
+//!   what HTTP alone allows here (`http_ceiling`; `ceiling_vs_naive` is the
+//!   most `hot_vs_naive` could be on this machine).
 //! * **read**: a batch get of `--owners` owners × 4 keys, over HTTP and
 //!   with `Counters::get_many` in process; with `--redis-url`, over HTTP
-//!   through the cache too; the naive service's read is a `SELECT` per owner
-//!   and key.
+//!   through the cache and in process through the cache (the share of the
+//!   cached read that is Redis's, not HTTP's); the naive service's read is
+//!   a `SELECT` per owner and key.
 //! * **rate**: adds with keys offered at `--rate` per second for
 //!   `--rate-secs` (open loop: each request leaves on schedule, whatever the
 //!   answers before it): p50 and p99 latency.
@@ -65,6 +69,9 @@ struct Args {
     /// Owners of the batch get, 1 to 1,000 (the service's default bound).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000))]
     owners: u64,
+    /// The service's `add_workers` (its default when not given), 1 to 64.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    add_workers: Option<u64>,
     /// Batch gets timed per read cell, 1 to 100,000.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     reads: u64,
@@ -83,7 +90,8 @@ const KEYS: [&str; 4] = ["likes", "views", "shares", "saves"];
 const TABLE: &str = "service_bench_counters";
 const NAIVE: &str = "service_bench_naive";
 
-fn config(database_url: &str, redis: Option<&str>) -> String {
+fn config(database_url: &str, redis: Option<&str>, add_workers: Option<u64>) -> String {
+    let workers = add_workers.map_or_else(String::new, |n| format!("add_workers = {n}\n"));
     let cache = redis.map_or_else(String::new, |url| {
         format!(
             "[cache]\nredis_url = \"{url}\"\nnamespace = \"service-bench-{}\"\n",
@@ -91,7 +99,7 @@ fn config(database_url: &str, redis: Option<&str>) -> String {
         )
     });
     format!(
-        "[server]\nopen = true\nmax_batch_keys = 4\n[database]\nurl = \"{database_url}\"\nmax_connections = 24\n{cache}\n\
+        "[server]\nopen = true\nmax_batch_keys = 4\n{workers}[database]\nurl = \"{database_url}\"\nmax_connections = 24\n{cache}\n\
          [namespaces.bench]\ntable = \"{TABLE}\"\nowner = \"integer\"\nslots = 32\n\
          keys.likes = {{}}\nkeys.views = {{}}\nkeys.shares = {{}}\nkeys.saves = {{}}\n"
     )
@@ -228,11 +236,41 @@ async fn naive(db: DatabaseConnection) -> Result<String, BoxError> {
         .route("/add", post(add))
         .route("/batchGet", post(batch))
         .route("/healthz", get(|| async { "ok" }))
+        // The same request and answer as an add, and no database: what
+        // HTTP alone allows on this machine (the ceiling of every cell).
+        .route(
+            "/noop",
+            post(|Json(_): Json<serde_json::Value>| async { Json(json!({"applied": true})) }),
+        )
         .with_state(db);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(base)
+}
+
+/// The mean requests per committed add group so far, from the service's
+/// `/metrics` (its histogram's sum over its count).
+async fn mean_add_group(client: &HttpClient, service: &str) -> Result<f64, BoxError> {
+    let (_, text) = call(
+        client,
+        Method::GET,
+        &format!("{service}/metrics"),
+        None,
+        None,
+    )
+    .await?;
+    let text = String::from_utf8_lossy(&text);
+    let figure = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (sum, count) = (
+        figure("counter_service_add_group_requests_sum "),
+        figure("counter_service_add_group_requests_count "),
+    );
+    Ok(if count > 0.0 { sum / count } else { 0.0 })
 }
 
 /// Seconds per batch get of `owners` × 4 keys by `read`, over `reads` runs
@@ -352,7 +390,7 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     let client: HttpClient = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(1_024)
         .build_http();
-    let service = serve(&config(&url, None)).await?;
+    let service = serve(&config(&url, None, args.add_workers)).await?;
     let naive = naive(db.clone()).await?;
     let add = format!("{service}/v1/bench/counters:add");
 
@@ -363,6 +401,7 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     );
     let keyed = hot(&client, add.clone(), args.clients, args.adds, Some("hot")).await?;
     let plain = hot(&client, add.clone(), args.clients, args.adds, None).await?;
+    let group = mean_add_group(&client, &service).await?;
     db.execute_unprepared(&format!(
         "INSERT INTO {NAIVE} (owner_id, count_key, value) VALUES (1, 'likes', 0)"
     ))
@@ -370,6 +409,14 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     let naive_rate = hot(
         &client,
         format!("{naive}/add"),
+        args.clients,
+        args.adds,
+        None,
+    )
+    .await?;
+    let ceiling = hot(
+        &client,
+        format!("{naive}/noop"),
         args.clients,
         args.adds,
         None,
@@ -451,17 +498,37 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
         http_read(&client, &naive_url, &body, written)
     })
     .await?;
-    let cached = match &args.redis_url {
-        None => None,
+    let (cached, in_process_cached) = match &args.redis_url {
+        None => (None, None),
         Some(redis) => {
-            let cached_service = serve(&config(&url, Some(redis))).await?;
+            let cached_service = serve(&config(&url, Some(redis), args.add_workers)).await?;
             let cached_url = format!("{cached_service}/v1/bench/counts:batchGet");
-            Some(
-                time_reads(args.reads, || {
-                    http_read(&client, &cached_url, &body, written)
-                })
-                .await?,
-            )
+            let over_http = time_reads(args.reads, || {
+                http_read(&client, &cached_url, &body, written)
+            })
+            .await?;
+            // The same cached read without HTTP and JSON: what the
+            // service's cached answer spends in Redis.
+            let cache = counter_redis::CountCache::builder(counter_redis::RedisTarget::standalone(
+                redis.clone(),
+            ))
+            .namespace(format!("service-bench-in-process-{}", std::process::id()))
+            .build()
+            .await?;
+            let cached_counters = cache.table(&counters);
+            let in_process = time_reads(args.reads, || async {
+                let totals = cached_counters.get_many(&db, &owners, &KEYS).await?;
+                let sum: i64 = totals.values().flat_map(|t| t.values()).sum();
+                if sum != written {
+                    return Err(format!(
+                        "in process, cached: sum {sum} where {written} was written"
+                    )
+                    .into());
+                }
+                Ok(())
+            })
+            .await?;
+            (Some(over_http), Some(in_process))
         }
     };
 
@@ -486,13 +553,20 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     let mut figures = json!({
         "backend": backend,
         "clients": args.clients,
+        "add_workers": args.add_workers.unwrap_or(2),
         "adds_per_cell": args.adds,
-        "adds_per_s": {"idempotent": keyed.round(), "plain": plain.round(), "naive": naive_rate.round()},
+        "adds_per_s": {
+            "idempotent": keyed.round(),
+            "plain": plain.round(),
+            "naive": naive_rate.round(),
+            "http_ceiling": ceiling.round(),
+        },
         "batch_get_ms": {
             "http": http * 1e3,
             "in_process": in_process * 1e3,
             "naive_http": naive_read * 1e3,
             "http_cached": cached.map(|c| c * 1e3),
+            "in_process_cached": in_process_cached.map(|c| c * 1e3),
         },
         "ratios": {
             "hot_vs_naive": ratio(keyed, naive_rate),
@@ -500,7 +574,12 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
             "http_vs_inprocess_read": ratio(http, in_process),
             "cached_vs_uncached_read": cached.map(|c| ratio(http, c)),
             "read_vs_naive": ratio(naive_read, http),
+            // The most `hot_vs_naive` could be here: a service that answers
+            // without a database against the naive one.
+            "ceiling_vs_naive": ratio(ceiling, naive_rate),
         },
+        // Requests per committed group over the keyed and plain cells.
+        "mean_add_group": (group * 10.0).round() / 10.0,
         "offered_rate": args.rate,
         "p50_ms_at_rate": percentile(&latencies, 0.50),
         "p99_ms_at_rate": percentile(&latencies, 0.99),
@@ -514,6 +593,13 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // `RUST_LOG=warn` shows what a failed cell's service said.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let args = Args::parse();
     let json_path = args.json.clone();
     match run(args).await {

@@ -194,7 +194,12 @@ backend_test! {
         assert_eq!((ready["status"].clone(), ready["database"]["ok"].clone()), (json!("ready"), json!(true)), "[{b}]");
         let metrics = service.get("/metrics", None).await;
         assert_eq!(metrics.status, 200);
-        for name in ["counter_service_requests_total", "counter_service_request_duration_seconds", "counter_service_batch_size"] {
+        for name in [
+            "counter_service_requests_total",
+            "counter_service_request_duration_seconds",
+            "counter_service_batch_size",
+            "counter_service_add_group_requests_count",
+        ] {
             assert!(metrics.text.contains(name), "[{b}] /metrics lacks {name}");
         }
         assert!(metrics.text.contains("route=\"/v1/{ns}/counters:add\""), "[{b}] requests by route");
