@@ -23,6 +23,8 @@ use crate::{
 
 /// How long an idle consumer waits for the server to say what is pending.
 const IDLE_LAG_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an idle reading of the backlog answers for.
+const IDLE_LAG_AGE: Duration = Duration::from_secs(1);
 
 /// The stream counter messages are published to; [`ensure_stream`]
 /// creates it when missing.
@@ -114,6 +116,10 @@ pub struct JetStreamSource {
     stream: String,
     consumer: PullConsumer,
     source: String,
+    /// The last idle reading of the backlog, and when it was taken: an
+    /// idle consumer asks the server at most once per
+    /// [`IDLE_LAG_AGE`], not after every empty fetch.
+    idle_reading: Option<(Instant, Option<u64>)>,
 }
 
 impl JetStreamSource {
@@ -163,6 +169,7 @@ impl JetStreamSource {
             stream: stream.to_owned(),
             consumer,
             source: settings.source.unwrap_or_else(|| stream.to_owned()),
+            idle_reading: None,
         })
     }
 }
@@ -211,6 +218,8 @@ impl Source for JetStreamSource {
     }
 
     async fn lag(&mut self, last: &Self::Delivery) -> Option<u64> {
+        // The next idle reading asks afresh: this batch's backlog is news.
+        self.idle_reading = None;
         // The server says with every delivery: no round trip.
         last.info().ok().map(|info| info.pending)
     }
@@ -219,16 +228,24 @@ impl Source for JetStreamSource {
         // A fetch that expired empty does not prove the stream drained: on
         // a loaded machine the server may answer a short expiry with
         // nothing while messages wait. The consumer's info says, in one
-        // round trip, bounded so a slow server never holds the loop.
+        // round trip, bounded so a slow server never holds the loop; a
+        // recent reading answers in between.
+        if let Some((asked, lag)) = self.idle_reading
+            && asked.elapsed() < IDLE_LAG_AGE
+        {
+            return lag;
+        }
         let info = tokio::time::timeout(IDLE_LAG_TIMEOUT, self.consumer.get_info()).await;
-        match info {
+        let lag = match info {
             Ok(Ok(info)) => Some(info.num_pending),
             Ok(Err(error)) => {
                 tracing::debug!(%error, "counter consumer: the stream's backlog is unknown");
                 None
             }
             Err(_elapsed) => None,
-        }
+        };
+        self.idle_reading = Some((Instant::now(), lag));
+        lag
     }
 
     async fn ack(&mut self, deliveries: &[Self::Delivery]) -> Result<(), MqError> {
