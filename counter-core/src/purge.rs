@@ -57,10 +57,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         owners: &[I],
         key: K,
     ) -> Result<u64> {
-        let key = key.as_key_str();
-        validate_key(key)?;
-        self.table().check_kind(key, false, "reset")?;
-        self.reset_named(db, owners, key).await
+        self.reset_named(db, owners, key.as_key_str(), false).await
     }
 
     /// [`Counters::reset`] of a unique key: its sketches (all time and
@@ -71,17 +68,21 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         owners: &[I],
         key: K,
     ) -> Result<u64> {
-        let key = key.as_key_str();
-        self.check_unique_key(key, "reset_unique")?;
-        self.reset_named(db, owners, key).await
+        self.reset_named(db, owners, key.as_key_str(), true).await
     }
 
+    /// Deletes the rows of `key`, a unique key or not as `unique` says
+    /// (refused otherwise), of `owners`.
     async fn reset_named<C: ConnectionTrait>(
         &self,
         db: &C,
         owners: &[I],
         key: &str,
+        unique: bool,
     ) -> Result<u64> {
+        validate_key(key)?;
+        let operation = if unique { "reset_unique" } else { "reset" };
+        self.table().check_kind(key, unique, operation)?;
         let owners = sorted_unique(owners)?;
         let dialect = Dialect::of(db)?;
         let table = self.table();
@@ -89,8 +90,8 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         for (name, layout) in sql::tables(table) {
             // Only the tables that can hold the key.
             let holds = match layout {
-                Layout::Totals | Layout::Buckets => !table.is_unique(key),
-                Layout::Sketches => table.is_unique(key),
+                Layout::Totals | Layout::Buckets => !unique,
+                Layout::Sketches => unique,
             };
             if !holds || (layout == Layout::Buckets && table.window_for(key).is_none()) {
                 continue;

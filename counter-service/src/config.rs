@@ -162,6 +162,17 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// `Ok` if the values a type cannot bound are in range.
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        if !(1..=64).contains(&self.add_workers) {
+            return Err(ConfigError::invalid(
+                "server.add_workers",
+                format!("{} is not 1 to 64", self.add_workers),
+            ));
+        }
+        Ok(())
+    }
+
     /// `request_timeout_ms` as a duration.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)

@@ -67,12 +67,6 @@ impl std::fmt::Debug for Service {
 
 /// The configured namespaces, built and checked.
 fn namespaces(config: &Config) -> Result<BTreeMap<String, Namespace>, ConfigError> {
-    if !(1..=64).contains(&config.server.add_workers) {
-        return Err(ConfigError::invalid(
-            "server.add_workers",
-            format!("{} is not 1 to 64", config.server.add_workers),
-        ));
-    }
     let mut namespaces = BTreeMap::new();
     let mut tables = BTreeMap::new();
     for (name, ns) in &config.namespaces {
@@ -152,6 +146,7 @@ impl Service {
     /// (`check_table`: a missing or drifted table refuses the start), and
     /// starts the cache, the queue consumer and the scheduled checks.
     pub async fn start(config: Config) -> Result<Self, StartError> {
+        config.server.check()?;
         let mut namespaces = namespaces(&config)?;
         let tokens = Tokens::build(
             config.server.open,

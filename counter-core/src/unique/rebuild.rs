@@ -78,13 +78,29 @@ impl Members {
 }
 
 /// When a member row was seen: the column named by [`Members::at`], read
-/// as whichever time type the database returns for it.
-fn seen_at(row: &QueryResult, members: &Members) -> Result<Option<DateTime<Utc>>> {
-    if let Ok(at) = row.try_get::<Option<DateTime<Utc>>>("", SEEN_AT) {
+/// as whichever time type the database returns for it. `naive` remembers
+/// the answer once a row had a time (`true`: a timestamp without a time
+/// zone), so the other rows are decoded once, not tried twice.
+fn seen_at(
+    row: &QueryResult,
+    members: &Members,
+    naive: &mut Option<bool>,
+) -> Result<Option<DateTime<Utc>>> {
+    if *naive != Some(true)
+        && let Ok(at) = row.try_get::<Option<DateTime<Utc>>>("", SEEN_AT)
+    {
+        if at.is_some() {
+            *naive = Some(false);
+        }
         return Ok(at);
     }
     match row.try_get::<Option<NaiveDateTime>>("", SEEN_AT) {
-        Ok(at) => Ok(at.map(|at| at.and_utc())),
+        Ok(at) => {
+            if at.is_some() {
+                *naive = Some(true);
+            }
+            Ok(at.map(|at| at.and_utc()))
+        }
         Err(error) => Err(CounterError::Database(DbErr::Type(format!(
             "rebuild: `{}`.`{}` is not a time the database returns as a timestamp: {error}",
             members.table,
@@ -145,6 +161,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let source = members.table.as_str();
         let mut report = RebuildReport::default();
         let mut after: Option<I> = None;
+        let mut naive = None;
         loop {
             let next = sketches::member_owners(
                 dialect,
@@ -194,7 +211,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                     continue;
                 };
                 let bucket = match members.at {
-                    Some(_) => seen_at(row, members)?
+                    Some(_) => seen_at(row, members, &mut naive)?
                         .and_then(|at| table.sketch_buckets(key, at).find(|b| *b != ALL_TIME)),
                     None => None,
                 };
