@@ -11,7 +11,7 @@ use crate::{
     key::validate_key,
     observe::{self, Touched},
     owner::{OwnerId, SortOwner},
-    retry,
+    retry, settle,
     sql::{self, Dialect, UpsertRow},
     typed::{KeyOf, KeySpace, UniqueKeyOf},
     unique::{self, Member, Merges, Sketch},
@@ -333,7 +333,9 @@ impl DeltaBatch {
     /// statement is sent alone; several run in a transaction of their own (a
     /// savepoint inside the caller's), retried whole on a pool after a
     /// deadlock, so a windowed key's total and bucket, or the two sides of a
-    /// move, are never half applied.
+    /// move, are never half applied. A counter whose total would leave `i64`
+    /// fails the whole batch with [`CounterError::Overflow`], nothing
+    /// written (see the guide's "Limits").
     pub async fn apply<C>(mut self, db: &C) -> Result<BatchReport>
     where
         C: ConnectionTrait + TransactionTrait,
@@ -344,47 +346,64 @@ impl DeltaBatch {
         let mut touched = self.touched();
         let dialect = Dialect::of(db)?;
         let merges = self.take_merges(dialect);
-        let (mut outcome, statements) = self.into_statements(dialect);
+        let (mut outcome, chunks) = self.into_chunks(dialect);
         outcome.sketches = merges.len();
-        if statements.is_empty() {
+        if chunks.is_empty() {
             merges.write(db).await?;
             return Ok(outcome);
         }
         touched.merge(merges.touched().clone());
-        if let ([(table, stmt)], true) = (statements.as_slice(), merges.is_empty()) {
-            retry::run(db, table, || {
-                detach::execute_observed(db, stmt.clone(), &touched)
+        let mut mode = Mode::of(&chunks);
+        // One statement alone, where a failed one leaves nothing to undo:
+        // always on a pool; in the caller's transaction but on PostgreSQL,
+        // which aborts the transaction on the guard's error (there the
+        // savepoint below takes it).
+        let alone = retry::is_pool::<C>() || dialect != Dialect::Postgres;
+        if let ([chunk], true, Mode::Fast, true) =
+            (chunks.as_slice(), merges.is_empty(), mode, alone)
+        {
+            let fast = retry::run(db, &chunk.table, || {
+                detach::execute_observed(db, chunk.statement.clone(), &touched)
             })
-            .await?;
-            return Ok(outcome);
+            .await;
+            match fast {
+                Err(e) if settle::met_cap_typed(&e) => mode = Mode::Settle,
+                other => return other.map(|_| outcome),
+            }
         }
-        let statements = Arc::new(statements);
+        let chunks = Arc::new(chunks);
         let merges = Arc::new(merges);
-        let mut tables: Vec<&str> = statements.iter().map(|(t, _)| t.as_str()).collect();
+        let mut tables: Vec<&str> = chunks.iter().map(|c| c.table.as_str()).collect();
         tables.extend(merges.tables());
-        retry::run_on(db, tables[0], &tables, || {
-            let (statements, touched) = (statements.clone(), touched.clone());
-            let merges = merges.clone();
-            async move {
-                match detach::detached(db) {
-                    Some(pool) => {
-                        let work = |pool| async move {
-                            let done = all_or_nothing(&pool, &statements, &merges).await;
-                            touched.committed().await;
+        loop {
+            let done = retry::run_on(db, tables[0], &tables, || {
+                let (chunks, touched) = (chunks.clone(), touched.clone());
+                let merges = merges.clone();
+                async move {
+                    match detach::detached(db) {
+                        Some(pool) => {
+                            let work = |pool| async move {
+                                let done =
+                                    all_or_nothing(&pool, dialect, &chunks, &merges, mode).await;
+                                touched.committed().await;
+                                done
+                            };
+                            pool.run(work).await
+                        }
+                        None => {
+                            let done = all_or_nothing(db, dialect, &chunks, &merges, mode).await;
+                            touched.wrote(retry::is_pool::<C>()).await;
                             done
-                        };
-                        pool.run(work).await
-                    }
-                    None => {
-                        let done = all_or_nothing(db, &statements, &merges).await;
-                        touched.wrote(retry::is_pool::<C>()).await;
-                        done
+                        }
                     }
                 }
+            })
+            .await;
+            match done {
+                Err(e) if mode == Mode::Fast && settle::met_cap_typed(&e) => mode = Mode::Settle,
+                done => return done.map(|()| outcome),
             }
-        })
-        .await?;
-        Ok(outcome)
+        }
     }
 
     /// Sends the batch on `txn`, a connection that is already inside a
@@ -394,6 +413,11 @@ impl DeltaBatch {
     /// a batch of more than one statement is refused with
     /// [`CounterError::BatchNeedsTransaction`] before anything is sent:
     /// there it could be half applied.
+    ///
+    /// On PostgreSQL the statements run under a savepoint of their own, so
+    /// that a counter met at the slot cap (see [`DeltaBatch::apply`]) can be
+    /// settled without aborting the caller's transaction; MySQL and SQLite
+    /// undo a failed statement by themselves.
     pub async fn apply_in<C: ConnectionTrait>(mut self, txn: &C) -> Result<BatchReport> {
         if self.is_empty() {
             return Ok(BatchReport::default());
@@ -401,27 +425,91 @@ impl DeltaBatch {
         let mut touched = self.touched();
         let dialect = Dialect::of(txn)?;
         let merges = self.take_merges(dialect);
-        let (mut outcome, statements) = self.into_statements(dialect);
+        let (mut outcome, chunks) = self.into_chunks(dialect);
         outcome.sketches = merges.len();
         // A merge reads and writes back its row: outside a transaction
         // another writer could come in between.
-        if (statements.len() > 1 || !merges.is_empty()) && retry::is_pool::<C>() {
+        let pool = retry::is_pool::<C>();
+        if (chunks.len() > 1 || !merges.is_empty()) && pool {
             return Err(CounterError::BatchNeedsTransaction {
-                statements: statements.len() + merges.len(),
+                statements: chunks.len() + merges.len(),
             });
         }
+        let tables: Vec<&str> = chunks.iter().map(|c| c.table.as_str()).collect();
+        let label = tables.first().copied().unwrap_or_default();
+        let mut mode = Mode::of(&chunks);
+        if pool {
+            // One statement, autocommit: a refused one wrote nothing.
+            if let ([chunk], Mode::Fast) = (chunks.as_slice(), mode) {
+                let fast = retry::run(txn, &chunk.table, || {
+                    detach::execute_observed(txn, chunk.statement.clone(), &touched)
+                })
+                .await;
+                match fast {
+                    Err(e) if settle::met_cap_typed(&e) => mode = Mode::Settle,
+                    other => return other.map(|_| outcome),
+                }
+            }
+            let Some(pool) = detach::pool(txn) else {
+                return Err(CounterError::BatchNeedsTransaction { statements: 1 });
+            };
+            retry::run_on(txn, label, &tables, || async {
+                let own = pool.begin().await?;
+                write_chunks(&own, dialect, &chunks, mode).await?;
+                own.commit().await
+            })
+            .await?;
+            touched.wrote(true).await;
+            return Ok(outcome);
+        }
+        let savepoint = dialect == Dialect::Postgres && mode == Mode::Fast && !chunks.is_empty();
+        if savepoint {
+            retry::run_on(txn, label, &tables, || {
+                txn.execute_unprepared("SAVEPOINT counter_cap")
+            })
+            .await?;
+        }
         // Deltas first, sketches after: the lock order of `apply` too.
-        let last = statements.len().checked_sub(1);
-        for (i, (table, stmt)) in statements.iter().enumerate() {
-            if Some(i) == last {
-                let touched = std::mem::take(&mut touched);
-                retry::run(txn, table, || {
-                    detach::execute_observed(txn, stmt.clone(), &touched)
+        let mut from = 0;
+        if mode == Mode::Fast {
+            from = chunks.len();
+            for (i, chunk) in chunks.iter().enumerate() {
+                let sent = retry::run(txn, &chunk.table, || {
+                    detach::execute(txn, chunk.statement.clone())
+                })
+                .await;
+                match sent {
+                    Ok(_) => {}
+                    Err(e) if settle::met_cap_typed(&e) => {
+                        // PostgreSQL: back to before the batch; the others
+                        // undid the one statement.
+                        from = if savepoint { 0 } else { i };
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if from == 0 && savepoint && !chunks.is_empty() {
+                retry::run_on(txn, label, &tables, || {
+                    txn.execute_unprepared("ROLLBACK TO SAVEPOINT counter_cap")
                 })
                 .await?;
-            } else {
-                retry::run(txn, table, || detach::execute(txn, stmt.clone())).await?;
             }
+        }
+        if from < chunks.len() {
+            retry::run_on(txn, label, &tables, || {
+                settle_chunks(txn, dialect, &chunks[from..])
+            })
+            .await?;
+        }
+        if savepoint {
+            retry::run_on(txn, label, &tables, || {
+                txn.execute_unprepared("RELEASE SAVEPOINT counter_cap")
+            })
+            .await?;
+        }
+        if !chunks.is_empty() {
+            std::mem::take(&mut touched).wrote(false).await;
         }
         if !merges.is_empty() {
             let tables = merges.tables();
@@ -444,23 +532,21 @@ impl DeltaBatch {
         touched
     }
 
-    /// The upserts that apply the batch, each with its table, in the order
-    /// they must run: net-zero counters dropped, one slot picked per
-    /// counter, rows chunked.
-    pub(crate) fn into_statements(
-        self,
-        dialect: Dialect,
-    ) -> (BatchReport, Vec<(String, Statement)>) {
+    /// The upserts that apply the batch, each with its table and rows, in
+    /// the order they must run: net-zero counters dropped, one slot picked
+    /// per counter, rows chunked.
+    pub(crate) fn into_chunks(self, dialect: Dialect) -> (BatchReport, Vec<Chunk>) {
         let mut outcome = BatchReport::default();
-        let mut statements = Vec::new();
+        let mut chunks = Vec::new();
         let mut push = |name: &str, rows: Vec<UpsertRow>| {
-            for chunk in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {
-                outcome.rows += chunk.len();
+            for rows in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {
+                outcome.rows += rows.len();
                 outcome.statements += 1;
-                statements.push((
-                    name.to_owned(),
-                    sql::add_rows(dialect, name, chunk.to_vec()),
-                ));
+                chunks.push(Chunk {
+                    table: name.to_owned(),
+                    statement: sql::add_rows(dialect, name, rows.to_vec()),
+                    rows: rows.to_vec(),
+                });
             }
         };
         for (name, t) in self.tables {
@@ -494,8 +580,67 @@ impl DeltaBatch {
                 .collect();
             push(&bucket_table, rows);
         }
-        (outcome, statements)
+        (outcome, chunks)
     }
+}
+
+/// One statement of a batch: its table, the rows it adds to and their
+/// guarded upsert.
+#[derive(Debug, Clone)]
+pub(crate) struct Chunk {
+    pub table: String,
+    pub rows: Vec<UpsertRow>,
+    pub statement: Statement,
+}
+
+/// How a batch's rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The guarded upserts: one statement per chunk.
+    Fast,
+    /// Every counter settled (`crate::settle`): a slot met the cap, or a
+    /// delta is beyond it.
+    Settle,
+}
+
+impl Mode {
+    /// `Settle` when a delta alone is beyond the slot cap, else `Fast`.
+    pub(crate) fn of(chunks: &[Chunk]) -> Self {
+        let beyond = chunks
+            .iter()
+            .flat_map(|c| &c.rows)
+            .any(|r| settle::beyond_cap(r.delta));
+        if beyond { Self::Settle } else { Self::Fast }
+    }
+}
+
+/// Writes `chunks` on `txn`, an open transaction, as `mode` says.
+pub(crate) async fn write_chunks<C: ConnectionTrait>(
+    txn: &C,
+    dialect: Dialect,
+    chunks: &[Chunk],
+    mode: Mode,
+) -> Result<(), sea_orm::DbErr> {
+    match mode {
+        Mode::Fast => {
+            for chunk in chunks {
+                txn.execute_raw(chunk.statement.clone()).await?;
+            }
+            Ok(())
+        }
+        Mode::Settle => settle_chunks(txn, dialect, chunks).await,
+    }
+}
+
+async fn settle_chunks<C: ConnectionTrait>(
+    txn: &C,
+    dialect: Dialect,
+    chunks: &[Chunk],
+) -> Result<(), sea_orm::DbErr> {
+    for chunk in chunks {
+        settle::rows(txn, dialect, &chunk.table, &chunk.rows).await?;
+    }
+    Ok(())
 }
 
 /// `total + delta`, checked.
@@ -507,20 +652,20 @@ fn fold(total: i64, delta: i64, key: &str) -> Result<i64> {
         })
 }
 
-/// The statements of a batch in one transaction of their own on `db`,
-/// committed, or none of them.
+/// The chunks of a batch, then its merges, in one transaction of their own
+/// on `db`, committed, or none of them.
 async fn all_or_nothing<C>(
     db: &C,
-    statements: &[(String, Statement)],
+    dialect: Dialect,
+    chunks: &[Chunk],
     merges: &Merges,
+    mode: Mode,
 ) -> Result<(), sea_orm::DbErr>
 where
     C: TransactionTrait,
 {
     let txn = db.begin().await?;
-    for (_, stmt) in statements {
-        txn.execute_raw(stmt.clone()).await?;
-    }
+    write_chunks(&txn, dialect, chunks, mode).await?;
     merges.apply(&txn).await?;
     txn.commit().await
 }

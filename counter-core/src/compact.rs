@@ -11,7 +11,7 @@ use crate::{
     key::CounterKey,
     key::validate_key,
     owner::{self, OwnerId},
-    retry,
+    retry, settle,
     sql::{self, Dialect, FoldScope, FoldSlots, Layout, OwnerRange, SlotRow, UpsertRow},
     strategy::Writer,
     typed::KeySpace,
@@ -425,10 +425,18 @@ impl<I: OwnerId> Batch<I> {
                 });
             }
         }
+        // A sum near the limit is settled rather than folded: one slot
+        // holding it would pass the slot cap that keeps every total within
+        // `i64` (see `crate::settle`), which spreads it over as few slots as
+        // keep within bounds.
+        let (near, rows): (Vec<UpsertRow>, Vec<UpsertRow>) = rows
+            .into_iter()
+            .partition(|r| r.delta.unsigned_abs() > (sql::SLOT_CAP / 2).unsigned_abs());
         for chunk in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {
             txn.execute_raw(sql::add_rows(self.dialect, table, chunk.to_vec()))
                 .await?;
         }
+        settle::rows(txn, self.dialect, table, &near).await?;
         Ok(stats)
     }
 

@@ -89,6 +89,7 @@ mod retry;
 mod schema;
 #[cfg(feature = "serde")]
 mod serde_support;
+mod settle;
 mod slots;
 mod sql;
 mod strategy;

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use sea_orm::ConnectionTrait;
 
 use crate::{
-    Counters, detach,
+    CounterError, Counters, ErrorKind, detach,
     error::Result,
     key::validate_key,
     owner::OwnerId,
@@ -112,7 +112,16 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             for chunk in owners.chunks(owners_per_query) {
                 let ids = chunk.iter().cloned().map(Into::into).collect();
                 let stmt = sql::sums(dialect, table, ids, keys.clone());
-                let rows = retry::run(db, table, || detach::query_all(db, stmt.clone())).await?;
+                let rows = match retry::run(db, table, || detach::query_all(db, stmt.clone())).await
+                {
+                    Ok(rows) => rows,
+                    Err(e) if e.kind() == ErrorKind::Overflow => {
+                        return Err(name_overflow(db, dialect, table, chunk, keys.clone())
+                            .await
+                            .unwrap_or(e));
+                    }
+                    Err(e) => return Err(e),
+                };
                 for row in rows {
                     let SumRow { owner, key, total } = SumRow::<I>::decode(&row, table)?;
                     if let Some(totals) = counts.get_mut(&owner) {
@@ -123,4 +132,36 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         }
         Ok(counts)
     }
+}
+
+/// The counter among `owners` (and `keys`) whose total leaves `i64`, as an
+/// [`CounterError::Overflow`] naming its owner and key: the read's error,
+/// where the database raised one for the whole query (SQLite's `sum()`).
+/// Only direct SQL can put a counter there: every add checks its total
+/// (see `crate::settle`).
+async fn name_overflow<C: ConnectionTrait, I: OwnerId>(
+    db: &C,
+    dialect: Dialect,
+    table: &str,
+    owners: &[I],
+    keys: Option<Vec<String>>,
+) -> Option<CounterError> {
+    let ids = owners.iter().cloned().map(Into::into).collect();
+    let rows = db
+        .query_all_raw(sql::slot_values(dialect, table, ids, keys))
+        .await
+        .ok()?;
+    let mut sums: HashMap<(I, String), i128> = HashMap::new();
+    for row in rows {
+        let owner: I = row.try_get_by_index(0).ok()?;
+        let key: String = row.try_get_by_index(1).ok()?;
+        let value: i64 = row.try_get_by_index(2).ok()?;
+        *sums.entry((owner, key)).or_default() += i128::from(value);
+    }
+    let ((owner, key), _) = sums
+        .into_iter()
+        .find(|(_, total)| i64::try_from(*total).is_err())?;
+    Some(CounterError::Overflow {
+        context: sql::total_context(&key, &owner.into(), table),
+    })
 }

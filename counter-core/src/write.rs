@@ -9,7 +9,7 @@ use crate::{
     key::validate_key,
     observe::Touched,
     owner::{OwnerId, SortOwner},
-    retry,
+    retry, settle,
     sql::{self, Dialect, UpsertRow},
     typed::{KeyOf, KeySpace},
 };
@@ -73,12 +73,19 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         if delta == 0 {
             return Ok(());
         }
-        if self.table().window_for(key).is_some() {
+        let dialect = Dialect::of(db)?;
+        // A windowed key writes two tables, all or nothing; a delta beyond
+        // the slot cap is settled; and on PostgreSQL inside the caller's
+        // transaction, the guard's error would abort it, so the batch's
+        // savepoint takes the write (see `DeltaBatch::apply`).
+        if self.table().window_for(key).is_some()
+            || settle::beyond_cap(delta)
+            || (dialect == Dialect::Postgres && !retry::is_pool::<C>())
+        {
             let mut batch = DeltaBatch::new();
             batch.fold_in(self, owner, key, delta, Some(at))?;
             return batch.apply(db).await.map(drop);
         }
-        let dialect = Dialect::of(db)?;
         let table = self.table().name();
         let owner = owner.into();
         let touched = Touched::of(table, [owner.clone()]);
@@ -105,7 +112,16 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         if let Some(flight) = flight {
             flight.land(attempts > 1);
         }
-        written.map(drop)
+        match written {
+            // Its slot met the cap: settled, with the counter's rows locked
+            // and summed (`crate::settle`).
+            Err(e) if settle::met_cap_typed(&e) => {
+                let mut batch = DeltaBatch::new();
+                batch.fold_checked(self.table(), owner, key, delta, &[])?;
+                batch.apply(db).await.map(drop)
+            }
+            written => written.map(drop),
+        }
     }
 
     /// Adds 1.

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait};
 use tokio::sync::{Notify, watch};
 
 use super::{
@@ -20,10 +20,12 @@ use super::{
     stats::Meter,
 };
 use crate::{
-    BatchReport, DeltaBatch,
+    BatchReport, CounterError, DeltaBatch,
+    batch::{Chunk, Mode, write_chunks},
     error::Result,
     observe::Touched,
     owner::SortOwner,
+    settle,
     sql::{self, Classified, Dialect, classify},
 };
 
@@ -429,13 +431,18 @@ async fn apply(
     drained: &Drained,
 ) -> Result<(), DbErr> {
     let mut attempt = 0u32;
+    // Settled once a slot met its cap (see `crate::settle`).
+    let mut mode = match &built {
+        Ok((_, chunks, _)) => Mode::of(chunks),
+        Err(_) => Mode::Fast,
+    };
     loop {
         attempt += 1;
         let mut sent = 0u64;
         let result = match &built {
-            Ok((_, statements, _)) if statements.is_empty() => Ok(Applied::Nothing),
-            Ok((_, statements, _)) => {
-                let attempt = apply_once(shared, seq, statements, &mut sent);
+            Ok((_, chunks, _)) if chunks.is_empty() => Ok(Applied::Nothing),
+            Ok((_, chunks, _)) => {
+                let attempt = apply_once(shared, seq, chunks, mode, &mut sent);
                 // A connection that hangs is an attempt whose outcome is
                 // unknown: the ledger settles it on the next one.
                 tokio::time::timeout(ATTEMPT_TIMEOUT, attempt)
@@ -472,8 +479,14 @@ async fn apply(
                 return Ok(());
             }
             Err(error) => {
+                if mode == Mode::Fast && settle::met_cap(&error) {
+                    mode = Mode::Settle;
+                    continue;
+                }
                 meter.failed(error.to_string());
-                if classify(&error) == Classified::Overflow {
+                let refused = CounterError::from_hook_error(&error)
+                    .is_some_and(|e| e.kind() == crate::ErrorKind::Overflow);
+                if refused || classify(&error) == Classified::Overflow {
                     return Err(error);
                 }
                 let pause = backoff(attempt);
@@ -496,7 +509,7 @@ async fn apply(
 /// and chunk, through [`DeltaBatch`].
 /// A flush ready to send: what it writes, its statements, the owners it
 /// touches.
-type Built = (BatchReport, Vec<(String, Statement)>, Touched);
+type Built = (BatchReport, Vec<Chunk>, Touched);
 
 fn statements<'a>(
     shared: &Shared,
@@ -518,8 +531,8 @@ fn statements<'a>(
         )?;
     }
     let touched = batch.touched();
-    let (report, statements) = batch.into_statements(shared.dialect);
-    Ok((report, statements, touched))
+    let (report, chunks) = batch.into_chunks(shared.dialect);
+    Ok((report, chunks, touched))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -538,7 +551,8 @@ enum Applied {
 async fn apply_once(
     shared: &Shared,
     seq: u64,
-    statements: &[(String, Statement)],
+    chunks: &[Chunk],
+    mode: Mode,
     sent: &mut u64,
 ) -> Result<Applied, DbErr> {
     let (dialect, ledger, writer) = (shared.dialect, shared.config.ledger.name(), &shared.writer);
@@ -574,10 +588,8 @@ async fn apply_once(
             }
         }
     }
-    for (_, stmt) in statements {
-        *sent += 1;
-        txn.execute_raw(stmt.clone()).await?;
-    }
+    *sent += chunks.len() as u64;
+    write_chunks(&txn, dialect, chunks, mode).await?;
     // From here until `in_flight` is cleared, a read may see the rows both
     // in the table and in flight.
     shared.unsettle();

@@ -20,6 +20,7 @@ mod owners;
 mod range;
 mod rank;
 mod reconcile;
+mod settle;
 pub(crate) mod sketches;
 mod sum;
 mod upsert;
@@ -43,8 +44,9 @@ pub(crate) use rank::ranked;
 pub(crate) use reconcile::{
     OwnerIndex, SNAPSHOT_TOTALS, TruthSql, cache_truth, nth_owners, snapshot,
 };
-pub(crate) use sum::{SumRow, parse_total, sums};
-pub(crate) use upsert::{UpsertRow, add_one, add_rows};
+pub(crate) use settle::{Cell, create_slots, lock_cell};
+pub(crate) use sum::{SumRow, parse_total, slot_values, sums, total_context};
+pub(crate) use upsert::{Guard, SLOT_CAP, UpsertRow, add_one, add_rows, add_rows_with};
 
 use sea_orm::{
     ConnectionTrait, DbBackend, IsolationLevel, SqliteTransactionMode, TransactionOptions,

@@ -49,16 +49,42 @@ pub(crate) struct SumRow<I> {
     pub total: i64,
 }
 
-impl<I: TryGetable> SumRow<I> {
+impl<I: TryGetable + Clone + Into<Value>> SumRow<I> {
     pub(crate) fn decode(row: &QueryResult, table: &str) -> Result<Self> {
         let owner = row.try_get::<I>("", col::OWNER_ID)?;
         let key = row.try_get::<String>("", col::COUNT_KEY)?;
         let total = row.try_get::<String>("", col::TOTAL)?;
-        let total = parse_total(&total, || {
-            format!("the total of `{key}` in table `{table}`")
-        })?;
+        let total = parse_total(&total, || total_context(&key, &owner.clone().into(), table))?;
         Ok(Self { owner, key, total })
     }
+}
+
+/// How an out-of-range total is named: its key, its owner, its table.
+pub(crate) fn total_context(key: &str, owner: &Value, table: &str) -> String {
+    format!(
+        "the total of `{key}` of owner {} in `{table}`",
+        crate::settle::owner_text(owner)
+    )
+}
+
+/// Every slot row's value of `owners` (and `keys`): what a read sums in
+/// Rust when the database's own sum overflowed (SQLite's `sum()` raises
+/// for the whole query), to name the counter.
+pub(crate) fn slot_values(
+    dialect: Dialect,
+    table: &str,
+    owners: Vec<Value>,
+    keys: Option<Vec<String>>,
+) -> Statement {
+    let mut select = Query::select();
+    select
+        .columns([col::OWNER_ID, col::COUNT_KEY, col::VALUE].map(Alias::new))
+        .from(Alias::new(table))
+        .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners));
+    if let Some(keys) = keys {
+        select.and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys));
+    }
+    dialect.backend().build(&select)
 }
 
 /// Parses a summed total, telling overflow apart from garbage.

@@ -2,7 +2,7 @@
 
 use sea_orm::{
     Statement, Value,
-    sea_query::{Alias, Expr, ExprTrait, OnConflict, Query},
+    sea_query::{Alias, Expr, OnConflict, Query},
 };
 
 use super::{Dialect, Layout, NEW_ROWS, col, quote};
@@ -29,14 +29,30 @@ impl UpsertRow {
 }
 
 /// `INSERT .. VALUES (o, k, s, d) ON CONFLICT .. DO UPDATE SET value = t.value + d`,
-/// with `d` bound twice so one builder serves all three backends (MySQL's
-/// `VALUES()` is deprecated and there is no portable `excluded`).
+/// with `d` read from `excluded` (PostgreSQL, SQLite) or bound again
+/// (MySQL, whose `VALUES()` is deprecated). The new
+/// value is [guarded](guarded_sum): a slot that would leave
+/// ±[`SLOT_CAP`] fails the statement with an overflow, and the caller
+/// settles the add ([`crate::settle`]).
 pub(crate) fn add_one(dialect: Dialect, table: &str, row: UpsertRow) -> Statement {
     let delta = row.delta;
     let layout = row.layout();
+    let old = old_value_sql(dialect, table);
     let new_value = match dialect {
-        Dialect::Sqlite => Expr::cust_with_values(sqlite_checked_add(table, "?"), [delta]),
-        Dialect::Postgres | Dialect::MySql => old_value(table).add(delta),
+        // The conflicting row's proposed value, as the multi-row form names it.
+        Dialect::Postgres | Dialect::Sqlite => Expr::cust(guarded_sum(
+            dialect,
+            &old,
+            &format!(
+                "{}.{}",
+                quote(dialect, NEW_ROWS),
+                quote(dialect, col::VALUE)
+            ),
+        )),
+        // No `excluded` (and `VALUES()` is deprecated): `d` bound again.
+        Dialect::MySql => {
+            Expr::cust_with_values(guarded_sum(dialect, &old, "?"), [delta, delta, delta])
+        }
     };
     let mut insert = Query::insert();
     insert
@@ -51,30 +67,52 @@ pub(crate) fn add_one(dialect: Dialect, table: &str, row: UpsertRow) -> Statemen
     dialect.backend().build(&insert)
 }
 
-/// One statement adding to many slot rows. The caller folds duplicates and
-/// sorts by primary key first: PostgreSQL refuses to touch a row twice in one
-/// statement, and a fixed order keeps concurrent batches from deadlocking.
+/// One statement adding to many slot rows, each new value [guarded](guarded_sum)
+/// like [`add_one`]'s. The caller folds duplicates and sorts by primary key
+/// first: PostgreSQL refuses to touch a row twice in one statement, and a
+/// fixed order keeps concurrent batches from deadlocking.
 pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> Statement {
+    add_rows_with(dialect, table, rows, Guard::SlotCap)
+}
+
+/// Whether an upsert refuses a slot value beyond ±[`SLOT_CAP`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// Every write but a settlement's.
+    SlotCap,
+    /// A settlement's writes to rows it has locked and summed, whose layout
+    /// it computed itself (one slot may hold a little more than the cap).
+    Unguarded,
+}
+
+/// [`add_rows`] with the guard chosen.
+pub(crate) fn add_rows_with(
+    dialect: Dialect,
+    table: &str,
+    rows: Vec<UpsertRow>,
+    guard: Guard,
+) -> Statement {
     let layout = rows.first().map_or(Layout::Totals, UpsertRow::layout);
     debug_assert!(rows.iter().all(|r| r.layout() == layout));
     if dialect == Dialect::Postgres
-        && let Some(statement) = postgres_unnest_rows(table, layout, &rows)
+        && let Some(statement) = postgres_unnest_rows(table, layout, &rows, guard)
     {
         return statement;
     }
     match dialect {
-        Dialect::MySql => mysql_add_rows(table, layout, rows),
+        Dialect::MySql => mysql_add_rows(table, layout, rows, guard),
         Dialect::Sqlite | Dialect::Postgres => {
             let excluded = format!(
                 "{}.{}",
                 quote(dialect, NEW_ROWS),
                 quote(dialect, col::VALUE)
             );
-            let new_value = if dialect == Dialect::Sqlite {
-                Expr::cust(sqlite_checked_add(table, &excluded))
-            } else {
-                old_value(table).add(Expr::cust(excluded))
-            };
+            let new_value = Expr::cust(new_value_sql(
+                dialect,
+                &old_value_sql(dialect, table),
+                &excluded,
+                guard,
+            ));
             let mut insert = Query::insert();
             insert
                 .into_table(Alias::new(table))
@@ -101,7 +139,12 @@ pub(crate) fn add_rows(dialect: Dialect, table: &str, rows: Vec<UpsertRow>) -> S
 /// on loopback (measured by mq-bench: 7,600 vs 30,000+ messages a second).
 /// `None` for string owners, which may contain commas: they take `VALUES`.
 /// Keys never contain a comma (`validate_key`).
-fn postgres_unnest_rows(table: &str, layout: Layout, rows: &[UpsertRow]) -> Option<Statement> {
+fn postgres_unnest_rows(
+    table: &str,
+    layout: Layout,
+    rows: &[UpsertRow],
+    guard: Guard,
+) -> Option<Statement> {
     let owner_type = match rows.first()?.owner {
         Value::Int(_) => "integer",
         Value::BigInt(_) => "bigint",
@@ -152,15 +195,20 @@ fn postgres_unnest_rows(table: &str, layout: Layout, rows: &[UpsertRow]) -> Opti
     values.extend([slots.into(), deltas.into()]);
     let keys: Vec<String> = layout.primary_key().iter().map(|c| q(c)).collect();
     let (t, v) = (q(table), q(col::VALUE));
+    let new_value = new_value_sql(
+        Dialect::Postgres,
+        &format!("{t}.{v}"),
+        &format!("{}.{v}", q(NEW_ROWS)),
+        guard,
+    );
     let sql = format!(
         "INSERT INTO {t} ({names}) SELECT {names} FROM unnest({arrays}) WITH ORDINALITY \
          AS {new} ({names}, row_order) ORDER BY row_order \
-         ON CONFLICT ({keys}) DO UPDATE SET {v} = {t}.{v} + {excluded}.{v}",
+         ON CONFLICT ({keys}) DO UPDATE SET {v} = {new_value}",
         names = names.join(", "),
         arrays = arrays.join(", "),
         new = q("new_rows"),
         keys = keys.join(", "),
-        excluded = q(NEW_ROWS),
     );
     Some(Statement::from_sql_and_values(
         Dialect::Postgres.backend(),
@@ -172,7 +220,7 @@ fn postgres_unnest_rows(table: &str, layout: Layout, rows: &[UpsertRow]) -> Opti
 /// MySQL/MariaDB: the new rows come from a derived table, so the update can
 /// name them (`excluded.value`, as on the other backends) without the deprecated `VALUES()` function; MariaDB
 /// rejects MySQL 8's `AS new` row alias, and this form works on both.
-fn mysql_add_rows(table: &str, layout: Layout, rows: Vec<UpsertRow>) -> Statement {
+fn mysql_add_rows(table: &str, layout: Layout, rows: Vec<UpsertRow>, guard: Guard) -> Statement {
     let t = quote(Dialect::MySql, table);
     let new = quote(Dialect::MySql, NEW_ROWS);
     let names: Vec<String> = column_names(layout)
@@ -191,26 +239,71 @@ fn mysql_add_rows(table: &str, layout: Layout, rows: Vec<UpsertRow>) -> Statemen
         }
         values.extend(row_values(row));
     }
+    let new_value = new_value_sql(
+        Dialect::MySql,
+        &format!("{t}.{v}"),
+        &format!("{new}.{v}"),
+        guard,
+    );
     sql.push_str(&format!(
-        ") AS {new} ON DUPLICATE KEY UPDATE {v} = {t}.{v} + {new}.{v}"
+        ") AS {new} ON DUPLICATE KEY UPDATE {v} = {new_value}"
     ));
     Statement::from_sql_and_values(Dialect::MySql.backend(), sql, values)
 }
 
-/// SQLite turns an overflowing integer `+` into a REAL, silently. `sum()`
-/// raises "integer overflow" instead, so the new value is summed with it.
-fn sqlite_checked_add(table: &str, addend: &str) -> String {
-    let old = format!(
-        "{}.{}",
-        quote(Dialect::Sqlite, table),
-        quote(Dialect::Sqlite, col::VALUE)
-    );
-    format!("(SELECT sum(v) FROM (SELECT {old} AS v UNION ALL SELECT {addend}))")
+/// The largest magnitude a slot row reaches through an ordinary add:
+/// `i64::MAX / Slots::MAX` (2^53 - 1). A counter has at most
+/// [`Slots::MAX`](crate::Slots::MAX) slot rows, so while every slot stays
+/// within it, no sum of them can leave `i64`, and an add needs to know only
+/// its own slot's new value, which its upsert computes anyway. An add that
+/// would take a slot past it is settled instead ([`crate::settle`]): the
+/// counter's rows locked and summed, the add refused if the total would
+/// leave `i64`, else spread over slots that stay within bounds.
+pub(crate) const SLOT_CAP: i64 = i64::MAX / crate::Slots::MAX as i64;
+
+/// `old + addend`, or a statement that fails with the backend's overflow
+/// error when the sum would leave ±[`SLOT_CAP`] (`Guard::SlotCap`).
+///
+/// The failure is an integer overflow forced in the `ELSE` branch
+/// (`|old| + |addend| + i64::MAX`, which overflows because the sum that
+/// passed the cap is not zero): PostgreSQL (22003), MySQL (1690) and
+/// SQLite (`sum()`'s "integer overflow") each raise it only for a row that
+/// takes the branch, and each classifies as [`Classified::Overflow`]. It
+/// needs no `RETURNING` and no second statement, so an add far from the cap
+/// costs what it did. SQLite's `+` turns an overflow into a REAL silently,
+/// which is why its sums go through `sum()`, which raises instead.
+///
+/// [`Classified::Overflow`]: super::Classified::Overflow
+fn guarded_sum(dialect: Dialect, old: &str, addend: &str) -> String {
+    let cap = SLOT_CAP;
+    let max = i64::MAX;
+    match dialect {
+        Dialect::Sqlite => format!(
+            "CASE WHEN abs({old} + {addend}) <= {cap} THEN {old} + {addend} \
+             ELSE (SELECT sum(v) FROM (SELECT abs({old}) + abs({addend}) AS v UNION ALL SELECT {max})) END"
+        ),
+        Dialect::Postgres | Dialect::MySql => format!(
+            "CASE WHEN abs({old} + {addend}) <= {cap} THEN {old} + {addend} \
+             ELSE abs({old}) + abs({addend}) + {max} END"
+        ),
+    }
 }
 
-fn old_value(table: &str) -> Expr {
-    // Table-qualified: PostgreSQL rejects a bare `value` as ambiguous.
-    Expr::col((Alias::new(table), Alias::new(col::VALUE)))
+/// The new value of a conflicting row: guarded, or a plain checked sum.
+fn new_value_sql(dialect: Dialect, old: &str, addend: &str, guard: Guard) -> String {
+    match (guard, dialect) {
+        (Guard::SlotCap, _) => guarded_sum(dialect, old, addend),
+        (Guard::Unguarded, Dialect::Sqlite) => {
+            format!("(SELECT sum(v) FROM (SELECT {old} AS v UNION ALL SELECT {addend}))")
+        }
+        (Guard::Unguarded, Dialect::Postgres | Dialect::MySql) => format!("{old} + {addend}"),
+    }
+}
+
+/// The old value, table-qualified: PostgreSQL rejects a bare `value` as
+/// ambiguous.
+fn old_value_sql(dialect: Dialect, table: &str) -> String {
+    format!("{}.{}", quote(dialect, table), quote(dialect, col::VALUE))
 }
 
 /// The inserted columns: the primary key, then `value`.
@@ -265,16 +358,18 @@ mod tests {
         let pg = add_one(Dialect::Postgres, "post_counters", row(1, 5));
         assert_eq!(
             pg.sql,
-            r#"INSERT INTO "post_counters" ("owner_id", "count_key", "slot", "value") VALUES ($1, $2, $3, $4) ON CONFLICT ("owner_id", "count_key", "slot") DO UPDATE SET "value" = "post_counters"."value" + $5"#
+            r#"INSERT INTO "post_counters" ("owner_id", "count_key", "slot", "value") VALUES ($1, $2, $3, $4) ON CONFLICT ("owner_id", "count_key", "slot") DO UPDATE SET "value" = CASE WHEN abs("post_counters"."value" + "excluded"."value") <= 9007199254740991 THEN "post_counters"."value" + "excluded"."value" ELSE abs("post_counters"."value") + abs("excluded"."value") + 9223372036854775807 END"#
         );
+        assert_eq!(pg.values.unwrap().0.len(), 4);
         let my = add_one(Dialect::MySql, "post_counters", row(1, 5));
         assert_eq!(
             my.sql,
-            "INSERT INTO `post_counters` (`owner_id`, `count_key`, `slot`, `value`) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE `value` = `post_counters`.`value` + ?"
+            "INSERT INTO `post_counters` (`owner_id`, `count_key`, `slot`, `value`) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE `value` = CASE WHEN abs(`post_counters`.`value` + ?) <= 9007199254740991 THEN `post_counters`.`value` + ? ELSE abs(`post_counters`.`value`) + abs(?) + 9223372036854775807 END"
         );
+        assert_eq!(my.values.unwrap().0.len(), 7);
         let lite = add_one(Dialect::Sqlite, "post_counters", row(1, 5));
-        assert!(lite.sql.ends_with(r#"DO UPDATE SET "value" = (SELECT sum(v) FROM (SELECT "post_counters"."value" AS v UNION ALL SELECT ?))"#), "{}", lite.sql);
-        assert_eq!(lite.values.unwrap().0.len(), 5);
+        assert!(lite.sql.ends_with(r#"ELSE (SELECT sum(v) FROM (SELECT abs("post_counters"."value") + abs("excluded"."value") AS v UNION ALL SELECT 9223372036854775807)) END"#), "{}", lite.sql);
+        assert_eq!(lite.values.unwrap().0.len(), 4);
     }
 
     #[test]
@@ -282,17 +377,24 @@ mod tests {
         let pg = add_rows(Dialect::Postgres, "c", vec![row(1, 1), row(2, 2)]);
         assert_eq!(
             pg.sql,
-            r#"INSERT INTO "c" ("owner_id", "count_key", "slot", "value") SELECT "owner_id", "count_key", "slot", "value" FROM unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ','), string_to_array($3, ',')::smallint[], string_to_array($4, ',')::bigint[]) WITH ORDINALITY AS "new_rows" ("owner_id", "count_key", "slot", "value", row_order) ORDER BY row_order ON CONFLICT ("owner_id", "count_key", "slot") DO UPDATE SET "value" = "c"."value" + "excluded"."value""#
+            r#"INSERT INTO "c" ("owner_id", "count_key", "slot", "value") SELECT "owner_id", "count_key", "slot", "value" FROM unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ','), string_to_array($3, ',')::smallint[], string_to_array($4, ',')::bigint[]) WITH ORDINALITY AS "new_rows" ("owner_id", "count_key", "slot", "value", row_order) ORDER BY row_order ON CONFLICT ("owner_id", "count_key", "slot") DO UPDATE SET "value" = CASE WHEN abs("c"."value" + "excluded"."value") <= 9007199254740991 THEN "c"."value" + "excluded"."value" ELSE abs("c"."value") + abs("excluded"."value") + 9223372036854775807 END"#
         );
         assert_eq!(pg.values.unwrap().0.len(), 4);
+        let settled = add_rows_with(Dialect::Postgres, "c", vec![row(1, 1)], Guard::Unguarded);
+        assert!(
+            settled
+                .sql
+                .ends_with(r#"DO UPDATE SET "value" = "c"."value" + "excluded"."value""#),
+            "{}",
+            settled.sql
+        );
         let strings = UpsertRow {
             owner: Value::from("a,b"),
             ..row(1, 1)
         };
         let pg = add_rows(Dialect::Postgres, "c", vec![strings]);
         assert!(
-            pg.sql
-                .ends_with(r#"DO UPDATE SET "value" = "c"."value" + ("excluded"."value")"#),
+            pg.sql.ends_with(r#"DO UPDATE SET "value" = CASE WHEN abs("c"."value" + "excluded"."value") <= 9007199254740991 THEN "c"."value" + "excluded"."value" ELSE abs("c"."value") + abs("excluded"."value") + 9223372036854775807 END"#),
             "{}",
             pg.sql
         );
@@ -300,7 +402,7 @@ mod tests {
         let my = add_rows(Dialect::MySql, "c", vec![row(1, 1), row(2, 2)]);
         assert_eq!(
             my.sql,
-            "INSERT INTO `c` (`owner_id`, `count_key`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?) AS `excluded` ON DUPLICATE KEY UPDATE `value` = `c`.`value` + `excluded`.`value`"
+            "INSERT INTO `c` (`owner_id`, `count_key`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?) AS `excluded` ON DUPLICATE KEY UPDATE `value` = CASE WHEN abs(`c`.`value` + `excluded`.`value`) <= 9007199254740991 THEN `c`.`value` + `excluded`.`value` ELSE abs(`c`.`value`) + abs(`excluded`.`value`) + 9223372036854775807 END"
         );
         let bucketed = UpsertRow {
             bucket: Some(86_400),
@@ -313,11 +415,11 @@ mod tests {
         );
         assert_eq!(
             my.sql,
-            "INSERT INTO `c_buckets` (`owner_id`, `count_key`, `bucket`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `bucket`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?, ?) AS `excluded` ON DUPLICATE KEY UPDATE `value` = `c_buckets`.`value` + `excluded`.`value`"
+            "INSERT INTO `c_buckets` (`owner_id`, `count_key`, `bucket`, `slot`, `value`) SELECT * FROM (SELECT ? AS `owner_id`, ? AS `count_key`, ? AS `bucket`, ? AS `slot`, ? AS `value` UNION ALL SELECT ?, ?, ?, ?, ?) AS `excluded` ON DUPLICATE KEY UPDATE `value` = CASE WHEN abs(`c_buckets`.`value` + `excluded`.`value`) <= 9007199254740991 THEN `c_buckets`.`value` + `excluded`.`value` ELSE abs(`c_buckets`.`value`) + abs(`excluded`.`value`) + 9223372036854775807 END"
         );
         let lite = add_rows(Dialect::Sqlite, "c", vec![row(1, 1)]);
         assert!(
-            lite.sql.contains(r#"UNION ALL SELECT "excluded"."value""#),
+            lite.sql.contains(r#"ELSE (SELECT sum(v) FROM (SELECT abs("c"."value") + abs("excluded"."value") AS v UNION ALL SELECT 9223372036854775807)) END"#),
             "{}",
             lite.sql
         );

@@ -12,6 +12,7 @@ mod entity;
 mod errors;
 mod logs;
 mod migrations;
+mod overflow;
 mod owners;
 mod ranking;
 mod reads;
