@@ -85,12 +85,14 @@ pub(crate) struct Write<I> {
 }
 
 impl<I> Write<I> {
-    /// Every id the request records: its key and its items' ids.
-    fn ids(&self) -> impl Iterator<Item = &str> {
+    /// Every id the request records, with its source: its key and its
+    /// items' ids. Two callers' ids never meet (see `Namespace::source`).
+    fn ids(&self) -> impl Iterator<Item = (&str, &str)> {
         self.key
             .as_deref()
             .into_iter()
             .chain(self.items.iter().filter_map(|i| i.id.as_deref()))
+            .map(|id| (self.source.as_str(), id))
     }
 }
 
@@ -193,17 +195,26 @@ impl<I> Waiting<I> {
             }
         }
         let mut group = Vec::new();
-        let mut ids: HashSet<String> = HashSet::new();
+        let mut ids: HashSet<(String, String)> = HashSet::new();
         let mut items = 0;
         let mut held = VecDeque::new();
         while let Some(job) = self.carried.pop_front() {
             let size = job.write.items.len();
             let fits = group.is_empty() || items + size <= MAX_GROUP_ITEMS;
-            if !fits || job.write.ids().any(|id| ids.contains(id)) {
+            if !fits
+                || job
+                    .write
+                    .ids()
+                    .any(|(s, i)| ids.contains(&(s.to_owned(), i.to_owned())))
+            {
                 held.push_back(job);
                 continue;
             }
-            ids.extend(job.write.ids().map(str::to_owned));
+            ids.extend(
+                job.write
+                    .ids()
+                    .map(|(source, id)| (source.to_owned(), id.to_owned())),
+            );
             items += size;
             group.push(job);
         }
@@ -257,16 +268,15 @@ async fn run_group<I: ServiceOwner>(
                 metrics::histogram!(crate::metrics::ADD_GROUP_REQUESTS).record(jobs.len() as f64);
                 touched.committed().await;
                 // The stored first answers of the replays, in one read.
-                let replays: Vec<&str> = jobs
+                let replays: Vec<(&str, &str)> = jobs
                     .iter()
                     .zip(&done)
                     .filter(|(_, done)| matches!(done, Done::Replay))
-                    .filter_map(|(job, _)| job.write.key.as_deref())
+                    .filter_map(|(job, _)| {
+                        Some((job.write.source.as_str(), job.write.key.as_deref()?))
+                    })
                     .collect();
-                let stored = match replays.is_empty() {
-                    true => Ok(HashMap::new()),
-                    false => idempotency::stored(db, &jobs[0].write.source, &replays).await,
-                };
+                let stored = idempotency::stored_of(db, &replays).await;
                 for (job, done) in jobs.into_iter().zip(done) {
                     let answer = match done {
                         Done::Answered(outcome) => Ok(outcome),
@@ -353,40 +363,45 @@ async fn group_in<I: ServiceOwner>(
     counters: &Counters<I>,
     jobs: &[Job<I>],
 ) -> Result<Vec<Option<String>>, Failure> {
-    let source = &jobs[0].write.source;
     // 1. The requests' keys: a key recorded before is a replay.
-    let keys: Vec<&str> = jobs.iter().filter_map(|j| j.write.key.as_deref()).collect();
-    let new_keys = if keys.is_empty() {
-        HashSet::new()
-    } else {
-        idempotency::record(txn, source, &keys)
-            .await
-            .map_err(database(false))?
-    };
+    let keys: Vec<(&str, &str)> = jobs
+        .iter()
+        .filter_map(|j| Some((j.write.source.as_str(), j.write.key.as_deref()?)))
+        .collect();
+    let new_keys = idempotency::record_of(txn, &keys)
+        .await
+        .map_err(database(false))?;
     let replay: Vec<bool> = jobs
         .iter()
-        .map(|j| j.write.key.as_ref().is_some_and(|k| !new_keys.contains(k)))
+        .map(|j| {
+            j.write
+                .key
+                .as_ref()
+                .is_some_and(|k| !new_keys.contains(&(j.write.source.clone(), k.clone())))
+        })
         .collect();
     // 2. The item ids of the requests that run.
-    let item_ids: Vec<&str> = jobs
+    let item_ids: Vec<(&str, &str)> = jobs
         .iter()
         .zip(&replay)
         .filter(|(_, replay)| !**replay)
-        .flat_map(|(j, _)| j.write.items.iter().filter_map(|i| i.id.as_deref()))
+        .flat_map(|(j, _)| {
+            let source = j.write.source.as_str();
+            j.write
+                .items
+                .iter()
+                .filter_map(move |i| Some((source, i.id.as_deref()?)))
+        })
         .collect();
-    let new_items = if item_ids.is_empty() {
-        HashSet::new()
-    } else {
-        idempotency::record(txn, source, &item_ids)
-            .await
-            .map_err(database(false))?
-    };
-    let seen_before: Vec<&str> = item_ids
+    let new_items = idempotency::record_of(txn, &item_ids)
+        .await
+        .map_err(database(false))?;
+    let seen_before: Vec<(&str, &str)> = item_ids
         .iter()
         .copied()
-        .filter(|id| !new_items.contains(*id))
+        .filter(|(source, id)| !new_items.contains(&((*source).to_owned(), (*id).to_owned())))
         .collect();
-    let stored = idempotency::stored(txn, source, &seen_before)
+    let stored = idempotency::stored_of(txn, &seen_before)
         .await
         .map_err(database(false))?;
     // 3. One batch of every delta to apply.
@@ -399,10 +414,12 @@ async fn group_in<I: ServiceOwner>(
         }
         let (mut applied, mut duplicates) = (0u64, 0u64);
         let mut fresh = HashSet::new();
+        let source = &job.write.source;
         for (i, item) in job.write.items.iter().enumerate() {
             if let Some(id) = &item.id {
-                if !new_items.contains(id) {
-                    if let Some(before) = stored.get(id)
+                let pair = (source.clone(), id.clone());
+                if !new_items.contains(&pair) {
+                    if let Some(before) = stored.get(&pair)
                         && before.request != item.canonical
                     {
                         return Err(Failure::Exclude(
@@ -494,38 +511,37 @@ async fn group_in<I: ServiceOwner>(
         .to_string();
         bodies.push(Some(body));
     }
-    let mut rows: Vec<(&str, &str, Option<&str>)> = Vec::new();
+    let mut rows: Vec<idempotency::StoredRow<'_>> = Vec::new();
     for (job, body) in jobs.iter().zip(&bodies) {
         let Some(body) = body else { continue };
+        let source = job.write.source.as_str();
         let mut fresh = HashSet::new();
         for item in &job.write.items {
             if let Some(id) = &item.id
-                && new_items.contains(id)
+                && new_items.contains(&(source.to_owned(), id.clone()))
                 && fresh.insert(id.as_str())
             {
-                rows.push((id, &item.canonical, None));
+                rows.push((source, id, &item.canonical, None));
             }
         }
         if let Some(key) = &job.write.key {
-            rows.push((key, &job.write.canonical, Some(body)));
+            rows.push((source, key, &job.write.canonical, Some(body)));
         }
     }
-    for chunk in rows.chunks(500) {
-        idempotency::store(txn, source, chunk)
-            .await
-            .map_err(database(false))?;
-    }
+    idempotency::store_of(txn, &rows)
+        .await
+        .map_err(database(false))?;
     Ok(bodies)
 }
 
 /// The first answer to `write`'s key, if it was given to this same request.
 fn replay<I>(
-    stored: &Result<HashMap<String, idempotency::Stored>, sea_orm::DbErr>,
+    stored: &Result<HashMap<(String, String), idempotency::Stored>, sea_orm::DbErr>,
     write: &Write<I>,
 ) -> Result<Outcome, Problem> {
     let key = write.key.as_deref().unwrap_or_default();
     let stored = stored.as_ref().map_err(|e| Problem::from(e.clone()))?;
-    match stored.get(key) {
+    match stored.get(&(write.source.clone(), key.to_owned())) {
         Some(first) if first.request == write.canonical => match &first.reply {
             Some(body) => Ok(Outcome {
                 body: body.clone(),

@@ -97,9 +97,22 @@ impl Caller {
             Caller::Token(token) => &token.name,
         }
     }
+
+    /// The token's name; `None` for an open service.
+    pub fn token(&self) -> Option<&str> {
+        match self {
+            Caller::Open => None,
+            Caller::Token(token) => Some(&token.name),
+        }
+    }
 }
 
 impl Tokens {
+    /// The configured tokens' names (none for an open service).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tokens.iter().map(|t| t.name.as_str())
+    }
+
     /// The tokens of the configuration, their secrets read from the
     /// environment where they say so; `namespaces` are the declared ones.
     pub fn build(

@@ -20,7 +20,10 @@
 //!     PRIMARY KEY (source, msg_id));
 //! ```
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    time::Duration,
+};
 
 use counter_mq::ledger;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
@@ -82,8 +85,69 @@ pub(crate) async fn record<C: ConnectionTrait>(
     txn: &C,
     source: &str,
     ids: &[&str],
-) -> Result<std::collections::HashSet<String>, DbErr> {
+) -> Result<HashSet<String>, DbErr> {
     ledger::record_new(txn, source, ids).await
+}
+
+/// `(source, id)` pairs of several sources, by source.
+fn by_source<'a>(pairs: &[(&'a str, &'a str)]) -> BTreeMap<&'a str, Vec<&'a str>> {
+    let mut by_source: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (source, id) in pairs {
+        by_source.entry(source).or_default().push(id);
+    }
+    by_source
+}
+
+/// [`record`] of ids from several sources (an add group's callers): the
+/// new `(source, id)` pairs.
+pub(crate) async fn record_of<C: ConnectionTrait>(
+    txn: &C,
+    pairs: &[(&str, &str)],
+) -> Result<HashSet<(String, String)>, DbErr> {
+    let mut new = HashSet::new();
+    for (source, ids) in by_source(pairs) {
+        for id in record(txn, source, &ids).await? {
+            new.insert((source.to_owned(), id));
+        }
+    }
+    Ok(new)
+}
+
+/// [`stored`] of ids from several sources, by `(source, id)`.
+pub(crate) async fn stored_of<C: ConnectionTrait>(
+    db: &C,
+    pairs: &[(&str, &str)],
+) -> Result<HashMap<(String, String), Stored>, DbErr> {
+    let mut found = HashMap::new();
+    for (source, ids) in by_source(pairs) {
+        for (id, stored) in stored(db, source, &ids).await? {
+            found.insert((source.to_owned(), id), stored);
+        }
+    }
+    Ok(found)
+}
+
+/// One row to store: `(source, id, request, reply)`.
+pub(crate) type StoredRow<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
+
+/// [`store`] of rows from several sources, at most 500 rows a statement.
+pub(crate) async fn store_of<C: ConnectionTrait>(
+    txn: &C,
+    rows: &[StoredRow<'_>],
+) -> Result<(), DbErr> {
+    let mut by_source: BTreeMap<&str, Vec<(&str, &str, Option<&str>)>> = BTreeMap::new();
+    for (source, id, request, reply) in rows {
+        by_source
+            .entry(source)
+            .or_default()
+            .push((id, request, *reply));
+    }
+    for (source, rows) in by_source {
+        for chunk in rows.chunks(500) {
+            store(txn, source, chunk).await?;
+        }
+    }
+    Ok(())
 }
 
 /// A stored request and its answer.

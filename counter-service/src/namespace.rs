@@ -95,6 +95,16 @@ pub(crate) struct Namespace {
     pub checks: BTreeMap<String, CheckConfig>,
 }
 
+/// The ledger's `source` column.
+const LEDGER_SOURCE_LEN: usize = 64;
+
+/// FNV-1a, 64 bits: a hash that is the same in every build and process.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Namespace names: what fits a URL segment and a ledger source.
 const MAX_NAMESPACE_LEN: usize = 32;
 
@@ -293,9 +303,24 @@ impl Namespace {
         dispatch!(&mut self.table, h => h.cached = Some(cache.table(&h.counters)));
     }
 
-    /// The ledger source of this namespace's HTTP adds.
-    pub fn source(&self) -> String {
-        format!("http:{}", self.name)
+    /// The ledger source of the HTTP adds of the token named `token` (`None`
+    /// on an open service): idempotency keys and item ids are scoped to the
+    /// caller, as Stripe and the IETF draft scope them, so the same key from
+    /// two tokens is two requests, and no caller can replay another's
+    /// answer or meet a false 409. The queue keeps sources of its own.
+    ///
+    /// `http:<namespace>/<token>`, or, for a name that would not fit the
+    /// ledger's 64-character column, `http:<namespace>/#` and a stable
+    /// 64-bit FNV-1a hash of it.
+    pub fn source_for(&self, token: Option<&str>) -> String {
+        let base = format!("http:{}", self.name);
+        match token {
+            None => base,
+            Some(name) if base.len() + 1 + name.len() <= LEDGER_SOURCE_LEN => {
+                format!("{base}/{name}")
+            }
+            Some(name) => format!("{base}/#{:016x}", fnv1a(name)),
+        }
     }
 }
 

@@ -187,6 +187,19 @@ impl Problem {
         )
     }
 
+    /// 500 without `Retry-After`: the database refused the request for a
+    /// reason no retry changes (a missing table, a statement it rejects);
+    /// the cause is logged, the kind says which.
+    pub fn permanent(kind: &'static str, cause: impl std::fmt::Display) -> Self {
+        tracing::error!(%cause, kind, "the database refused the request");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "database-refused",
+            kind,
+            "the database refused the request; a retry will not change that (the service's log has the cause)",
+        )
+    }
+
     /// 503: the database could not serve the request; the cause is logged.
     pub fn unavailable(kind: &'static str, cause: impl std::fmt::Display) -> Self {
         tracing::warn!(%cause, "database unavailable");
@@ -268,9 +281,13 @@ impl From<CounterError> for Problem {
                 "overflow",
                 error.to_string(),
             ),
+            // Only what may pass on a retry says "retry" (Google's API
+            // guide, gRPC's UNAVAILABLE against INTERNAL): a lost connection,
+            // a deadlock, a busy database. A missing table or a statement the
+            // database refuses fails the same way every time.
             ErrorKind::Transient => Self::unavailable("transient", &error),
-            ErrorKind::SchemaMissing => Self::unavailable("schema_missing", &error),
-            ErrorKind::Database => Self::unavailable("database", &error),
+            ErrorKind::SchemaMissing => Self::permanent("schema_missing", &error),
+            ErrorKind::Database => Self::permanent("database", &error),
             ErrorKind::Misuse => Self::internal(&error),
             _ => Self::internal(&error),
         }

@@ -276,10 +276,13 @@ async fn prune(state: AppState, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
         }
         for namespace in state.namespaces.values() {
-            if let Err(e) =
-                idempotency::prune(&state.db, &namespace.source(), state.retention).await
-            {
-                tracing::warn!(namespace = %namespace.name, error = %e, "pruning idempotency keys failed");
+            // Each caller's keys (see `Namespace::source_for`).
+            let tokens = std::iter::once(None).chain(state.tokens.names().map(Some));
+            for token in tokens {
+                let source = namespace.source_for(token);
+                if let Err(e) = idempotency::prune(&state.db, &source, state.retention).await {
+                    tracing::warn!(namespace = %namespace.name, %source, error = %e, "pruning idempotency keys failed");
+                }
             }
         }
     }

@@ -241,6 +241,7 @@ async fn write(
     dispatch!(&namespace.table, h => {
         let mut write = check(namespace, op, key, items)?;
         write.request_id = request_id;
+        write.source = namespace.source_for(caller.token());
         let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
         respond(adds.submit(write).await?)
     })
@@ -326,7 +327,7 @@ fn check<I: ServiceOwner>(
     Ok(Write {
         request_id: None,
         op,
-        source: namespace.source(),
+        source: String::new(),
         key,
         canonical: json!({"op": op.name(), "items": canonical_items}).to_string(),
         items,

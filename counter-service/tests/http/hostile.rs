@@ -59,15 +59,30 @@ backend_test! {
             json!({"5": {"likes": 0}, "6": {"likes": 0}}),
             "[{b}] a refused batch writes nothing"
         );
-        // A total past i64: refused at the write (same slot) or at the read
-        // (two slots), never a wrapped number.
+        // Issue 39's reproduction: two adds of i64::MAX land on two slots
+        // that each fit. The second is 409 on every add route and on its
+        // retry (nothing written); the page that reads the owner with
+        // others still answers, and so do `top` and compaction.
         service.post(add, None, json!({"owner": 5, "key": "likes", "delta": i64::MAX})).await.ok();
-        let second = service.post(add, None, json!({"owner": 5, "key": "likes", "delta": 1})).await;
-        if second.status == 200 {
-            service.get("/v1/posts/counts:batchGet?owners=5&keys=likes", None).await.assert_problem(409, "overflow");
-        } else {
-            second.assert_problem(409, "overflow");
+        let body = json!({"owner": 5, "key": "likes", "delta": i64::MAX});
+        for attempt in 0..2 {
+            let keyed = service.post_keyed(add, None, "past-the-limit", body.clone()).await;
+            keyed.assert_problem(409, "overflow");
+            assert!(keyed.header("retry-after").is_none(), "[{b}] attempt {attempt}: not retryable");
         }
+        service.post(add, None, body.clone()).await.assert_problem(409, "overflow");
+        service.post("/v1/posts/counters:addAndGet", None, body.clone()).await.assert_problem(409, "overflow");
+        let batch = json!({"items": [{"owner": 6, "key": "likes", "delta": 1}, body.clone()]});
+        service.post("/v1/posts/counters:batchAdd", None, batch).await.assert_problem(409, "overflow");
+        service.post(add, None, json!({"owner": 7, "key": "likes", "delta": i64::MIN})).await.ok();
+        service.post(add, None, json!({"owner": 7, "key": "likes", "delta": -1})).await.assert_problem(409, "overflow");
+        assert_eq!(
+            service.totals("posts", None, json!([5, 6, 7]), json!(["likes"])).await,
+            json!({"5": {"likes": i64::MAX}, "6": {"likes": 0}, "7": {"likes": i64::MIN}}),
+            "[{b}] the page still reads, every refused add wrote nothing"
+        );
+        service.get("/v1/posts/top?key=likes&limit=3", None).await.ok();
+        service.post("/v1/posts/admin:compact", None, json!({})).await.ok();
 
         // Namespaces, keys and routes that do not exist.
         service.post("/v1/nope/counters:add", None, json!({"owner": 1, "key": "likes"})).await.assert_problem(404, "not_found");

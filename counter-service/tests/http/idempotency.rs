@@ -134,3 +134,53 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn keys_are_scoped_per_token(t: TestDb) {
+        use crate::support::{ADMIN, TOKENS, WRITER};
+        let scratch = Scratch::of(&t);
+        let service = Running::start(&config_text("", &scratch, &format!("{NAMESPACES}\n{TOKENS}"))).await;
+        let b = t.backend;
+        let path = "/v1/posts/counters:addAndGet";
+        let writers = [WRITER, ADMIN];
+
+        // The same key from two tokens, with different requests: two
+        // requests, each applied once, neither a 409 nor the other's answer.
+        let mine = service.post_keyed(path, Some(WRITER), "shared-key", json!({"owner": 1, "key": "likes", "delta": 2})).await.ok();
+        let theirs = service.post_keyed(path, Some(ADMIN), "shared-key", json!({"owner": 2, "key": "likes", "delta": 3})).await.ok();
+        assert_eq!((mine["total"].clone(), theirs["total"].clone()), (json!(2), json!(3)), "[{b}]");
+        // The same key and request from both: applied once per token.
+        for token in writers {
+            service.post_keyed(path, Some(token), "same-request", json!({"owner": 3, "key": "likes", "delta": 1})).await.ok();
+        }
+        // Each retry replays its own caller's first answer.
+        for (token, owner, delta, total) in [(WRITER, 1, 2, 2), (ADMIN, 2, 3, 3)] {
+            let retry = service
+                .post_keyed(path, Some(token), "shared-key", json!({"owner": owner, "key": "likes", "delta": delta}))
+                .await;
+            assert_eq!(retry.header("idempotent-replayed"), Some("true"), "[{b}]");
+            assert_eq!(retry.ok()["total"], json!(total), "[{b}]");
+        }
+        // Another caller's key with my request is mine, new; with another's
+        // request under my own key, a 409 of my own.
+        service
+            .post_keyed(path, Some(WRITER), "shared-key", json!({"owner": 2, "key": "likes", "delta": 3}))
+            .await
+            .assert_problem(409, "conflict");
+        // Batch item ids are scoped the same way.
+        let batch = json!({"items": [{"id": "item-1", "owner": 4, "key": "likes", "delta": 1}]});
+        for token in writers {
+            let reply = service.post("/v1/posts/counters:batchAdd", Some(token), batch.clone()).await.ok();
+            assert_eq!(reply, json!({"applied": 1, "duplicates": 0}), "[{b}]");
+        }
+        let totals = service.totals("posts", Some(WRITER), json!([1, 2, 3, 4]), json!(["likes"])).await;
+        assert_eq!(
+            totals,
+            json!({"1": {"likes": 2}, "2": {"likes": 3}, "3": {"likes": 2}, "4": {"likes": 2}}),
+            "[{b}]"
+        );
+        service.stop().await;
+        t.finish().await;
+    }
+}
