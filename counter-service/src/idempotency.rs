@@ -127,6 +127,9 @@ pub(crate) async fn stored_of<C: ConnectionTrait>(
     Ok(found)
 }
 
+/// One answer of a source to store: `(id, request, reply)`.
+type Answer<'a> = (&'a str, &'a str, Option<&'a str>);
+
 /// One row to store: `(source, id, request, reply)`.
 pub(crate) type StoredRow<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
 
@@ -135,7 +138,7 @@ pub(crate) async fn store_of<C: ConnectionTrait>(
     txn: &C,
     rows: &[StoredRow<'_>],
 ) -> Result<(), DbErr> {
-    let mut by_source: BTreeMap<&str, Vec<(&str, &str, Option<&str>)>> = BTreeMap::new();
+    let mut by_source: BTreeMap<&str, Vec<Answer<'_>>> = BTreeMap::new();
     for (source, id, request, reply) in rows {
         by_source
             .entry(source)
@@ -200,7 +203,7 @@ pub(crate) async fn stored<C: ConnectionTrait>(
 pub(crate) async fn store<C: ConnectionTrait>(
     txn: &C,
     source: &str,
-    rows: &[(&str, &str, Option<&str>)],
+    rows: &[Answer<'_>],
 ) -> Result<(), DbErr> {
     if rows.is_empty() {
         return Ok(());
