@@ -336,7 +336,23 @@ impl DeltaBatch {
     /// move, are never half applied. A counter whose total would leave `i64`
     /// fails the whole batch with [`CounterError::Overflow`], nothing
     /// written (see the guide's "Limits").
-    pub async fn apply<C>(mut self, db: &C) -> Result<BatchReport>
+    pub async fn apply<C>(self, db: &C) -> Result<BatchReport>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        self.apply_as(db, false).await
+    }
+
+    /// [`DeltaBatch::apply`], every counter settled at once (see
+    /// `crate::settle`): for an add whose own slot already met the cap.
+    pub(crate) async fn apply_settled<C>(self, db: &C) -> Result<BatchReport>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        self.apply_as(db, true).await
+    }
+
+    async fn apply_as<C>(mut self, db: &C, settled: bool) -> Result<BatchReport>
     where
         C: ConnectionTrait + TransactionTrait,
     {
@@ -353,7 +369,11 @@ impl DeltaBatch {
             return Ok(outcome);
         }
         touched.merge(merges.touched().clone());
-        let mut mode = Mode::of(&chunks);
+        let mut mode = if settled {
+            Mode::Settle
+        } else {
+            Mode::of(&chunks)
+        };
         // One statement alone, where a failed one leaves nothing to undo:
         // always on a pool; in the caller's transaction but on PostgreSQL,
         // which aborts the transaction on the guard's error (there the
@@ -362,14 +382,10 @@ impl DeltaBatch {
         if let ([chunk], true, Mode::Fast, true) =
             (chunks.as_slice(), merges.is_empty(), mode, alone)
         {
-            let fast = retry::run(db, &chunk.table, || {
-                detach::execute_observed(db, chunk.statement.clone(), &touched)
-            })
-            .await;
-            match fast {
-                Err(e) if settle::met_cap_typed(&e) => mode = Mode::Settle,
-                other => return other.map(|_| outcome),
+            if send_alone(db, chunk, &touched).await? {
+                return Ok(outcome);
             }
+            mode = Mode::Settle;
         }
         let chunks = Arc::new(chunks);
         let merges = Arc::new(merges);
@@ -441,14 +457,10 @@ impl DeltaBatch {
         if pool {
             // One statement, autocommit: a refused one wrote nothing.
             if let ([chunk], Mode::Fast) = (chunks.as_slice(), mode) {
-                let fast = retry::run(txn, &chunk.table, || {
-                    detach::execute_observed(txn, chunk.statement.clone(), &touched)
-                })
-                .await;
-                match fast {
-                    Err(e) if settle::met_cap_typed(&e) => mode = Mode::Settle,
-                    other => return other.map(|_| outcome),
+                if send_alone(txn, chunk, &touched).await? {
+                    return Ok(outcome);
                 }
+                mode = Mode::Settle;
             }
             let Some(pool) = detach::pool(txn) else {
                 return Err(CounterError::BatchNeedsTransaction { statements: 1 });
@@ -611,6 +623,20 @@ impl Mode {
             .flat_map(|c| &c.rows)
             .any(|r| settle::beyond_cap(r.delta));
         if beyond { Self::Settle } else { Self::Fast }
+    }
+}
+
+/// Sends `chunk` alone, its statement atomic by itself: `true` once
+/// written, `false` if a slot met the cap (nothing written: settle it).
+async fn send_alone<C: ConnectionTrait>(db: &C, chunk: &Chunk, touched: &Touched) -> Result<bool> {
+    let sent = retry::run(db, &chunk.table, || {
+        detach::execute_observed(db, chunk.statement.clone(), touched)
+    })
+    .await;
+    match sent {
+        Ok(_) => Ok(true),
+        Err(e) if settle::met_cap_typed(&e) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -112,7 +112,7 @@ where
             }
             Classified::Overflow if !counter_tables.is_empty() => {
                 return Err(CounterError::Overflow {
-                    context: format!("a slot value or total in table `{table}`"),
+                    context: format!("{} in table `{table}`", crate::settle::FAST_WRITE),
                 });
             }
             Classified::Overflow | Classified::Other => return Err(CounterError::Database(err)),

@@ -48,7 +48,8 @@ pub(crate) fn met_cap_typed(err: &CounterError) -> bool {
     matches!(err, CounterError::Overflow { context } if context.starts_with(FAST_WRITE))
 }
 
-/// How `retry` names the overflow of a fast write (see `met_cap_typed`).
+/// How `retry` names the overflow of a statement on a counter table, which
+/// is what a fast write meeting the cap raises (see `met_cap_typed`).
 pub(crate) const FAST_WRITE: &str = "a slot value or total";
 
 /// Settles `rows` of `table` on `txn`, an open transaction, one counter at

@@ -118,7 +118,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             Err(e) if settle::met_cap_typed(&e) => {
                 let mut batch = DeltaBatch::new();
                 batch.fold_checked(self.table(), owner, key, delta, &[])?;
-                batch.apply(db).await.map(drop)
+                batch.apply_settled(db).await.map(drop)
             }
             written => written.map(drop),
         }
