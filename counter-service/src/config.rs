@@ -142,6 +142,20 @@ pub struct ServerConfig {
     /// (see the performance guide); more overlap the round trips of a
     /// distant database.
     pub add_workers: usize,
+    /// A request whose head has not fully arrived this long after its
+    /// first byte (or after the connection opened) is dropped with its
+    /// connection (default 10,000 ms; nginx's `client_header_timeout`).
+    pub header_read_timeout_ms: u64,
+    /// A connection with no request in flight that has sent nothing for
+    /// this long is closed (default 60,000 ms; nginx's `keepalive_timeout`).
+    pub idle_timeout_ms: u64,
+    /// Open connections at most (default 10,000). The service raises its
+    /// open-files soft limit to the hard one at start and keeps this below
+    /// it (less a reserve for the database, the cache and the broker); at
+    /// the cap, the connection that has sent the least of those with no
+    /// request in flight is closed to make room, so a new caller is served
+    /// whatever idle or partial connections others hold.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -157,6 +171,9 @@ impl Default for ServerConfig {
             log_format: LogFormat::Text,
             shutdown_grace_ms: 10_000,
             add_workers: 2,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 10_000,
         }
     }
 }
@@ -169,6 +186,34 @@ impl ServerConfig {
                 "server.add_workers",
                 format!("{} is not 1 to 64", self.add_workers),
             ));
+        }
+        let bounded = [
+            (
+                "server.header_read_timeout_ms",
+                self.header_read_timeout_ms,
+                100,
+                600_000,
+            ),
+            (
+                "server.idle_timeout_ms",
+                self.idle_timeout_ms,
+                100,
+                86_400_000,
+            ),
+            (
+                "server.max_connections",
+                self.max_connections as u64,
+                16,
+                1_000_000,
+            ),
+        ];
+        for (path, value, min, max) in bounded {
+            if !(min..=max).contains(&value) {
+                return Err(ConfigError::invalid(
+                    path,
+                    format!("{value} is not {min} to {max}"),
+                ));
+            }
         }
         Ok(())
     }

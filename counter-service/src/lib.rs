@@ -36,6 +36,7 @@ pub mod api;
 mod auth;
 mod check;
 pub mod config;
+mod connections;
 mod feed;
 mod idempotency;
 mod metrics;

@@ -17,6 +17,13 @@ use crate::state::AppState;
 /// work of one transaction shared by this many requests).
 pub(crate) const ADD_GROUP_REQUESTS: &str = "counter_service_add_group_requests";
 
+/// Connections open now.
+pub(crate) const CONNECTIONS_OPEN: &str = "counter_service_connections_open";
+/// Connections closed at the cap to make room for a new one.
+pub(crate) const CONNECTIONS_EVICTED: &str = "counter_service_connections_evicted_total";
+/// Connections refused at the cap, every open one serving a request.
+pub(crate) const CONNECTIONS_REFUSED: &str = "counter_service_connections_refused_total";
+
 /// The process's recorder, installed once (a process may run several
 /// services, as the tests do; they share it).
 pub(crate) fn handle() -> PrometheusHandle {

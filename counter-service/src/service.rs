@@ -12,7 +12,7 @@ use crate::{
     auth::Tokens,
     check,
     config::{Config, ConfigError},
-    dispatch, feed, idempotency,
+    connections, dispatch, feed, idempotency,
     namespace::Namespace,
     state::{AppState, Shared},
 };
@@ -236,7 +236,8 @@ impl Service {
     }
 
     /// Serves on `listener` until `shutdown` completes, then stops
-    /// gracefully: no new connections, requests in flight finished, the
+    /// gracefully: no new connections, requests in flight finished (for at
+    /// most `shutdown_grace_ms`), the
     /// queue consumer stopped after its batch (committed and acknowledged),
     /// owed cache deletions flushed.
     pub async fn serve(
@@ -245,9 +246,14 @@ impl Service {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let router = self.router();
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let limits = connections::Limits::of(&self.state.server, connections::raise_file_limit());
+        tracing::info!(
+            max_connections = limits.max_connections,
+            header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
+            idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
+            "serving"
+        );
+        let served = connections::serve(listener, router, limits, shutdown).await;
         self.stop().await;
         served
     }

@@ -4,6 +4,7 @@
 
 mod auth;
 mod checks;
+mod connections;
 mod endpoints;
 mod hostile;
 mod idempotency;
