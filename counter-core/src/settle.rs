@@ -27,19 +27,13 @@ use sea_orm::{ConnectionTrait, DbErr, Value};
 use crate::{
     Slots,
     error::CounterError,
-    sql::{self, Cell, Classified, Dialect, Guard, SLOT_CAP, UpsertRow},
+    sql::{self, Cell, Dialect, Guard, SLOT_CAP, UpsertRow},
 };
 
 /// Whether `delta` cannot go the fast way: a new slot row holding it alone
 /// would be beyond the cap.
 pub(crate) fn beyond_cap(delta: i64) -> bool {
     delta.unsigned_abs() > SLOT_CAP.unsigned_abs()
-}
-
-/// Whether `err` is a fast write that met the cap (an overflow of any kind:
-/// settling finds out whether the total itself would overflow).
-pub(crate) fn met_cap(err: &DbErr) -> bool {
-    sql::classify(err) == Classified::Overflow
 }
 
 /// Whether `err`, from a fast write, is a [`CounterError::Overflow`] that

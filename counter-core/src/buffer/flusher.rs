@@ -25,7 +25,6 @@ use crate::{
     error::Result,
     observe::Touched,
     owner::SortOwner,
-    settle,
     sql::{self, Classified, Dialect, classify},
 };
 
@@ -479,7 +478,9 @@ async fn apply(
                 return Ok(());
             }
             Err(error) => {
-                if mode == Mode::Fast && settle::met_cap(&error) {
+                // A slot met its cap (an overflow of any kind: settling
+                // finds out whether the total itself would leave i64).
+                if mode == Mode::Fast && classify(&error) == Classified::Overflow {
                     mode = Mode::Settle;
                     continue;
                 }
