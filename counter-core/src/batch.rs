@@ -658,12 +658,33 @@ pub(crate) async fn write_chunks<C: ConnectionTrait>(
     }
 }
 
+/// Settles `chunks` on `txn`, an open transaction: each chunk sent fast
+/// under a savepoint first, and only a chunk that meets the cap settled row
+/// by row, so a large batch with one counter near the limit costs one
+/// chunk's settling, not the whole batch's.
 async fn settle_chunks<C: ConnectionTrait>(
     txn: &C,
     dialect: Dialect,
     chunks: &[Chunk],
 ) -> Result<(), sea_orm::DbErr> {
     for chunk in chunks {
+        if Mode::of(std::slice::from_ref(chunk)) == Mode::Fast {
+            txn.execute_unprepared("SAVEPOINT counter_chunk").await?;
+            match txn.execute_raw(chunk.statement.clone()).await {
+                Ok(_) => {
+                    txn.execute_unprepared("RELEASE SAVEPOINT counter_chunk")
+                        .await?;
+                    continue;
+                }
+                Err(e) if sql::classify(&e) == sql::Classified::Overflow => {
+                    txn.execute_unprepared("ROLLBACK TO SAVEPOINT counter_chunk")
+                        .await?;
+                    txn.execute_unprepared("RELEASE SAVEPOINT counter_chunk")
+                        .await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         settle::rows(txn, dialect, &chunk.table, &chunk.rows).await?;
     }
     Ok(())

@@ -11,7 +11,7 @@ use crate::{
     key::CounterKey,
     key::validate_key,
     owner::{self, OwnerId},
-    retry, settle,
+    retry,
     sql::{self, Dialect, FoldScope, FoldSlots, Layout, OwnerRange, SlotRow, UpsertRow},
     strategy::Writer,
     typed::KeySpace,
@@ -385,7 +385,13 @@ impl<I: OwnerId> Batch<I> {
         // Folded counters that have no target row yet: folding creates one.
         let mut without_target = BTreeSet::new();
         for group in locked.chunk_by(same_counter) {
-            if group.len() >= self.min_rows {
+            // A total beyond half the slot cap stays spread: one slot holding
+            // it would pass the cap that keeps every sum within `i64` (see
+            // `crate::settle`). The deletion on PostgreSQL and SQLite leaves
+            // it by the same rule.
+            let total: i128 = group.iter().map(|r| i128::from(r.value)).sum();
+            let foldable = total.unsigned_abs() <= (sql::SLOT_CAP / 2).unsigned_abs() as u128;
+            if group.len() >= self.min_rows && foldable {
                 victims.extend(group.iter().filter(|r| r.slot != target).cloned());
                 if group.iter().all(|r| r.slot != target) {
                     without_target.insert(owned_group(&group[0]));
@@ -425,18 +431,10 @@ impl<I: OwnerId> Batch<I> {
                 });
             }
         }
-        // A sum near the limit is settled rather than folded: one slot
-        // holding it would pass the slot cap that keeps every total within
-        // `i64` (see `crate::settle`), which spreads it over as few slots as
-        // keep within bounds.
-        let (near, rows): (Vec<UpsertRow>, Vec<UpsertRow>) = rows
-            .into_iter()
-            .partition(|r| r.delta.unsigned_abs() > (sql::SLOT_CAP / 2).unsigned_abs());
         for chunk in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {
             txn.execute_raw(sql::add_rows(self.dialect, table, chunk.to_vec()))
                 .await?;
         }
-        settle::rows(txn, self.dialect, table, &near).await?;
         Ok(stats)
     }
 

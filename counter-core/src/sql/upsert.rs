@@ -266,9 +266,10 @@ pub(crate) const SLOT_CAP: i64 = i64::MAX / crate::Slots::MAX as i64;
 ///
 /// The failure is an integer overflow forced in the `ELSE` branch
 /// (`|old| + |addend| + i64::MAX`, which overflows because the sum that
-/// passed the cap is not zero): PostgreSQL (22003), MySQL (1690) and
-/// SQLite (`sum()`'s "integer overflow") each raise it only for a row that
-/// takes the branch, and each classifies as [`Classified::Overflow`]. It
+/// passed the cap is not zero; on SQLite `sum()` of i64::MAX and 1):
+/// PostgreSQL (22003), MySQL (1690) and SQLite ("integer overflow") each
+/// raise it only for a row that takes the branch, and each classifies as
+/// [`Classified::Overflow`]. It
 /// needs no `RETURNING` and no second statement, so an add far from the cap
 /// costs what it did. SQLite's `+` turns an overflow into a REAL silently,
 /// which is why its sums go through `sum()`, which raises instead.
@@ -278,9 +279,13 @@ fn guarded_sum(dialect: Dialect, old: &str, addend: &str) -> String {
     let cap = SLOT_CAP;
     let max = i64::MAX;
     match dialect {
+        // `{old} % 1 + max` is i64::MAX as an integer whatever `old` holds
+        // (`+` of two large integers would give a REAL, which `sum()` adds
+        // without complaint), and ties the branch to the row, so SQLite
+        // cannot evaluate it once up front.
         Dialect::Sqlite => format!(
             "CASE WHEN abs({old} + {addend}) <= {cap} THEN {old} + {addend} \
-             ELSE (SELECT sum(v) FROM (SELECT abs({old}) + abs({addend}) AS v UNION ALL SELECT {max})) END"
+             ELSE (SELECT sum(v) FROM (SELECT {old} % 1 + {max} AS v UNION ALL SELECT 1)) END"
         ),
         Dialect::Postgres | Dialect::MySql => format!(
             "CASE WHEN abs({old} + {addend}) <= {cap} THEN {old} + {addend} \
@@ -368,7 +373,7 @@ mod tests {
         );
         assert_eq!(my.values.unwrap().0.len(), 7);
         let lite = add_one(Dialect::Sqlite, "post_counters", row(1, 5));
-        assert!(lite.sql.ends_with(r#"ELSE (SELECT sum(v) FROM (SELECT abs("post_counters"."value") + abs("excluded"."value") AS v UNION ALL SELECT 9223372036854775807)) END"#), "{}", lite.sql);
+        assert!(lite.sql.ends_with(r#"ELSE (SELECT sum(v) FROM (SELECT "post_counters"."value" % 1 + 9223372036854775807 AS v UNION ALL SELECT 1)) END"#), "{}", lite.sql);
         assert_eq!(lite.values.unwrap().0.len(), 4);
     }
 
@@ -419,7 +424,7 @@ mod tests {
         );
         let lite = add_rows(Dialect::Sqlite, "c", vec![row(1, 1)]);
         assert!(
-            lite.sql.contains(r#"ELSE (SELECT sum(v) FROM (SELECT abs("c"."value") + abs("excluded"."value") AS v UNION ALL SELECT 9223372036854775807)) END"#),
+            lite.sql.contains(r#"ELSE (SELECT sum(v) FROM (SELECT "c"."value" % 1 + 9223372036854775807 AS v UNION ALL SELECT 1)) END"#),
             "{}",
             lite.sql
         );

@@ -641,7 +641,15 @@ fn compacted(
     let mut stats = CompactStats::default();
     for (group, slots) in before {
         let scoped = in_scope(group.0, &group.1);
-        let after = if scoped && slots.len() >= min_rows {
+        // A total beyond half the slot cap (i64::MAX / 1024 / 2) stays
+        // spread: one slot holding it would pass the cap.
+        let near_limit = slots
+            .values()
+            .map(|v| i128::from(*v))
+            .sum::<i128>()
+            .unsigned_abs()
+            > (i64::MAX / 1024 / 2) as u128;
+        let after = if scoped && slots.len() >= min_rows && !near_limit {
             stats.counters_folded += 1;
             let sum: i64 = slots.values().sum();
             match slots.contains_key(&0) || sum != 0 {
