@@ -76,6 +76,14 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// Several values refused at once ([`Config::check`]), one per line.
+    #[error("{} configuration errors:\n  {}", .0.len(), lines(.0))]
+    Several(Vec<ConfigError>),
+}
+
+fn lines(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    lines.join("\n  ")
 }
 
 impl ConfigError {
@@ -188,6 +196,42 @@ impl ServerConfig {
             ));
         }
         let bounded = [
+            (
+                "server.request_timeout_ms",
+                self.request_timeout_ms,
+                10,
+                3_600_000,
+            ),
+            (
+                "server.max_body_bytes",
+                self.max_body_bytes as u64,
+                1_024,
+                1 << 30,
+            ),
+            (
+                "server.max_batch_items",
+                self.max_batch_items as u64,
+                1,
+                100_000,
+            ),
+            (
+                "server.max_batch_owners",
+                self.max_batch_owners as u64,
+                1,
+                100_000,
+            ),
+            (
+                "server.max_batch_keys",
+                self.max_batch_keys as u64,
+                1,
+                1_000,
+            ),
+            (
+                "server.shutdown_grace_ms",
+                self.shutdown_grace_ms,
+                0,
+                3_600_000,
+            ),
             (
                 "server.header_read_timeout_ms",
                 self.header_read_timeout_ms,
@@ -604,6 +648,55 @@ impl fmt::Debug for BrokerConfig {
 }
 
 impl Config {
+    /// Every rule `serve` applies before it connects to anything, with all
+    /// the refusals at once ([`ConfigError::Several`] when there are more
+    /// than one): the server's bounds, the namespaces and their keys, the
+    /// tokens (their secrets read from the environment), the database pool,
+    /// the idempotency retention, the cache's and the broker's settings.
+    /// `check-config` runs it; `serve` runs it first.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let mut errors = Vec::new();
+        errors.extend(self.server.check().err());
+        errors.extend(crate::namespace::Namespace::build_all(self).err());
+        errors.extend(
+            crate::auth::Tokens::build(self.server.open, &self.tokens, &self.namespaces, |var| {
+                std::env::var(var).ok()
+            })
+            .err(),
+        );
+        if !(1..=10_000).contains(&self.database.max_connections) {
+            errors.push(ConfigError::invalid(
+                "database.max_connections",
+                format!("{} is not 1 to 10000", self.database.max_connections),
+            ));
+        }
+        if !(1..=24 * 365).contains(&self.idempotency.retention_hours) {
+            errors.push(ConfigError::invalid(
+                "idempotency.retention_hours",
+                format!("{} is not 1 to 8760", self.idempotency.retention_hours),
+            ));
+        }
+        if let Some(cache) = &self.cache {
+            errors.extend(cache.target().err());
+            if cache.ttl_seconds == 0 {
+                errors.push(ConfigError::invalid("cache.ttl_seconds", "at least 1"));
+            }
+        }
+        if let Some(BrokerConfig::Nats { subjects, .. }) = &self.broker
+            && subjects.is_empty()
+        {
+            errors.push(ConfigError::invalid(
+                "broker.subjects",
+                "name at least one subject (default `counters.>`)",
+            ));
+        }
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(ConfigError::Several(errors)),
+        }
+    }
+
     /// The configuration in `path` with the process's overrides applied:
     /// `COUNTER_SERVICE__*` variables, then `overrides` (`path=value`).
     pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
@@ -769,6 +862,33 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn check_lists_every_refusal_at_once() {
+        let text = format!(
+            "[server]\nmax_connections = 0\nmax_batch_items = 0\n[idempotency]\nretention_hours = 0\n\
+             [database]\nurl = \"sqlite::memory:\"\n{}\n[[tokens]]\nname = \"t\"\nsecret = \"short\"\nscopes = [\"read\"]\n",
+            "[namespaces.posts]\ntable = \"post_counters\"\nowner = \"integer\"\n[namespaces.posts.keys.likes]"
+        );
+        let config = Config::from_text(&text, "svc.toml", env(&[]), &[]).unwrap();
+        let error = config.check().unwrap_err();
+        let ConfigError::Several(errors) = &error else {
+            panic!("one error only: {error}");
+        };
+        let message = error.to_string();
+        for path in [
+            "server.max_batch_items",
+            "tokens.0.secret",
+            "idempotency.retention_hours",
+        ] {
+            assert!(message.contains(path), "{path} missing from: {message}");
+        }
+        assert_eq!(errors.len(), 3, "{message}");
+        Config::from_text(DEMO, "demo", env(&[]), &[])
+            .unwrap()
+            .check()
+            .unwrap();
     }
 
     #[test]

@@ -70,12 +70,6 @@ pub(crate) async fn start<'a>(
                 .await
                 .map_err(|e| StartError::Broker(format!("cannot connect to NATS at {url}: {e}")))?;
             let js = counter_mq::async_nats::jetstream::new(client);
-            if subjects.is_empty() {
-                return Err(StartError::Config(crate::config::ConfigError::invalid(
-                    "broker.subjects",
-                    "name at least one subject (default `counters.>`)",
-                )));
-            }
             let settings = nats::StreamSettings {
                 name: stream.clone(),
                 subjects: subjects.clone(),

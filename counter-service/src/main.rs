@@ -39,7 +39,8 @@ enum Command {
     },
     /// Create or upgrade the namespaces' tables and the idempotency tables.
     Migrate,
-    /// Check the configuration and print it (secrets redacted).
+    /// Check the configuration as `serve` does before it connects (every
+    /// refusal listed, exit code 1 on any) and print it, secrets redacted.
     CheckConfig,
     /// Print the OpenAPI document.
     Openapi,
@@ -79,10 +80,11 @@ async fn main() -> ExitCode {
                 );
                 Ok(())
             }
-            Command::CheckConfig => {
+            // The rules `serve` runs first, every refusal listed; exits 1 on any.
+            Command::CheckConfig => config.check().map_err(Into::into).map(|()| {
                 println!("{config:#?}");
-                Ok(())
-            }
+                println!("counter-service: the configuration is valid");
+            }),
             Command::Migrate => Service::migrate(&config)
                 .await
                 .map(|tables| println!("ready: {}", tables.join(", ")))

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::{
     config::{
-        CheckConfig, ConfigError, NamespaceConfig, OwnerType, SlotsName, SlotsSetting,
+        CheckConfig, Config, ConfigError, NamespaceConfig, OwnerType, SlotsName, SlotsSetting,
         WindowSetting,
     },
     problem::{Problem, preview},
@@ -109,6 +109,30 @@ fn fnv1a(text: &str) -> u64 {
 const MAX_NAMESPACE_LEN: usize = 32;
 
 impl Namespace {
+    /// The configured namespaces, built and checked (a table is one
+    /// namespace's only).
+    pub fn build_all(config: &Config) -> Result<BTreeMap<String, Namespace>, ConfigError> {
+        let mut namespaces = BTreeMap::new();
+        let mut tables = BTreeMap::new();
+        for (name, ns) in &config.namespaces {
+            let namespace = Namespace::build(name, ns)?;
+            if let Some(other) = tables.insert(namespace.table_name().to_owned(), name.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("namespaces.{name}.table"),
+                    format!("the table is namespace `{other}`'s already"),
+                ));
+            }
+            namespaces.insert(name.clone(), namespace);
+        }
+        if namespaces.is_empty() {
+            return Err(ConfigError::invalid(
+                "namespaces",
+                "declare at least one namespace",
+            ));
+        }
+        Ok(namespaces)
+    }
+
     /// Builds and validates `config`, naming the bad value's path.
     pub fn build(name: &str, config: &NamespaceConfig) -> Result<Self, ConfigError> {
         let path = format!("namespaces.{name}");

@@ -1,6 +1,6 @@
 //! Starting, migrating and stopping the service.
 
-use std::{collections::BTreeMap, future::Future, time::Duration};
+use std::{future::Future, time::Duration};
 
 use axum::Router;
 use counter_redis::CountCache;
@@ -65,29 +65,6 @@ impl std::fmt::Debug for Service {
     }
 }
 
-/// The configured namespaces, built and checked.
-fn namespaces(config: &Config) -> Result<BTreeMap<String, Namespace>, ConfigError> {
-    let mut namespaces = BTreeMap::new();
-    let mut tables = BTreeMap::new();
-    for (name, ns) in &config.namespaces {
-        let namespace = Namespace::build(name, ns)?;
-        if let Some(other) = tables.insert(namespace.table_name().to_owned(), name.clone()) {
-            return Err(ConfigError::invalid(
-                format!("namespaces.{name}.table"),
-                format!("the table is namespace `{other}`'s already"),
-            ));
-        }
-        namespaces.insert(name.clone(), namespace);
-    }
-    if namespaces.is_empty() {
-        return Err(ConfigError::invalid(
-            "namespaces",
-            "declare at least one namespace",
-        ));
-    }
-    Ok(namespaces)
-}
-
 /// Opens the configured database: SQLite on one connection (its one
 /// writer), the others on a pool of `max_connections`.
 async fn connect(config: &Config) -> Result<DatabaseConnection, StartError> {
@@ -121,7 +98,7 @@ impl Service {
     /// tables), the idempotency ledger and the replies table. Idempotent;
     /// returns the namespaces' table names.
     pub async fn migrate(config: &Config) -> Result<Vec<String>, StartError> {
-        let namespaces = namespaces(config)?;
+        let namespaces = Namespace::build_all(config)?;
         let db = connect(config).await?;
         let mut done = Vec::new();
         for namespace in namespaces.values() {
@@ -146,17 +123,16 @@ impl Service {
     /// (`check_table`: a missing or drifted table refuses the start), and
     /// starts the cache, the queue consumer and the scheduled checks.
     pub async fn start(config: Config) -> Result<Self, StartError> {
-        config.server.check()?;
-        let mut namespaces = namespaces(&config)?;
+        // Every rule that needs no network, all refusals at once, before
+        // anything is connected (what `check-config` runs).
+        config.check()?;
+        let mut namespaces = Namespace::build_all(&config)?;
         let tokens = Tokens::build(
             config.server.open,
             &config.tokens,
             &config.namespaces,
             |var| std::env::var(var).ok(),
         )?;
-        if config.idempotency.retention_hours == 0 {
-            return Err(ConfigError::invalid("idempotency.retention_hours", "at least 1").into());
-        }
         let db = connect(&config).await?;
         for namespace in namespaces.values() {
             let drift = dispatch!(&namespace.table, h => h.counters.check_table(&db).await)
