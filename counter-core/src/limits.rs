@@ -22,6 +22,12 @@ pub const MAX_RANK_PAGE: usize = 10_000;
 /// The most buckets one series may return (about 11 years of hours).
 pub const MAX_SERIES_BUCKETS: usize = 100_000;
 
+/// The most bucket sketches one unique range read may merge: owners x
+/// buckets of [`Counters::unique_over_many`](crate::Counters::unique_over_many)
+/// (1,000 owners over 100 days, or 100 owners over 1,000 hours). Each
+/// sketch is up to 12 kB, so this bounds the read's rows and its merging.
+pub const MAX_UNIQUE_RANGE_SKETCHES: usize = 100_000;
+
 /// The largest [`Compact::batch_rows`](crate::Compact::batch_rows).
 pub const MAX_COMPACT_BATCH: usize = 10_000;
 

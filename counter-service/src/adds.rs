@@ -30,17 +30,16 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use counter_core::{Counters, DeltaBatch, ErrorKind, observe};
+use counter_redis::CountCache;
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use serde_json::json;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::{idempotency, owner::ServiceOwner, problem::Problem};
 
 /// Deltas in one group at most.
 pub(crate) const MAX_GROUP_ITEMS: usize = 2_000;
-/// Requests waiting per namespace before callers wait to enqueue.
-const QUEUE: usize = 10_000;
 /// Attempts of a group before its requests hear 503.
 const ATTEMPTS: u32 = 8;
 
@@ -105,32 +104,57 @@ pub(crate) struct Outcome {
 struct Job<I> {
     write: Write<I>,
     reply: oneshot::Sender<Result<Outcome, Problem>>,
+    /// The job's items' share of the queue's bound, given back when the
+    /// job is answered or skipped (dropped).
+    _admitted: OwnedSemaphorePermit,
+}
+
+impl<I> Job<I> {
+    /// Whether its caller has gone (the handler was dropped: the client
+    /// left, or the request timed out): nothing waits for its answer.
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
 }
 
 /// A namespace's add queue and its workers.
 pub(crate) struct AddQueue<I> {
     jobs: mpsc::Sender<Job<I>>,
+    /// One permit per item admitted and not yet answered.
+    admission: Arc<Semaphore>,
 }
 
 impl<I> Clone for AddQueue<I> {
     fn clone(&self) -> Self {
         Self {
             jobs: self.jobs.clone(),
+            admission: self.admission.clone(),
         }
     }
 }
 
 impl<I: ServiceOwner> AddQueue<I> {
-    /// Starts `workers` workers (groups in flight at once); they end when
-    /// every handle is dropped.
-    pub fn start(db: DatabaseConnection, counters: Counters<I>, workers: usize) -> Self {
-        let (jobs, waiting) = mpsc::channel(QUEUE);
+    /// Starts `workers` workers (groups in flight at once), admitting at
+    /// most `max_items` items at once; the workers end when every handle
+    /// is dropped.
+    pub fn start(
+        db: DatabaseConnection,
+        counters: Counters<I>,
+        cache: Option<CountCache>,
+        workers: usize,
+        max_items: usize,
+    ) -> Self {
+        let max_items = max_items.clamp(1, Semaphore::MAX_PERMITS);
+        // Every job holds at least one item's permit, so the channel never
+        // holds more jobs than this and `send` never waits.
+        let (jobs, waiting) = mpsc::channel(max_items);
         let waiting = Arc::new(Mutex::new(Waiting {
             receiver: waiting,
             carried: VecDeque::new(),
         }));
         for _ in 0..workers.max(1) {
-            let (db, counters, waiting) = (db.clone(), counters.clone(), waiting.clone());
+            let (db, counters, cache, waiting) =
+                (db.clone(), counters.clone(), cache.clone(), waiting.clone());
             tokio::spawn(async move {
                 loop {
                     let group = waiting.lock().await.next_group().await;
@@ -138,18 +162,43 @@ impl<I: ServiceOwner> AddQueue<I> {
                     // The group's log lines (the library's statements
                     // included) carry the ids of the requests it serves.
                     let span = tracing::info_span!("add_group", requests = group.len(), request_ids = %request_ids(&group));
-                    run_group(&db, &counters, group).instrument(span).await;
+                    run_group(&db, &counters, cache.as_ref(), group)
+                        .instrument(span)
+                        .await;
                 }
             });
         }
-        Self { jobs }
+        Self {
+            jobs,
+            admission: Arc::new(Semaphore::new(max_items)),
+        }
     }
 
-    /// Applies `write` with whatever else is waiting; its answer.
+    /// Whether at least one more item would be admitted now.
+    pub fn has_room(&self) -> bool {
+        self.admission.available_permits() > 0
+    }
+
+    /// Applies `write` with whatever else is waiting; its answer. 503
+    /// `overloaded` at once, nothing applied, if its items would pass the
+    /// queue's bound.
     pub async fn submit(&self, write: Write<I>) -> Result<Outcome, Problem> {
+        let items = u32::try_from(write.items.len().max(1)).unwrap_or(u32::MAX);
+        let admitted = self
+            .admission
+            .clone()
+            .try_acquire_many_owned(items)
+            .map_err(|_| {
+                metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
+                Problem::overloaded("queued add items")
+            })?;
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send(Job { write, reply })
+            .send(Job {
+                write,
+                reply,
+                _admitted: admitted,
+            })
             .await
             .map_err(|_| Problem::internal("the add queue is closed"))?;
         answer
@@ -183,15 +232,28 @@ struct Waiting<I> {
 impl<I> Waiting<I> {
     /// The next group: what is waiting now (at least one request), without
     /// an id twice, at most [`MAX_GROUP_ITEMS`] deltas (a larger request
-    /// goes alone). `None` once the queue is closed and empty.
+    /// goes alone). Requests whose callers have gone are dropped unrun:
+    /// nothing of them was applied, and a retry with their key runs them
+    /// then. `None` once the queue is closed and empty.
     async fn next_group(&mut self) -> Option<Vec<Job<I>>> {
-        if self.carried.is_empty() {
-            self.carried.push_back(self.receiver.recv().await?);
-        }
-        while self.carried.len() < MAX_GROUP_ITEMS {
-            match self.receiver.try_recv() {
-                Ok(job) => self.carried.push_back(job),
-                Err(_) => break,
+        loop {
+            if self.carried.is_empty() {
+                self.carried.push_back(self.receiver.recv().await?);
+            }
+            while self.carried.len() < MAX_GROUP_ITEMS {
+                match self.receiver.try_recv() {
+                    Ok(job) => self.carried.push_back(job),
+                    Err(_) => break,
+                }
+            }
+            let waiting = self.carried.len();
+            self.carried.retain(|job| !job.abandoned());
+            let skipped = waiting - self.carried.len();
+            if skipped > 0 {
+                metrics::counter!(crate::metrics::ADDS_SKIPPED).increment(skipped as u64);
+            }
+            if !self.carried.is_empty() {
+                break;
             }
         }
         let mut group = Vec::new();
@@ -256,17 +318,32 @@ enum Done {
 async fn run_group<I: ServiceOwner>(
     db: &DatabaseConnection,
     counters: &Counters<I>,
+    cache: Option<&CountCache>,
     mut jobs: Vec<Job<I>>,
 ) {
     let mut backoff = Duration::from_millis(5);
     let mut attempt = 0;
-    while !jobs.is_empty() {
+    loop {
+        // Before every attempt: a caller that has gone (its timeout) is
+        // not waited for; nothing of its request is applied unless an
+        // attempt committed, and its retry learns which from its key.
+        let waiting = jobs.len();
+        jobs.retain(|job| !job.abandoned());
+        if jobs.len() < waiting {
+            metrics::counter!(crate::metrics::ADDS_SKIPPED).increment((waiting - jobs.len()) as u64);
+        }
+        if jobs.is_empty() {
+            return;
+        }
         let (result, touched) = observe::scope(attempt_group(db, counters, &jobs)).await;
         match result {
             Ok(done) => {
                 tracing::debug!(requests = jobs.len(), "add group committed");
                 metrics::histogram!(crate::metrics::ADD_GROUP_REQUESTS).record(jobs.len() as f64);
                 touched.committed().await;
+                // Read-your-write on every instance: no answer before the
+                // deletions are confirmed (see `freshness`).
+                crate::freshness::confirm_deletions(cache).await;
                 // The stored first answers of the replays, in one read.
                 let replays: Vec<(&str, &str)> = jobs
                     .iter()
@@ -295,11 +372,17 @@ async fn run_group<I: ServiceOwner>(
                     return;
                 }
                 for job in jobs {
-                    Box::pin(run_group(db, counters, vec![job])).await;
+                    Box::pin(run_group(db, counters, cache, vec![job])).await;
                 }
                 return;
             }
             Err(Failure::Retry { cause, at_commit }) => {
+                if at_commit {
+                    // The commit may have happened: its owners are told as
+                    // committed (a cache forgets them), as the library does
+                    // for a lost `COMMIT` reply of its own.
+                    touched.committed().await;
+                }
                 attempt += 1;
                 if !matches!(cause.kind(), ErrorKind::Transient) || attempt >= ATTEMPTS {
                     let problem = Problem::from(cause);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use counter_core::{Reconcile, Truth};
+use counter_core::{Reconcile, RowsOf, Truth};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -30,6 +30,10 @@ pub struct CheckReport {
 
 /// The truth of a check's configuration.
 fn truth(check: &CheckConfig) -> Truth {
+    rows(check).into()
+}
+
+fn rows(check: &CheckConfig) -> RowsOf {
     let mut rows = Truth::rows_of(check.table.clone(), check.via.clone());
     if let Some(column) = &check.sum {
         rows = rows.sum(column.clone());
@@ -40,7 +44,7 @@ fn truth(check: &CheckConfig) -> Truth {
             None => rows.when(when.clone(), true),
         };
     }
-    rows.into()
+    rows
 }
 
 /// Checks (and unless `dry_run`, fixes) the checked keys of `namespace`.
@@ -87,6 +91,29 @@ async fn one<I: ServiceOwner>(
         total_abs_drift: u64::try_from(report.total_abs_drift).unwrap_or(u64::MAX),
         fixed: !dry_run,
     })
+}
+
+/// Whether `check` can run: its truth table and columns exist (from the
+/// catalog), and its truth reads for one owner without repairing. Run at
+/// start, so that a check that cannot work refuses the start rather than
+/// failing at its first run (a 500 nobody sees until then). The problem
+/// found, if any.
+pub(crate) async fn probe<I: ServiceOwner>(
+    db: &sea_orm::DatabaseConnection,
+    counters: &counter_core::Counters<I>,
+    key: &str,
+    check: &CheckConfig,
+) -> Result<(), String> {
+    let missing = rows(check).missing(db).await.map_err(|e| e.to_string())?;
+    if !missing.is_empty() {
+        return Err(format!("not in the database: {}", missing.join(", ")));
+    }
+    let one_owner = Reconcile::new().dry_run(true).owners([I::example()]);
+    counters
+        .reconcile(db, key, truth(check), &one_owner)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// Runs each key's check on its interval until `stop` resolves.

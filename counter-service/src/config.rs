@@ -164,6 +164,18 @@ pub struct ServerConfig {
     /// request in flight is closed to make room, so a new caller is served
     /// whatever idle or partial connections others hold.
     pub max_connections: usize,
+    /// API requests (`/v1/...`) served at once (default 512). One more is
+    /// answered 503 `overloaded` with `Retry-After` at once, before its
+    /// token or body is read (axum's `load_shed` over a concurrency
+    /// limit); the probes and `/metrics` are never refused. With
+    /// `max_body_bytes`, this bounds the memory of bodies being read.
+    pub max_concurrent_requests: usize,
+    /// Add items a namespace admits at once, waiting or being committed
+    /// (default 20,000). An add that would pass it is answered 503
+    /// `overloaded` with `Retry-After`, nothing applied: the queue is
+    /// bounded by work (items), not by requests. At least
+    /// `max_batch_items`.
+    pub max_queued_items: usize,
 }
 
 impl Default for ServerConfig {
@@ -182,6 +194,8 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             max_connections: 10_000,
+            max_concurrent_requests: 512,
+            max_queued_items: 20_000,
         }
     }
 }
@@ -249,6 +263,18 @@ impl ServerConfig {
                 self.max_connections as u64,
                 16,
                 1_000_000,
+            ),
+            (
+                "server.max_concurrent_requests",
+                self.max_concurrent_requests as u64,
+                1,
+                100_000,
+            ),
+            (
+                "server.max_queued_items",
+                self.max_queued_items as u64,
+                self.max_batch_items as u64,
+                10_000_000,
             ),
         ];
         for (path, value, min, max) in bounded {

@@ -38,6 +38,7 @@ mod check;
 pub mod config;
 mod connections;
 mod feed;
+mod freshness;
 mod idempotency;
 mod metrics;
 mod namespace;
@@ -49,3 +50,5 @@ mod state;
 
 pub use config::{Config, ConfigError};
 pub use service::{Service, StartError};
+
+use namespace::dispatch;

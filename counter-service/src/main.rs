@@ -111,25 +111,25 @@ async fn serve(
     }
     let listen = config.server.listen;
     let open = config.server.open;
-    let first = config.namespaces.iter().next().map(|(name, ns)| {
+    // The first namespace's first counted key, and an owner of its type:
+    // the lines below must work as printed.
+    let first = config.namespaces.iter().find_map(|(name, ns)| {
         let key = ns
             .keys
-            .keys()
-            .next()
-            .cloned()
-            .unwrap_or_else(|| "likes".into());
-        (name.clone(), key)
+            .iter()
+            .filter(|(_, key)| !key.unique)
+            .min_by_key(|(_, key)| key.check.is_some())
+            .map(|(key, _)| key.clone())?;
+        Some((name.clone(), key, ns.owner.example()))
     });
     let service = Service::start(config).await?;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener = listen_on(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let address = listener.local_addr()?;
     if open && !address.ip().is_loopback() {
         tracing::warn!(%address, "serving without tokens on a non-loopback address");
     }
     println!("counter-service listening on http://{address}");
-    if let Some((namespace, key)) = first {
+    if let Some((namespace, key, owner)) = first {
         let auth = if open {
             ""
         } else {
@@ -138,10 +138,10 @@ async fn serve(
         println!(
             "try: curl -s -X POST http://{address}/v1/{namespace}/counters:addAndGet{auth} \
              -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' \
-             -d '{{\"owner\": \"1\", \"key\": \"{key}\", \"delta\": 1}}'"
+             -d '{{\"owner\": \"{owner}\", \"key\": \"{key}\", \"delta\": 1}}'"
         );
         println!(
-            "then: curl -s 'http://{address}/v1/{namespace}/counts:batchGet?owners=1,2&keys={key}'{auth}"
+            "then: curl -s 'http://{address}/v1/{namespace}/counts:batchGet?owners={owner}&keys={key}'{auth}"
         );
     }
     if demo {
@@ -151,6 +151,24 @@ async fn serve(
     }
     service.serve(listener, shutdown_signal()).await?;
     Ok(())
+}
+
+/// How many handshaken connections the kernel queues for `accept` (it
+/// caps this at `net.core.somaxconn`, 4096 by default). Tokio's `bind`
+/// asks for 1,024: a flood of connections that outruns the accept loop for
+/// a moment would fill that, and a normal caller's handshake would then be
+/// dropped and retried by its kernel only a second later.
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen_on(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Ctrl-C, or SIGTERM (what an orchestrator sends).

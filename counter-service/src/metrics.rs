@@ -17,6 +17,14 @@ use crate::state::AppState;
 /// work of one transaction shared by this many requests).
 pub(crate) const ADD_GROUP_REQUESTS: &str = "counter_service_add_group_requests";
 
+/// Requests refused at once by a bound of the service (label `bound`:
+/// `concurrent_requests` or `queued_items`), answered 503 `overloaded`.
+pub(crate) const SHED: &str = "counter_service_shed_total";
+/// API requests being served now (of `server.max_concurrent_requests`).
+pub(crate) const REQUESTS_IN_FLIGHT: &str = "counter_service_requests_in_flight";
+/// Adds dropped unrun because their caller had gone before their group.
+pub(crate) const ADDS_SKIPPED: &str = "counter_service_adds_skipped_total";
+
 /// Connections open now.
 pub(crate) const CONNECTIONS_OPEN: &str = "counter_service_connections_open";
 /// Connections closed at the cap to make room for a new one.
@@ -51,6 +59,25 @@ pub(crate) fn handle() -> PrometheusHandle {
         .clone()
 }
 
+/// How often the recorder's histogram samples are folded into buckets.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Folds the recorder's histogram samples into their buckets on a timer.
+/// The recorder keeps every sample until it renders; without this a
+/// service that nobody scrapes would keep one sample per request forever.
+pub(crate) async fn upkeep(
+    handle: PrometheusHandle,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(UPKEEP_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => handle.run_upkeep(),
+            _ = stop.changed() => return,
+        }
+    }
+}
+
 /// The middleware counting each request by route, method and status.
 pub(crate) async fn track(request: Request, next: Next) -> Response {
     let route = request
@@ -80,6 +107,13 @@ pub(crate) fn render(state: &AppState) -> String {
                 .set(stats.hits as f64 / reads as f64);
         }
         metrics::gauge!("counter_service_cache_redis_errors").set(stats.redis_errors as f64);
+        // Deletions after a commit that Redis did not confirm in time, and
+        // those still owed: while owed, other instances may read the old
+        // total (see the service guide's read-your-write).
+        metrics::gauge!("counter_service_cache_invalidation_failures")
+            .set(stats.invalidation_failures as f64);
+        metrics::gauge!("counter_service_cache_invalidations_pending")
+            .set(stats.invalidations_pending as f64);
     }
     if let Some(feed) = &state.feed {
         let stats = feed.stats();

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::{
     config::{
-        CheckConfig, Config, ConfigError, NamespaceConfig, OwnerType, SlotsName, SlotsSetting,
-        WindowSetting,
+        CheckConfig, Config, ConfigError, NamespaceConfig, OwnerType, ServerConfig, SlotsName,
+        SlotsSetting, WindowSetting,
     },
     problem::{Problem, preview},
 };
@@ -54,9 +54,8 @@ impl<I: counter_core::OwnerId> Handle<I> {
     }
 }
 
-/// Runs `$body` with `$c` bound to the namespace's [`Handle`].
-#[macro_export]
-#[doc(hidden)]
+/// Runs `$body` with `$c` bound to the namespace's [`Handle`], whatever
+/// its owner type: operations are written once, generic over it.
 macro_rules! dispatch {
     ($table:expr, $c:ident => $body:expr) => {
         match $table {
@@ -66,6 +65,7 @@ macro_rules! dispatch {
         }
     };
 }
+pub(crate) use dispatch;
 
 /// One declared key, as listed by `GET /v1/{ns}/keys`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -317,8 +317,18 @@ impl Namespace {
 
     /// Starts this namespace's add queue on `db`, with `workers` groups in
     /// flight at once.
-    pub fn start_adds(&mut self, db: &sea_orm::DatabaseConnection, workers: usize) {
-        dispatch!(&mut self.table, h => h.adds = Some(AddQueue::start(db.clone(), h.counters.clone(), workers)));
+    pub fn start_adds(&mut self, db: &sea_orm::DatabaseConnection, server: &ServerConfig) {
+        let (workers, max_items) = (server.add_workers, server.max_queued_items);
+        dispatch!(&mut self.table, h => {
+            let cache = h.cached.as_ref().map(|cached| cached.cache().clone());
+            h.adds = Some(AddQueue::start(db.clone(), h.counters.clone(), cache, workers, max_items));
+        });
+    }
+
+    /// Whether the add queue has room for at least one more item (a
+    /// request is refused before its body is read when it has none).
+    pub fn admits_adds(&self) -> bool {
+        dispatch!(&self.table, h => h.adds.as_ref().is_none_or(AddQueue::has_room))
     }
 
     /// Puts `cache` in front of this namespace's batch gets (and registers

@@ -28,6 +28,9 @@ pub(crate) trait ServiceOwner: OwnerId {
 
     /// As answered: a string.
     fn render(&self) -> String;
+
+    /// An owner of this type, for examples and probes.
+    fn example() -> Self;
 }
 
 /// Bounds every owner's text before it is parsed: a 10 kB owner is refused
@@ -71,6 +74,10 @@ impl ServiceOwner for i64 {
     fn render(&self) -> String {
         self.to_string()
     }
+
+    fn example() -> Self {
+        1
+    }
 }
 
 impl ServiceOwner for uuid::Uuid {
@@ -83,6 +90,10 @@ impl ServiceOwner for uuid::Uuid {
 
     fn render(&self) -> String {
         self.hyphenated().to_string()
+    }
+
+    fn example() -> Self {
+        uuid::Uuid::from_u128(0x0192_3f4e_7a1b_7c3d_8e5f_0a1b_2c3d_4e5f)
     }
 }
 
@@ -97,5 +108,21 @@ impl ServiceOwner for String {
 
     fn render(&self) -> String {
         self.clone()
+    }
+
+    fn example() -> Self {
+        "post-1".to_owned()
+    }
+}
+
+impl crate::config::OwnerType {
+    /// An owner of this type as a client writes it: what the service's
+    /// start lines and examples use.
+    pub fn example(self) -> String {
+        match self {
+            Self::Integer => i64::example().render(),
+            Self::Uuid => uuid::Uuid::example().render(),
+            Self::String => String::example(),
+        }
     }
 }

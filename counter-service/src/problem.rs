@@ -50,7 +50,7 @@ pub struct ProblemBody {
     /// The error kind: `invalid_input`, `overflow`, `transient`,
     /// `schema_missing`, `misuse`, `database` (the library's), or the
     /// service's `not_found`, `unauthorized`, `forbidden`, `rate_limited`,
-    /// `conflict`, `too_large`, `timeout`, `internal`.
+    /// `conflict`, `too_large`, `timeout`, `overloaded`, `internal`.
     pub kind: String,
 }
 
@@ -176,6 +176,20 @@ impl Problem {
         problem
     }
 
+    /// 503 at once: the service is at a bound of its own (`what`), so the
+    /// request was refused before any work; nothing of it was applied.
+    pub fn overloaded(what: &'static str) -> Self {
+        let mut problem = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "overloaded",
+            format!("the service is at its bound of {what}; nothing was applied: retry shortly"),
+        )
+        .with("bound", what);
+        problem.retry_after = Some(1);
+        problem
+    }
+
     /// 500: a bug on the service's side; the cause goes to the log only.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(%cause, "internal error");
@@ -237,6 +251,7 @@ impl Problem {
             "idempotency-key-reused" => "Idempotency key reused",
             "overflow" => "Counter overflow",
             "timeout" => "Request timed out",
+            "overloaded" => "Service overloaded",
             "unavailable" => "Service unavailable",
             "unsupported-media-type" => "Unsupported media type",
             _ => "Internal error",

@@ -36,6 +36,21 @@ pub enum StartError {
         /// What is wrong.
         problem: String,
     },
+    /// A check's truth table or one of its columns cannot be read.
+    #[error(
+        "namespace `{namespace}`, key `{key}`: its check cannot read its truth table `{table}` ({problem}); \
+         create the table, or fix `[namespaces.{namespace}.keys.{key}.check]` (table, via, sum, when)"
+    )]
+    Check {
+        /// The namespace.
+        namespace: String,
+        /// The checked key.
+        key: String,
+        /// The truth table configured.
+        table: String,
+        /// What the database said.
+        problem: String,
+    },
     /// The idempotency tables are missing.
     #[error("the idempotency tables are missing ({0}); run `counter-service migrate`")]
     Ledger(String),
@@ -148,6 +163,17 @@ impl Service {
                 });
             }
         }
+        for namespace in namespaces.values() {
+            for (key, check) in &namespace.checks {
+                dispatch!(&namespace.table, h => check::probe(&db, &h.counters, key, check).await)
+                    .map_err(|e| StartError::Check {
+                        namespace: namespace.name.clone(),
+                        key: key.clone(),
+                        table: check.table.clone(),
+                        problem: e,
+                    })?;
+            }
+        }
         idempotency::check_tables(&db)
             .await
             .map_err(|e| StartError::Ledger(e.to_string()))?;
@@ -170,7 +196,7 @@ impl Service {
             }
         };
         for namespace in namespaces.values_mut() {
-            namespace.start_adds(&db, config.server.add_workers);
+            namespace.start_adds(&db, &config.server);
         }
         let (stop, stopped) = watch::channel(false);
         let mut background = Vec::new();
@@ -196,6 +222,10 @@ impl Service {
         });
         background.push(tokio::spawn(check::schedule(
             state.clone(),
+            stopped.clone(),
+        )));
+        background.push(tokio::spawn(crate::metrics::upkeep(
+            state.metrics.clone(),
             stopped.clone(),
         )));
         background.push(tokio::spawn(prune(state.clone(), stopped)));

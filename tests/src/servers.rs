@@ -580,7 +580,7 @@ pub(crate) fn running_as_root() -> bool {
 /// no client connection (which takes its local port from that range) can
 /// hold it when the server starts or restarts on it. (Where that range
 /// starts below 21000, ports 20000..21000 are used all the same.)
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     const FLOOR: u16 = 20_000;
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()

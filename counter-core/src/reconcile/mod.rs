@@ -80,6 +80,34 @@ impl RowsOf {
         self.when = Some((column.into(), expected));
         self
     }
+
+    /// What of this truth `db` does not have: `[table]` if the table is
+    /// missing, else the columns it reads (`via`, `sum`, `when`) that the
+    /// table lacks; empty when everything is there. Reads only the catalog
+    /// (the connection's schema). Worth calling at start-up: SQLite takes
+    /// a double-quoted name that is no column for a string literal, so a
+    /// misspelt column there counts nothing instead of failing.
+    pub async fn missing<C: ConnectionTrait>(&self, db: &C) -> Result<Vec<String>> {
+        let dialect = Dialect::of(db)?;
+        let table = self.table.as_str();
+        if detach::query_one(db, sql::align::table_exists(dialect, table))
+            .await?
+            .is_none()
+        {
+            return Ok(vec![table.to_owned()]);
+        }
+        let columns = std::iter::once(&self.via)
+            .chain(&self.sum)
+            .chain(self.when.as_ref().map(|(column, _)| column));
+        let mut missing = Vec::new();
+        for column in columns {
+            let found = sql::align::column_exists(dialect, None, table, column);
+            if detach::query_one(db, found).await?.is_none() {
+                missing.push(format!("{table}.{column}"));
+            }
+        }
+        Ok(missing)
+    }
 }
 
 impl From<RowsOf> for Truth {

@@ -97,8 +97,22 @@ pub(crate) fn table_exists(dialect: Dialect, table: &str) -> Statement {
 
 /// A row if the owner table has the declared key column.
 pub(crate) fn owner_column_exists(dialect: Dialect, owner: &OwnerTable) -> Statement {
-    let schema = owner.schema.as_deref().map(str::to_owned);
-    let (table, column) = (owner.table.as_ref(), owner.column.as_ref());
+    column_exists(
+        dialect,
+        owner.schema.as_deref(),
+        owner.table.as_ref(),
+        owner.column.as_ref(),
+    )
+}
+
+/// A row if `table` (in `schema`, else the connection's) has `column`.
+pub(crate) fn column_exists(
+    dialect: Dialect,
+    schema: Option<&str>,
+    table: &str,
+    column: &str,
+) -> Statement {
+    let schema = schema.map(str::to_owned);
     let sql = match dialect {
         Dialect::MySql => {
             "SELECT 1 FROM information_schema.COLUMNS \

@@ -1,20 +1,18 @@
 //! `admin:check`, `admin:compact` and `counters:clear`: maintenance on
 //! demand, for tokens with the admin scope.
 
-use axum::{Extension, extract::State};
+use axum::extract::State;
 use counter_core::Compact;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
-    extract::{Json, Ns, Query},
+    extract::{Administering, Json, Query, Target},
     read::check_batch,
 };
 use crate::{
-    auth::Caller,
     check::{self, CheckReport},
-    config::Scope,
     dispatch,
     namespace::{Handle, Namespace},
     owner::ServiceOwner,
@@ -52,11 +50,10 @@ pub struct CheckReply {
 )]
 pub(crate) async fn check(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Administering>,
     Query(query): Query<CheckQuery>,
 ) -> Result<axum::Json<CheckReply>, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Admin)?.clone();
+    let namespace = target.namespace(&state).clone();
     // A task of its own: a client that gives up does not stop a recount
     // between its batches.
     let task = tokio::spawn(async move { check::run(&state, &namespace, query.dry_run).await });
@@ -96,10 +93,9 @@ pub struct CompactReply {
 )]
 pub(crate) async fn compact(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Administering>,
 ) -> Result<axum::Json<CompactReply>, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Admin)?.clone();
+    let namespace = target.namespace(&state).clone();
     let task = tokio::spawn(async move {
         dispatch!(&namespace.table, h => h.counters.compact(&state.db, &Compact::new()).await)
     });
@@ -153,18 +149,19 @@ pub struct ClearReply {
 )]
 pub(crate) async fn clear(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Administering>,
     Json(request): Json<ClearRequest>,
 ) -> Result<axum::Json<ClearReply>, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Admin)?.clone();
+    let namespace = target.namespace(&state).clone();
     check_batch(&state, &request.owners, &request.keys, |key| {
         namespace.key(key)
     })?;
     // A task of its own: a client that gives up does not stop a clear
     // between its keys.
     let task = tokio::spawn(async move {
-        dispatch!(&namespace.table, h => reset(&state, &namespace, h, &request).await)
+        let rows = dispatch!(&namespace.table, h => reset(&state, &namespace, h, &request).await);
+        crate::freshness::confirm_deletions(state.cache.as_ref()).await;
+        rows
     });
     let rows_deleted = task.await.map_err(Problem::internal)??;
     Ok(axum::Json(ClearReply { rows_deleted }))

@@ -1,12 +1,16 @@
 //! axum's extractors with their rejections answered as problem details.
 
+use std::marker::PhantomData;
+
 use axum::{
     extract::{FromRequest, FromRequestParts, Request},
     http::request::Parts,
 };
 use serde::de::DeserializeOwned;
 
-use crate::problem::Problem;
+use crate::{
+    auth::Caller, config::Scope, namespace::Namespace, problem::Problem, state::AppState,
+};
 
 /// A JSON body; a malformed, oversized or mistyped one is a problem.
 pub(crate) struct Json<T>(pub T);
@@ -43,5 +47,77 @@ impl<S: Send + Sync> FromRequestParts<S> for Ns {
         let axum::extract::Path(name) =
             axum::extract::Path::<String>::from_request_parts(parts, state).await?;
         Ok(Self(name))
+    }
+}
+
+/// What a route needs of its caller: a scope, and for adds room in the
+/// namespace's add queue.
+pub(crate) trait Needs {
+    const SCOPE: Scope;
+    /// Whether the route queues adds: refused at once when the queue is full.
+    const ADDS: bool = false;
+}
+
+/// Reads: counts, rankings, series, keys.
+pub(crate) struct Reading;
+/// Observations (unique keys), which skip the add queue.
+pub(crate) struct Writing;
+/// Adds, through the namespace's add queue.
+pub(crate) struct Adding;
+/// Maintenance: check, compact, clear.
+pub(crate) struct Administering;
+
+impl Needs for Reading {
+    const SCOPE: Scope = Scope::Read;
+}
+impl Needs for Writing {
+    const SCOPE: Scope = Scope::Write;
+}
+impl Needs for Adding {
+    const SCOPE: Scope = Scope::Write;
+    const ADDS: bool = true;
+}
+impl Needs for Administering {
+    const SCOPE: Scope = Scope::Admin;
+}
+
+/// The caller and the `{ns}` of the path, allowed what the route needs
+/// (`N`), checked before anything of the body is read: an unknown
+/// namespace (404), a missing scope (403) or a full add queue (503) never
+/// costs a body's parsing. The token and its rate were checked before, by
+/// the authentication layer (401, 429).
+pub(crate) struct Target<N> {
+    pub caller: Caller,
+    name: String,
+    needs: PhantomData<N>,
+}
+
+impl<N> Target<N> {
+    /// The namespace, allowed when this was extracted.
+    pub fn namespace<'s>(&self, state: &'s AppState) -> &'s Namespace {
+        &state.namespaces[&self.name]
+    }
+}
+
+impl<N: Needs> FromRequestParts<AppState> for Target<N> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| Problem::internal("a route without the authentication layer"))?;
+        let Ns(name) = Ns::from_request_parts(parts, state).await?;
+        let namespace = state.namespace(&caller, &name, N::SCOPE)?;
+        if N::ADDS && !namespace.admits_adds() {
+            metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
+            return Err(Problem::overloaded("queued add items"));
+        }
+        Ok(Self {
+            caller,
+            name,
+            needs: PhantomData,
+        })
     }
 }

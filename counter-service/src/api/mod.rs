@@ -18,7 +18,9 @@ mod read;
 mod unique;
 mod write;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::Semaphore;
 
 use axum::{
     Router,
@@ -122,6 +124,10 @@ pub(crate) fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(state.server.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(Semaphore::new(state.server.max_concurrent_requests)),
+            shed,
+        ))
         .layer(middleware::from_fn(crate::metrics::track))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(
@@ -140,10 +146,57 @@ pub(crate) fn router(state: AppState) -> Router {
                         caller = tracing::field::Empty,
                     )
                 })
-                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO))
+                // Every answer is logged above with its status; a 5xx's
+                // cause is logged where it is known (`Problem`). A line
+                // per failure at ERROR would add one per shed request,
+                // the moment the service can least afford it.
+                .on_failure(()),
         )
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .with_state(state)
+}
+
+/// Sheds load: an API request beyond `server.max_concurrent_requests`
+/// served at once is answered 503 `overloaded` at once, before its token
+/// or body is read, so a flood costs the service almost nothing and the
+/// admitted requests keep their latency (axum's `load_shed` over
+/// `concurrency_limit`, answered as problem+json). Probes, `/metrics` and
+/// `/openapi.json` are never shed: an orchestrator must see a busy
+/// instance as alive.
+async fn shed(State(limit): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    if !request.uri().path().starts_with("/v1/") {
+        return next.run(request).await;
+    }
+    match limit.try_acquire() {
+        Ok(_place) => {
+            let _serving = Serving::start();
+            next.run(request).await
+        }
+        Err(_) => {
+            metrics::counter!(crate::metrics::SHED, "bound" => "concurrent_requests")
+                .increment(1);
+            Problem::overloaded("concurrent requests").into_response()
+        }
+    }
+}
+
+/// A request counted in `counter_service_requests_in_flight` while it
+/// lives (also when axum drops its handler because the client left).
+struct Serving(metrics::Gauge);
+
+impl Serving {
+    fn start() -> Self {
+        let gauge = metrics::gauge!(crate::metrics::REQUESTS_IN_FLIGHT);
+        gauge.increment(1);
+        Self(gauge)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.decrement(1);
+    }
 }
 
 /// Answers 503 when a request outlives `server.request_timeout_ms`. A

@@ -2,16 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use axum::{Extension, extract::State};
+use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::extract::{Json, Ns, Query};
+use super::extract::{Json, Query, Reading, Target};
 use crate::{
-    auth::Caller,
-    config::Scope,
     dispatch,
     namespace::{Handle, KeyInfo, Namespace},
     owner::ServiceOwner,
@@ -61,15 +59,14 @@ pub struct BatchGetReply {
 )]
 pub(crate) async fn batch_get(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Reading>,
     Query(query): Query<BatchGetQuery>,
 ) -> Result<axum::Json<BatchGetReply>, Problem> {
     let owners: Vec<Value> = split(&query.owners)
         .map(|o| Value::String(o.to_owned()))
         .collect();
     let keys: Vec<String> = split(&query.keys).map(str::to_owned).collect();
-    counts(&state, &caller, &ns, owners, keys).await
+    counts(&state, target.namespace(&state), owners, keys).await
 }
 
 /// `counts:batchGet` with the lists in a body: for long lists.
@@ -86,11 +83,10 @@ pub(crate) async fn batch_get(
 )]
 pub(crate) async fn batch_get_post(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Reading>,
     Json(request): Json<BatchGetRequest>,
 ) -> Result<axum::Json<BatchGetReply>, Problem> {
-    counts(&state, &caller, &ns, request.owners, request.keys).await
+    counts(&state, target.namespace(&state), request.owners, request.keys).await
 }
 
 /// Bounds a batch read's lists (1 to `max_batch_owners` owners, 1 to
@@ -121,12 +117,10 @@ pub(super) fn split(list: &str) -> impl Iterator<Item = &str> {
 
 async fn counts(
     state: &AppState,
-    caller: &Caller,
-    ns: &str,
+    namespace: &Namespace,
     owners: Vec<Value>,
     keys: Vec<String>,
 ) -> Result<axum::Json<BatchGetReply>, Problem> {
-    let namespace = state.namespace(caller, ns, Scope::Read)?;
     check_batch(state, &owners, &keys, |key| namespace.counted_key(key))?;
     metrics::histogram!("counter_service_batch_size", "op" => "batchGet")
         .record((owners.len() * keys.len()) as f64);
@@ -196,11 +190,10 @@ pub struct TopReply {
 )]
 pub(crate) async fn top(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Reading>,
     Query(query): Query<TopQuery>,
 ) -> Result<axum::Json<TopReply>, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Read)?;
+    let namespace = target.namespace(&state);
     let key = namespace.counted_key(&query.key)?;
     let limit = query.limit.unwrap_or(10);
     if !(1..=MAX_TOP).contains(&limit) {
@@ -316,11 +309,10 @@ pub struct SeriesReply {
 )]
 pub(crate) async fn series(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Reading>,
     Query(query): Query<SeriesQuery>,
 ) -> Result<axum::Json<SeriesReply>, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Read)?;
+    let namespace = target.namespace(&state);
     let key = namespace.counted_key(&query.key)?;
     let buckets = dispatch!(&namespace.table, h => {
         let owner = ServiceOwner::from_text(&query.owner)?;
@@ -366,10 +358,9 @@ pub struct KeysReply {
 )]
 pub(crate) async fn keys(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Reading>,
 ) -> Result<axum::Json<KeysReply>, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Read)?;
+    let namespace = target.namespace(&state);
     let in_use = if namespace.prefixes.is_empty() {
         Vec::new()
     } else {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::{Extension, extract::State};
+use axum::extract::State;
 use chrono::{DateTime, Utc};
 use counter_core::DeltaBatch;
 use serde::{Deserialize, Serialize};
@@ -15,12 +15,10 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
-    extract::{Json, Ns, Query},
+    extract::{Json, Query, Reading, Target, Writing},
     read::{check_batch, split},
 };
 use crate::{
-    auth::Caller,
-    config::Scope,
     dispatch,
     namespace::{Handle, Namespace},
     owner::ServiceOwner,
@@ -84,11 +82,10 @@ pub struct ObserveReply {
 )]
 pub(crate) async fn observe(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Writing>,
     Json(request): Json<ObserveRequest>,
 ) -> Result<axum::Json<ObserveReply>, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Write)?;
+    let namespace = target.namespace(&state);
     let observations = request.observations;
     let max = state.server.max_batch_items;
     if observations.is_empty() || observations.len() > max {
@@ -100,10 +97,14 @@ pub(crate) async fn observe(
     let batch = dispatch!(&namespace.table, h => batch_of(namespace, h, observations)?);
     // A task of its own, so that a client that goes away does not cut the
     // transaction short (it would roll back whole; the retry merges again).
-    let db = state.db.clone();
-    tokio::spawn(async move { batch.apply(&db).await })
-        .await
-        .map_err(Problem::internal)??;
+    let shared = state.clone();
+    tokio::spawn(async move {
+        batch.apply(&shared.db).await?;
+        crate::freshness::confirm_deletions(shared.cache.as_ref()).await;
+        Ok::<_, counter_core::CounterError>(())
+    })
+    .await
+    .map_err(Problem::internal)??;
     Ok(axum::Json(ObserveReply { observed }))
 }
 
@@ -204,8 +205,7 @@ pub struct UniquesReply {
 )]
 pub(crate) async fn batch_get(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Reading>,
     Query(query): Query<UniquesQuery>,
 ) -> Result<axum::Json<UniquesReply>, Problem> {
     let owners = split(&query.owners)
@@ -213,7 +213,7 @@ pub(crate) async fn batch_get(
         .collect();
     let keys = split(&query.keys).map(str::to_owned).collect();
     let range = range(query.from, query.to)?;
-    uniques(&state, &caller, &ns, owners, keys, range).await
+    uniques(&state, target.namespace(&state), owners, keys, range).await
 }
 
 /// `uniques:batchGet` with the lists in a body.
@@ -230,12 +230,11 @@ pub(crate) async fn batch_get(
 )]
 pub(crate) async fn batch_get_post(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Reading>,
     Json(request): Json<UniquesRequest>,
 ) -> Result<axum::Json<UniquesReply>, Problem> {
     let range = range(request.from, request.to)?;
-    uniques(&state, &caller, &ns, request.owners, request.keys, range).await
+    uniques(&state, target.namespace(&state), request.owners, request.keys, range).await
 }
 
 type Range = Option<(DateTime<Utc>, DateTime<Utc>)>;
@@ -252,13 +251,11 @@ fn range(from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Result<Range
 
 async fn uniques(
     state: &AppState,
-    caller: &Caller,
-    ns: &str,
+    namespace: &Namespace,
     owners: Vec<Value>,
     keys: Vec<String>,
     range: Range,
 ) -> Result<axum::Json<UniquesReply>, Problem> {
-    let namespace = state.namespace(caller, ns, Scope::Read)?;
     check_batch(state, &owners, &keys, |key| namespace.unique_key(key))?;
     metrics::histogram!("counter_service_batch_size", "op" => "uniquesBatchGet")
         .record((owners.len() * keys.len()) as f64);

@@ -3,7 +3,6 @@
 //! [`idempotency`](crate::idempotency)).
 
 use axum::{
-    Extension,
     extract::State,
     http::{HeaderMap, HeaderValue, header::CONTENT_TYPE},
     response::{IntoResponse, Response},
@@ -13,11 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::extract::{Json, Ns};
+use super::extract::{Adding, Json, Target};
 use crate::{
     adds::{Item, Op, Outcome, Write},
-    auth::Caller,
-    config::Scope,
     dispatch, idempotency,
     namespace::Namespace,
     owner::ServiceOwner,
@@ -146,12 +143,11 @@ pub struct BatchAddReply {
 )]
 pub(crate) async fn add(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Adding>,
     headers: HeaderMap,
     Json(request): Json<AddRequest>,
 ) -> Result<Response, Problem> {
-    write(state, caller, ns, &headers, Op::Add, vec![request.into()]).await
+    write(state, target, &headers, Op::Add, vec![request.into()]).await
 }
 
 /// Adds `delta` to one counter and answers its new total (idempotent like
@@ -173,15 +169,13 @@ pub(crate) async fn add(
 )]
 pub(crate) async fn add_and_get(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Adding>,
     headers: HeaderMap,
     Json(request): Json<AddRequest>,
 ) -> Result<Response, Problem> {
     write(
         state,
-        caller,
-        ns,
+        target,
         &headers,
         Op::AddAndGet,
         vec![request.into()],
@@ -210,8 +204,7 @@ pub(crate) async fn add_and_get(
 )]
 pub(crate) async fn batch_add(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Ns(ns): Ns,
+    target: Target<Adding>,
     headers: HeaderMap,
     Json(request): Json<BatchAddRequest>,
 ) -> Result<Response, Problem> {
@@ -221,18 +214,17 @@ pub(crate) async fn batch_add(
     }
     metrics::histogram!("counter_service_batch_size", "op" => "batchAdd")
         .record(request.items.len() as f64);
-    write(state, caller, ns, &headers, Op::Batch, request.items).await
+    write(state, target, &headers, Op::Batch, request.items).await
 }
 
 async fn write(
     state: AppState,
-    caller: Caller,
-    ns: String,
+    target: Target<Adding>,
     headers: &HeaderMap,
     op: Op,
     items: Vec<BatchItem>,
 ) -> Result<Response, Problem> {
-    let namespace = state.namespace(&caller, &ns, Scope::Write)?;
+    let namespace = target.namespace(&state);
     let key = idempotency_key(headers)?;
     let request_id = headers
         .get(super::REQUEST_ID)
@@ -241,7 +233,7 @@ async fn write(
     dispatch!(&namespace.table, h => {
         let mut write = check(namespace, op, key, items)?;
         write.request_id = request_id;
-        write.source = namespace.source_for(caller.token());
+        write.source = namespace.source_for(target.caller.token());
         let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
         respond(adds.submit(write).await?)
     })

@@ -13,7 +13,7 @@ use crate::support::{
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn tokens_scopes_and_namespaces(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("", &scratch, &format!("{NAMESPACES}\n{TOKENS}"))).await;
         let b = t.backend;
         let add = |ns: &str| format!("/v1/{ns}/counters:add");
@@ -122,4 +122,27 @@ async fn unsafe_or_broken_configurations_refuse_to_start() {
     // A table that was never migrated: a refusal to start, not a 500 later.
     let error = refused(format!("[server]\nopen = true\n{database}{NAMESPACES}")).await;
     assert!(error.contains("migrate"), "{error}");
+    // Migrated, but a check's truth table is missing, then one of its
+    // columns: refused at start, naming the key and the table.
+    let file = std::env::temp_dir().join(format!("counter-service-truth-{}.db", std::process::id()));
+    let text = format!("[server]\nopen = true\n[database]\nurl = \"sqlite://{}?mode=rwc\"\n{NAMESPACES}", file.display());
+    let config = Config::from_text(&text, "test", std::iter::empty(), &[]).unwrap();
+    Service::migrate(&config).await.unwrap();
+    let error = refused(text.clone()).await;
+    assert!(
+        error.contains("key `comments`") && error.contains("truth table `comments`") && error.contains("check"),
+        "{error}"
+    );
+    let db = sea_orm::Database::connect(format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+    use sea_orm::ConnectionTrait;
+    db.execute_unprepared("CREATE TABLE comments (id INTEGER PRIMARY KEY, postid BIGINT)").await.unwrap();
+    let error = refused(text.clone()).await;
+    assert!(error.contains("key `comments`") && error.contains("comments.post_id"), "{error}");
+    db.execute_unprepared("ALTER TABLE comments RENAME COLUMN postid TO post_id").await.unwrap();
+    db.close().await.unwrap();
+    let config = Config::from_text(&text, "test", std::iter::empty(), &[]).unwrap();
+    Service::start(config).await.expect("starts once the truth table is there").stop().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
 }

@@ -20,11 +20,10 @@ const WRITES_EACH: u64 = 40;
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn check_and_fix_beside_writers(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
         let b = t.backend;
         let db = scratch.connect(&t).await;
-        db.execute_unprepared("CREATE TABLE comments (id BIGINT PRIMARY KEY, post_id BIGINT NOT NULL)").await.unwrap();
         // Three comments per post, and counts seeded wrong: too many, too few, none.
         let mut id = 0;
         for owner in 1..=OWNERS {

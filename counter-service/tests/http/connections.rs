@@ -25,11 +25,7 @@ const PROMPT: Duration = Duration::from_secs(1);
 
 /// The real binary under `ulimit` settings `limits`, on a SQLite file.
 async fn start(limits: &str, dir: &std::path::Path) -> (Child, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = counter_tests::servers::free_port();
     let config = dir.join("service.toml");
     std::fs::write(
         &config,

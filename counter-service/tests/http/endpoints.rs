@@ -34,7 +34,7 @@ const ROUTES: &[&str] = &[
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn every_endpoint(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
         let b = t.backend;
 
@@ -137,7 +137,6 @@ backend_test! {
 
         // Check and fix: seeded drift found and repaired.
         let db = scratch.connect(&t).await;
-        db.execute_unprepared("CREATE TABLE comments (id INTEGER PRIMARY KEY, post_id BIGINT NOT NULL)").await.unwrap();
         db.execute_unprepared("INSERT INTO comments (id, post_id) VALUES (1, 1), (2, 1), (3, 2)").await.unwrap();
         service.post("/v1/posts/counters:add", None, json!({"owner": 2, "key": "comments", "delta": 5})).await.ok();
         let check = service.post("/v1/posts/admin:check?dry_run=true", None, json!({})).await;
@@ -233,7 +232,7 @@ backend_test! {
         let Some(cache) = cache_section(&t) else {
             return t.finish().await;
         };
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{cache}"))).await;
         let b = t.backend;
         let owners = json!([1, 2, 3]);
@@ -291,7 +290,7 @@ backend_test! {
             urls.join(", "),
             counter_tests::redis::namespace(t.backend, t.label())
         );
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{cache}"))).await;
         let b = t.backend;
         let owners = json!([1, 2, 3]);

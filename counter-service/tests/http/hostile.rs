@@ -10,7 +10,7 @@ use crate::support::{NAMESPACES, Running, Scratch, config_text};
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn hostile_input_is_a_typed_4xx(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let server = "open = true\nmax_body_bytes = 65536\nmax_batch_items = 100\nmax_batch_owners = 50\nmax_batch_keys = 4";
         let service = Running::start(&config_text(server, &scratch, NAMESPACES)).await;
         let b = t.backend;

@@ -48,7 +48,7 @@ async fn at_once(
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn one_key_sixteen_clients_two_instances(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let text = config_text("open = true", &scratch, NAMESPACES);
         let first = Running::start(&text).await;
         let second = Running::start(&text).await;
@@ -98,7 +98,7 @@ backend_test! {
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn batch_items_apply_once_per_id(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
         let b = t.backend;
         let path = "/v1/posts/counters:batchAdd";
@@ -139,7 +139,7 @@ backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn keys_are_scoped_per_token(t: TestDb) {
         use crate::support::{ADMIN, TOKENS, WRITER};
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("", &scratch, &format!("{NAMESPACES}\n{TOKENS}"))).await;
         let b = t.backend;
         let path = "/v1/posts/counters:addAndGet";

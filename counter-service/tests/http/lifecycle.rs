@@ -3,7 +3,6 @@
 //! fed by HTTP and a queue at once.
 
 use std::{
-    process::Stdio,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -13,55 +12,10 @@ use std::{
 
 use counter_core::{CounterTable, Counters};
 use counter_mq::Publish;
-use counter_tests::{TestDb, backend_test, figures, mq};
+use counter_tests::{TestDb, backend_test, figures, mq, servers::free_port};
 use serde_json::json;
-use tokio::{
-    io::{AsyncBufReadExt, BufReader},
-    process::{Child, Command},
-};
 
-use crate::support::{Api, NAMESPACES, Running, Scratch, config_text};
-
-/// The real binary, started on `config` (a file) and `port`; returns once
-/// it prints its address.
-async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_counter-service"))
-        .args([
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "serve",
-            "--migrate",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the counter-service binary");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let started = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.starts_with("counter-service listening on") {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert_eq!(started, Ok(true), "the binary did not start");
-    // Keep reading its output, so that it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::support::{Api, NAMESPACES, Running, Scratch, config_text, spawn_binary};
 
 /// Adds applied per load, and clients.
 const ADDS: u64 = 600;
@@ -70,7 +24,7 @@ const CLIENTS: u64 = 16;
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn sigkill_under_load_then_retries_count_once(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let file = std::env::temp_dir().join(format!("counter-service-kill-{}-{}.toml", t.backend, std::process::id()));
         std::fs::write(&file, config_text("open = true", &scratch, NAMESPACES)).unwrap();
         let port = free_port();
@@ -151,7 +105,7 @@ backend_test! {
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn graceful_shutdown_loses_no_acknowledged_add(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
         let acked = Arc::new(AtomicU64::new(0));
         let stopping = Arc::new(AtomicBool::new(false));
@@ -198,7 +152,7 @@ backend_test! {
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn http_and_queue_adds_sum_exactly(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let posts = Counters::<i64>::new(CounterTable::new("post_counters").unwrap().with_unique_key("viewers").unwrap());
         // RabbitMQ: the shared server, a queue of this test's own.
         if let Some(amqp) = mq::amqp_url(t.backend, t.label()) {
@@ -360,7 +314,7 @@ backend_test! {
     /// handler) and retry with their key: each add counted once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn clients_that_give_up_and_retry_count_once(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
         const ADDS: u64 = 240;
         let dropped = Arc::new(AtomicU64::new(0));
@@ -410,7 +364,7 @@ backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
     async fn two_processes_observing_one_owner_make_one_sketch(t: TestDb) {
         const OWNER: i64 = 7;
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let file = std::env::temp_dir().join(format!(
             "counter-service-uniques-{}-{}.toml",
             t.backend,

@@ -96,7 +96,7 @@ backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn log_lines_name_their_requests(t: TestDb) {
         let seen = seen();
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
         let id = format!("probe-{}-{}", t.backend, std::process::id());
         let reply = service

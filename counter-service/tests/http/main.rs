@@ -3,6 +3,7 @@
 //! own and calls it as a client in any language would.
 
 mod auth;
+mod cache_reads;
 mod checks;
 mod connections;
 mod endpoints;
@@ -10,5 +11,6 @@ mod hostile;
 mod idempotency;
 mod lifecycle;
 mod logs;
+mod overload;
 mod support;
 mod unique;

@@ -3,11 +3,13 @@
 
 use std::{
     path::PathBuf,
+    process::Stdio,
     sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
 use counter_service::{Config, Service};
+use sea_orm::ConnectionTrait;
 use counter_tests::{Backend, TestDb};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, body::Bytes, header::CONTENT_TYPE};
@@ -16,7 +18,13 @@ use hyper_util::{
     rt::TokioExecutor,
 };
 use serde_json::Value;
-use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    net::TcpListener,
+    process::{Child, Command},
+    sync::oneshot,
+    task::JoinHandle,
+};
 
 /// Longer than any request here should take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -106,7 +114,21 @@ impl Drop for Scratch {
 }
 
 impl Scratch {
-    pub fn of(t: &TestDb) -> Self {
+    /// The test's database for the service, with the business table that
+    /// [`NAMESPACES`]' checked key reads (`comments`, empty), as an app
+    /// that configures a check has it.
+    pub async fn of(t: &TestDb) -> Self {
+        let scratch = Self::bare(t);
+        let db = scratch.connect(t).await;
+        db.execute_unprepared(
+            "CREATE TABLE IF NOT EXISTS comments (id BIGINT PRIMARY KEY, post_id BIGINT NOT NULL)",
+        )
+        .await
+        .unwrap();
+        scratch
+    }
+
+    fn bare(t: &TestDb) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         match t.backend {
             Backend::Sqlite => {
@@ -391,4 +413,37 @@ impl Api {
         .ok()["counts"]
             .clone()
     }
+}
+
+/// The real binary, started on `config` (a file) and `port`; returns once
+/// it prints its address.
+pub async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_counter-service"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "serve",
+            "--migrate",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the counter-service binary");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let started = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("counter-service listening on") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(started, Ok(true), "the binary did not start");
+    // Keep reading its output, so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
 }

@@ -51,7 +51,7 @@ backend_test! {
     /// member seen on two days once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_and_retried_observations_count_the_union(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("", &scratch, &format!("{NAMESPACES}\n{TOKENS}"))).await;
         let b = t.backend;
         // Client c sees members [250c, 250c + 1000): the union is [0, 2750).
@@ -121,7 +121,7 @@ backend_test! {
     /// Every misuse is a typed 400 that names what to do, and writes nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn unique_keys_refuse_what_they_cannot_do(t: TestDb) {
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
         let b = t.backend;
         let observe = |items: Value| json!({"observations": items});
@@ -180,7 +180,7 @@ backend_test! {
         let Some(cache) = cache_section(&t) else {
             return t.finish().await;
         };
-        let scratch = Scratch::of(&t);
+        let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("open = true", &scratch, &format!("{NAMESPACES}\n{cache}"))).await;
         let b = t.backend;
         let mut stale = 0u64;
