@@ -68,7 +68,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logs(config.server.log_format);
+    let log_format = config.server.log_format;
+    init_logs(log_format);
     let outcome: Result<(), Box<dyn std::error::Error>> =
         match cli.command.unwrap_or(Command::Serve { migrate: false }) {
             Command::Openapi => {
@@ -95,7 +96,10 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("counter-service: {error}");
+            match log_format {
+                LogFormat::Text => eprintln!("counter-service: {error}"),
+                LogFormat::Json => tracing::error!(%error, "counter-service stopped"),
+            }
             ExitCode::FAILURE
         }
     }
@@ -111,6 +115,7 @@ async fn serve(
     }
     let listen = config.server.listen;
     let open = config.server.open;
+    let say = StartLines(config.server.log_format);
     // The first namespace's first counted key, and an owner of its type:
     // the lines below must work as printed.
     let first = config.namespaces.iter().find_map(|(name, ns)| {
@@ -128,25 +133,25 @@ async fn serve(
     if open && !address.ip().is_loopback() {
         tracing::warn!(%address, "serving without tokens on a non-loopback address");
     }
-    println!("counter-service listening on http://{address}");
+    say.say(&format!("counter-service listening on http://{address}"));
     if let Some((namespace, key, owner)) = first {
         let auth = if open {
             ""
         } else {
             " -H 'Authorization: Bearer <token>'"
         };
-        println!(
+        say.say(&format!(
             "try: curl -s -X POST http://{address}/v1/{namespace}/counters:addAndGet{auth} \
              -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' \
              -d '{{\"owner\": \"{owner}\", \"key\": \"{key}\", \"delta\": 1}}'"
-        );
-        println!(
+        ));
+        say.say(&format!(
             "then: curl -s 'http://{address}/v1/{namespace}/counts:batchGet?owners={owner}&keys={key}'{auth}"
-        );
+        ));
     }
     if demo {
-        println!(
-            "(the built-in demo: an embedded SQLite file; `--config FILE` for your own, see counter-service.example.toml)"
+        say.say(
+            "(the built-in demo: an embedded SQLite file; `--config FILE` for your own, see counter-service.example.toml)",
         );
     }
     service.serve(listener, shutdown_signal()).await?;
@@ -195,11 +200,31 @@ async fn shutdown_signal() {
 }
 
 fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::{EnvFilter, fmt};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a file or a collector gets
+    // plain text, not escape codes.
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
+    }
+}
+
+/// What the service says once it listens: lines for a person on stdout
+/// with text logs; with JSON logs, one JSON log event each (stderr, like
+/// every other line), so a collector never meets a line it cannot parse.
+struct StartLines(LogFormat);
+
+impl StartLines {
+    fn say(&self, line: &str) {
+        match self.0 {
+            LogFormat::Text => println!("{line}"),
+            LogFormat::Json => tracing::info!(target: "counter_service::start", "{line}"),
+        }
     }
 }
