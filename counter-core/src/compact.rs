@@ -170,7 +170,9 @@ pub struct CompactReport {
     pub buckets: CompactStats,
     /// The sketch table of unique keys (all zero without them): each
     /// counter's slot rows merged into one, one transaction per counter,
-    /// whatever the writer share.
+    /// whatever the writer share. `rows_before` counts every sketch row in
+    /// scope when the compaction began (merged before or not), and
+    /// `rows_after` that less the rows it merged away.
     pub sketches: CompactStats,
     /// The writer share whose slots were folded ([`Compact::share`], or a
     /// Galera node's own); `None` when every slot was.

@@ -330,7 +330,8 @@ async fn run_group<I: ServiceOwner>(
         let waiting = jobs.len();
         jobs.retain(|job| !job.abandoned());
         if jobs.len() < waiting {
-            metrics::counter!(crate::metrics::ADDS_SKIPPED).increment((waiting - jobs.len()) as u64);
+            metrics::counter!(crate::metrics::ADDS_SKIPPED)
+                .increment((waiting - jobs.len()) as u64);
         }
         if jobs.is_empty() {
             return;

@@ -40,6 +40,7 @@ mod connections;
 mod feed;
 mod freshness;
 mod idempotency;
+pub mod jobs;
 mod metrics;
 mod namespace;
 mod owner;

@@ -65,10 +65,7 @@ const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Folds the recorder's histogram samples into their buckets on a timer.
 /// The recorder keeps every sample until it renders; without this a
 /// service that nobody scrapes would keep one sample per request forever.
-pub(crate) async fn upkeep(
-    handle: PrometheusHandle,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+pub(crate) async fn upkeep(handle: PrometheusHandle, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(UPKEEP_EVERY);
     loop {
         tokio::select! {

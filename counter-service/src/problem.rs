@@ -161,6 +161,31 @@ impl Problem {
         )
     }
 
+    /// 409: a job of this kind runs in the namespace already.
+    pub fn job_running(id: &str, namespace: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "job-running",
+            "conflict",
+            format!("a job of this kind is running in `{namespace}`: {id}; follow it rather than start another"),
+        )
+        .with("job", id)
+        .with("href", format!("/v1/{namespace}/admin/jobs/{id}"))
+    }
+
+    /// 404: no such job (finished long ago, or run by another instance).
+    pub fn unknown_job(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown-job",
+            "not_found",
+            format!(
+                "no job `{}` here: jobs are kept by the instance that runs them, the last 16 per namespace",
+                preview(id)
+            ),
+        )
+    }
+
     /// 503: the request took longer than `server.request_timeout_ms`.
     pub fn timeout(millis: u64) -> Self {
         let mut problem = Self::new(
@@ -252,6 +277,8 @@ impl Problem {
             "overflow" => "Counter overflow",
             "timeout" => "Request timed out",
             "overloaded" => "Service overloaded",
+            "job-running" => "A job is running",
+            "unknown-job" => "Unknown job",
             "unavailable" => "Service unavailable",
             "unsupported-media-type" => "Unsupported media type",
             _ => "Internal error",
@@ -259,8 +286,9 @@ impl Problem {
     }
 }
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
+impl Problem {
+    /// The problem document, as the answer's body carries it.
+    pub fn document(&self) -> Value {
         let mut body = Map::new();
         body.insert(
             "type".into(),
@@ -268,10 +296,16 @@ impl IntoResponse for Problem {
         );
         body.insert("title".into(), self.title().into());
         body.insert("status".into(), self.status.as_u16().into());
-        body.insert("detail".into(), self.detail.into());
+        body.insert("detail".into(), self.detail.clone().into());
         body.insert("kind".into(), self.kind.into());
-        body.extend(self.extensions);
-        let mut response = (self.status, Json(Value::Object(body))).into_response();
+        body.extend(self.extensions.clone());
+        Value::Object(body)
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.document())).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(seconds) = self.retry_after {

@@ -218,6 +218,7 @@ impl Service {
             metrics: crate::metrics::handle(),
             feed,
             retention: Duration::from_secs(config.idempotency.retention_hours * 3_600),
+            jobs: Default::default(),
             openapi: Default::default(),
         });
         background.push(tokio::spawn(check::schedule(

@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub feed: Option<FeedStatus>,
     /// How long idempotency keys are kept.
     pub retention: Duration,
+    /// The maintenance jobs this instance runs and keeps.
+    pub jobs: Arc<crate::jobs::Jobs>,
     /// The OpenAPI document, set once the router is built.
     pub openapi: std::sync::OnceLock<String>,
 }

@@ -193,6 +193,27 @@ pub(crate) fn split_counters(
     dialect.backend().build(&select)
 }
 
+/// The slot rows of `table` with a key of `keys` and an owner of `owners`
+/// (each `None`: any), as column `n`.
+pub(crate) fn count_rows(
+    dialect: Dialect,
+    table: &str,
+    keys: Option<Vec<String>>,
+    owners: Option<Vec<Value>>,
+) -> Statement {
+    let mut select = Query::select();
+    select
+        .expr_as(Expr::col(Alias::new(col::SLOT)).count(), Alias::new("n"))
+        .from(Alias::new(table));
+    if let Some(keys) = keys {
+        select.and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys));
+    }
+    if let Some(owners) = owners {
+        select.and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners));
+    }
+    dialect.backend().build(&select)
+}
+
 impl<I: TryGetable> SplitCounter<I> {
     pub(crate) fn decode(row: &QueryResult) -> Result<Self> {
         Ok(Self {

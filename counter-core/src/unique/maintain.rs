@@ -42,9 +42,15 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let Some(table) = self.table().sketch_table() else {
             return Ok(stats);
         };
+        let dialect = Dialect::of(db)?;
+        // What is there, folded or not: a second compaction reports the
+        // rows it found, not 0.
+        let in_scope = self
+            .count_sketch_rows(db, dialect, &table, keys, owners)
+            .await?;
         let keys: Option<HashSet<&str>> = keys.map(|k| k.iter().map(String::as_str).collect());
         let owners: Option<HashSet<&I>> = owners.map(|o| o.iter().collect());
-        let dialect = Dialect::of(db)?;
+        let mut removed = 0;
         let pool = detach::Detached::pool(db);
         let mut after = None;
         loop {
@@ -84,8 +90,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 })
                 .await?;
                 if rows > 1 {
-                    stats.rows_before += rows;
-                    stats.rows_after += 1;
+                    removed += rows - 1;
                     stats.counters_folded += 1;
                 }
                 stats.batches += 1;
@@ -96,7 +101,39 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 break;
             }
         }
+        stats.rows_before = in_scope.max(removed);
+        stats.rows_after = stats.rows_before - removed;
         Ok(stats)
+    }
+
+    /// The sketch rows in scope now, in chunks of owners.
+    async fn count_sketch_rows(
+        &self,
+        db: &DatabaseConnection,
+        dialect: Dialect,
+        table: &str,
+        keys: Option<&[String]>,
+        owners: Option<&[I]>,
+    ) -> Result<u64> {
+        let keys = keys.map(<[String]>::to_vec);
+        let chunks: Vec<Option<Vec<Value>>> = match owners {
+            None => vec![None],
+            Some(owners) => owners
+                .chunks(1_000)
+                .map(|chunk| Some(chunk.iter().cloned().map(Into::into).collect()))
+                .collect(),
+        };
+        let mut rows = 0;
+        for owners in chunks {
+            let count = sketches::count_rows(dialect, table, keys.clone(), owners);
+            let row = retry::run(db, table, || detach::query_one(db, count.clone())).await?;
+            let n: i64 = match row {
+                Some(row) => row.try_get("", "n").map_err(CounterError::from)?,
+                None => 0,
+            };
+            rows += u64::try_from(n).unwrap_or(0);
+        }
+        Ok(rows)
     }
 }
 

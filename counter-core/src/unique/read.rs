@@ -182,10 +182,8 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             let ids = chunk.iter().cloned().map(Into::into).collect();
             let stmt = sketches::read_sketches(dialect, &table, ids, keys.to_vec(), buckets);
             let rows = retry::run(db, &table, || detach::query_all(db, stmt.clone())).await?;
-            let rows: Vec<SketchRow<I>> = rows
-                .iter()
-                .map(SketchRow::decode)
-                .collect::<Result<_>>()?;
+            let rows: Vec<SketchRow<I>> =
+                rows.iter().map(SketchRow::decode).collect::<Result<_>>()?;
             merged = merge_rows(&table, rows, merged).await?;
         }
         Ok(merged)
@@ -214,7 +212,9 @@ async fn merge_rows<I: OwnerId>(
             Ok(done) => done,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             // The runtime is shutting down: as a lost connection would.
-            Err(e) => Err(sea_orm::DbErr::Custom(format!("merging sketches did not finish: {e}")).into()),
+            Err(e) => {
+                Err(sea_orm::DbErr::Custom(format!("merging sketches did not finish: {e}")).into())
+            }
         },
         _ => merge(),
     }

@@ -1,7 +1,11 @@
 //! `admin:check`, `admin:compact` and `counters:clear`: maintenance on
 //! demand, for tokens with the admin scope.
 
-use axum::extract::State;
+use axum::{
+    extract::State,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
 use counter_core::Compact;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -14,6 +18,7 @@ use super::{
 use crate::{
     check::{self, CheckReport},
     dispatch,
+    jobs::{Job, JobKind},
     namespace::{Handle, Namespace},
     owner::ServiceOwner,
     problem::{Problem, ProblemBody},
@@ -36,29 +41,84 @@ pub struct CheckReply {
     pub checks: Vec<CheckReport>,
 }
 
-/// Checks the namespace's checked keys against their truth now, and repairs
-/// the drift found (never undoing a concurrent add).
+/// Starts a check of the namespace's checked keys against their truth,
+/// repairing the drift found (never undoing a concurrent add) unless
+/// `dry_run`: a job, followed with `GET /v1/{ns}/admin/jobs/{id}`, whose
+/// report is a `CheckReply`.
 #[utoipa::path(
     post,
     path = "/v1/{ns}/admin:check",
     tag = "admin",
     params(("ns" = String, Path, description = "The namespace"), CheckQuery),
     responses(
-        (status = 200, description = "What was found and fixed", body = CheckReply),
+        (status = 202, description = "Started: the job (`Location` is its address)", body = Job),
         (status = 403, description = "Needs the admin scope", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "A check runs in this namespace already (`job` names it)", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn check(
     State(state): State<AppState>,
     target: Target<Administering>,
     Query(query): Query<CheckQuery>,
-) -> Result<axum::Json<CheckReply>, Problem> {
+) -> Result<Response, Problem> {
     let namespace = target.namespace(&state).clone();
-    // A task of its own: a client that gives up does not stop a recount
-    // between its batches.
-    let task = tokio::spawn(async move { check::run(&state, &namespace, query.dry_run).await });
-    let checks = task.await.map_err(Problem::internal)??;
-    Ok(axum::Json(CheckReply { checks }))
+    let kind = match query.dry_run {
+        true => JobKind::CheckDryRun,
+        false => JobKind::Check,
+    };
+    let shared = state.clone();
+    let job = state.jobs.start(&namespace.name.clone(), kind, async move {
+        let checks = check::run(&shared, &namespace, query.dry_run).await?;
+        Ok(serde_json::to_value(CheckReply { checks }).unwrap_or_default())
+    })?;
+    Ok(accepted(job))
+}
+
+/// 202 with the job and its address.
+fn accepted(job: Job) -> Response {
+    let location = format!("/v1/{}/admin/jobs/{}", job.namespace, job.id);
+    let mut response = (StatusCode::ACCEPTED, axum::Json(job)).into_response();
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
+
+/// `GET admin/jobs/{id}`'s path.
+#[derive(Debug, Deserialize)]
+pub struct JobPath {
+    ns: String,
+    id: String,
+}
+
+/// A maintenance job of this instance: running, done with its report, or
+/// failed with its problem.
+#[utoipa::path(
+    get,
+    path = "/v1/{ns}/admin/jobs/{id}",
+    tag = "admin",
+    params(
+        ("ns" = String, Path, description = "The namespace"),
+        ("id" = String, Path, description = "The job's id, from the 202 that started it"),
+    ),
+    responses(
+        (status = 200, description = "The job", body = Job),
+        (status = 403, description = "Needs the admin scope", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such job on this instance", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn job(
+    State(state): State<AppState>,
+    target: Target<Administering>,
+    axum::extract::Path(path): axum::extract::Path<JobPath>,
+) -> Result<axum::Json<Job>, Problem> {
+    let namespace = target.namespace(&state);
+    debug_assert_eq!(namespace.name, path.ns);
+    state
+        .jobs
+        .get(&namespace.name, &path.id)
+        .map(axum::Json)
+        .ok_or_else(|| Problem::unknown_job(&path.id))
 }
 
 /// What a compaction did.
@@ -80,35 +140,41 @@ pub struct CompactReply {
     pub sketch_rows_after: u64,
 }
 
-/// Folds each counter's slot rows into one, online: totals never change.
+/// Starts folding each counter's slot rows into one, online (totals never
+/// change): a job, followed with `GET /v1/{ns}/admin/jobs/{id}`, whose
+/// report is a `CompactReply`.
 #[utoipa::path(
     post,
     path = "/v1/{ns}/admin:compact",
     tag = "admin",
     params(("ns" = String, Path, description = "The namespace")),
     responses(
-        (status = 200, description = "What was folded", body = CompactReply),
+        (status = 202, description = "Started: the job (`Location` is its address)", body = Job),
         (status = 403, description = "Needs the admin scope", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "A compaction runs in this namespace already (`job` names it)", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn compact(
     State(state): State<AppState>,
     target: Target<Administering>,
-) -> Result<axum::Json<CompactReply>, Problem> {
+) -> Result<Response, Problem> {
     let namespace = target.namespace(&state).clone();
-    let task = tokio::spawn(async move {
-        dispatch!(&namespace.table, h => h.counters.compact(&state.db, &Compact::new()).await)
-    });
-    let report = task.await.map_err(Problem::internal)??;
-    Ok(axum::Json(CompactReply {
-        rows_before: report.totals.rows_before,
-        rows_after: report.totals.rows_after,
-        counters_folded: report.totals.counters_folded,
-        bucket_rows_before: report.buckets.rows_before,
-        bucket_rows_after: report.buckets.rows_after,
-        sketch_rows_before: report.sketches.rows_before,
-        sketch_rows_after: report.sketches.rows_after,
-    }))
+    let shared = state.clone();
+    let job = state.jobs.start(&namespace.name.clone(), JobKind::Compact, async move {
+        let report =
+            dispatch!(&namespace.table, h => h.counters.compact(&shared.db, &Compact::new()).await)?;
+        let reply = CompactReply {
+            rows_before: report.totals.rows_before,
+            rows_after: report.totals.rows_after,
+            counters_folded: report.totals.counters_folded,
+            bucket_rows_before: report.buckets.rows_before,
+            bucket_rows_after: report.buckets.rows_after,
+            sketch_rows_before: report.sketches.rows_before,
+            sketch_rows_after: report.sketches.rows_after,
+        };
+        Ok(serde_json::to_value(reply).unwrap_or_default())
+    })?;
+    Ok(accepted(job))
 }
 
 /// `counters:clear`'s body.

@@ -8,9 +8,7 @@ use axum::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::{
-    auth::Caller, config::Scope, namespace::Namespace, problem::Problem, state::AppState,
-};
+use crate::{auth::Caller, config::Scope, namespace::Namespace, problem::Problem, state::AppState};
 
 /// A JSON body; a malformed, oversized or mistyped one is a problem.
 pub(crate) struct Json<T>(pub T);
@@ -44,9 +42,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Ns {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
-        let axum::extract::Path(name) =
-            axum::extract::Path::<String>::from_request_parts(parts, state).await?;
-        Ok(Self(name))
+        // By name: a route may have more segments (`admin/jobs/{id}`).
+        let axum::extract::Path(mut segments) = axum::extract::Path::<
+            std::collections::HashMap<String, String>,
+        >::from_request_parts(parts, state)
+        .await?;
+        segments
+            .remove("ns")
+            .map(Self)
+            .ok_or_else(|| Problem::internal("a route without `{ns}`"))
     }
 }
 

@@ -8,6 +8,7 @@
 //! POST /v1/{ns}/counters:observe      GET|POST /v1/{ns}/uniques:batchGet
 //! GET  /v1/{ns}/top                   GET  /v1/{ns}/series
 //! GET  /v1/{ns}/keys                  POST /v1/{ns}/admin:check  POST /v1/{ns}/admin:compact
+//! GET  /v1/{ns}/admin/jobs/{id}
 //! GET  /healthz  /readyz  /metrics  /openapi.json
 //! ```
 
@@ -93,6 +94,7 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(read::keys))
         .routes(routes!(admin::check))
         .routes(routes!(admin::compact))
+        .routes(routes!(admin::job))
         .routes(routes!(admin::clear))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
@@ -174,8 +176,7 @@ async fn shed(State(limit): State<Arc<Semaphore>>, request: Request, next: Next)
             next.run(request).await
         }
         Err(_) => {
-            metrics::counter!(crate::metrics::SHED, "bound" => "concurrent_requests")
-                .increment(1);
+            metrics::counter!(crate::metrics::SHED, "bound" => "concurrent_requests").increment(1);
             Problem::overloaded("concurrent requests").into_response()
         }
     }

@@ -86,7 +86,13 @@ pub(crate) async fn batch_get_post(
     target: Target<Reading>,
     Json(request): Json<BatchGetRequest>,
 ) -> Result<axum::Json<BatchGetReply>, Problem> {
-    counts(&state, target.namespace(&state), request.owners, request.keys).await
+    counts(
+        &state,
+        target.namespace(&state),
+        request.owners,
+        request.keys,
+    )
+    .await
 }
 
 /// Bounds a batch read's lists (1 to `max_batch_owners` owners, 1 to

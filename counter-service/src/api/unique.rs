@@ -234,7 +234,14 @@ pub(crate) async fn batch_get_post(
     Json(request): Json<UniquesRequest>,
 ) -> Result<axum::Json<UniquesReply>, Problem> {
     let range = range(request.from, request.to)?;
-    uniques(&state, target.namespace(&state), request.owners, request.keys, range).await
+    uniques(
+        &state,
+        target.namespace(&state),
+        request.owners,
+        request.keys,
+        range,
+    )
+    .await
 }
 
 type Range = Option<(DateTime<Utc>, DateTime<Utc>)>;

@@ -173,14 +173,7 @@ pub(crate) async fn add_and_get(
     headers: HeaderMap,
     Json(request): Json<AddRequest>,
 ) -> Result<Response, Problem> {
-    write(
-        state,
-        target,
-        &headers,
-        Op::AddAndGet,
-        vec![request.into()],
-    )
-    .await
+    write(state, target, &headers, Op::AddAndGet, vec![request.into()]).await
 }
 
 /// Applies many deltas in one transaction, all or nothing. Items with an

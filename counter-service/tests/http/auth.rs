@@ -37,7 +37,7 @@ backend_test! {
         service.get("/v1/posts/keys", Some(READER)).await.ok();
         service.post(&add("posts"), Some(WRITER), like.clone()).await.ok();
         service.post("/v1/posts/admin:compact", Some(WRITER), json!({})).await.assert_problem(403, "forbidden");
-        service.post("/v1/posts/admin:compact", Some(ADMIN), json!({})).await.ok();
+        service.run_job("/v1/posts/admin:compact", Some(ADMIN)).await;
         let clear = |owner: i64| json!({"owners": [owner], "keys": ["likes"]});
         service.post("/v1/posts/counters:clear", Some(WRITER), clear(1)).await.assert_problem(403, "forbidden");
         service.post("/v1/posts/counters:clear", Some(ADMIN), clear(99)).await.ok();
@@ -124,24 +124,43 @@ async fn unsafe_or_broken_configurations_refuse_to_start() {
     assert!(error.contains("migrate"), "{error}");
     // Migrated, but a check's truth table is missing, then one of its
     // columns: refused at start, naming the key and the table.
-    let file = std::env::temp_dir().join(format!("counter-service-truth-{}.db", std::process::id()));
-    let text = format!("[server]\nopen = true\n[database]\nurl = \"sqlite://{}?mode=rwc\"\n{NAMESPACES}", file.display());
+    let file =
+        std::env::temp_dir().join(format!("counter-service-truth-{}.db", std::process::id()));
+    let text = format!(
+        "[server]\nopen = true\n[database]\nurl = \"sqlite://{}?mode=rwc\"\n{NAMESPACES}",
+        file.display()
+    );
     let config = Config::from_text(&text, "test", std::iter::empty(), &[]).unwrap();
     Service::migrate(&config).await.unwrap();
     let error = refused(text.clone()).await;
     assert!(
-        error.contains("key `comments`") && error.contains("truth table `comments`") && error.contains("check"),
+        error.contains("key `comments`")
+            && error.contains("truth table `comments`")
+            && error.contains("check"),
         "{error}"
     );
-    let db = sea_orm::Database::connect(format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+    let db = sea_orm::Database::connect(format!("sqlite://{}?mode=rwc", file.display()))
+        .await
+        .unwrap();
     use sea_orm::ConnectionTrait;
-    db.execute_unprepared("CREATE TABLE comments (id INTEGER PRIMARY KEY, postid BIGINT)").await.unwrap();
+    db.execute_unprepared("CREATE TABLE comments (id INTEGER PRIMARY KEY, postid BIGINT)")
+        .await
+        .unwrap();
     let error = refused(text.clone()).await;
-    assert!(error.contains("key `comments`") && error.contains("comments.post_id"), "{error}");
-    db.execute_unprepared("ALTER TABLE comments RENAME COLUMN postid TO post_id").await.unwrap();
+    assert!(
+        error.contains("key `comments`") && error.contains("comments.post_id"),
+        "{error}"
+    );
+    db.execute_unprepared("ALTER TABLE comments RENAME COLUMN postid TO post_id")
+        .await
+        .unwrap();
     db.close().await.unwrap();
     let config = Config::from_text(&text, "test", std::iter::empty(), &[]).unwrap();
-    Service::start(config).await.expect("starts once the truth table is there").stop().await;
+    Service::start(config)
+        .await
+        .expect("starts once the truth table is there")
+        .stop()
+        .await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }

@@ -30,7 +30,10 @@ const READERS: usize = 4;
 
 /// The real binary serving `text`; its handle and its API.
 async fn instance(text: &str, name: &str) -> (Child, Api) {
-    let file = std::env::temp_dir().join(format!("counter-service-{name}-{}.toml", std::process::id()));
+    let file = std::env::temp_dir().join(format!(
+        "counter-service-{name}-{}.toml",
+        std::process::id()
+    ));
     std::fs::write(&file, text).unwrap();
     let port = free_port();
     let child = spawn_binary(&file, port).await;
@@ -46,7 +49,8 @@ fn checked_reads_wanted() -> u64 {
 }
 
 async fn likes(api: &Api) -> u64 {
-    api.totals("posts", None, json!([1]), json!(["likes"])).await["1"]["likes"]
+    api.totals("posts", None, json!([1]), json!(["likes"]))
+        .await["1"]["likes"]
         .as_u64()
         .unwrap()
 }

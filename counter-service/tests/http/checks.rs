@@ -36,7 +36,7 @@ backend_test! {
                 service.post("/v1/posts/counters:add", None, json!({"owner": owner, "key": "comments", "delta": seeded})).await.ok();
             }
         }
-        let found = service.post("/v1/posts/admin:check?dry_run=true", None, json!({})).await.ok();
+        let found = service.run_job("/v1/posts/admin:check?dry_run=true", None).await;
         let seeded_drifted = found["checks"][0]["owners_drifted"].as_u64().unwrap();
         assert_eq!(seeded_drifted, OWNERS as u64, "[{b}] every owner was seeded wrong: {found}");
 
@@ -60,7 +60,7 @@ backend_test! {
         let mut checks = 0u64;
         let mut repaired_during = 0u64;
         while writers.iter().any(|w| !w.is_finished()) {
-            let report = service.post("/v1/posts/admin:check", None, json!({})).await.ok();
+            let report = service.run_job("/v1/posts/admin:check", None).await;
             repaired_during += report["checks"][0]["total_abs_drift"].as_u64().unwrap();
             checks += 1;
         }
@@ -84,8 +84,8 @@ backend_test! {
         }
         assert_eq!(likes as u64, writes, "[{b}] the likes beside the checks");
         // The next check repairs what the race over-counted; then nothing.
-        service.post("/v1/posts/admin:check", None, json!({})).await.ok();
-        let last = service.post("/v1/posts/admin:check?dry_run=true", None, json!({})).await.ok();
+        service.run_job("/v1/posts/admin:check", None).await;
+        let last = service.run_job("/v1/posts/admin:check?dry_run=true", None).await;
         assert_eq!(last["checks"][0]["owners_drifted"], 0, "[{b}] {last}");
         figures(
             "service_check_and_fix",

@@ -24,6 +24,7 @@ const ROUTES: &[&str] = &[
     "GET /v1/{ns}/keys",
     "POST /v1/{ns}/admin:check",
     "POST /v1/{ns}/admin:compact",
+    "GET /v1/{ns}/admin/jobs/{id}",
     "POST /v1/{ns}/counters:clear",
     "GET /healthz",
     "GET /readyz",
@@ -139,10 +140,9 @@ backend_test! {
         let db = scratch.connect(&t).await;
         db.execute_unprepared("INSERT INTO comments (id, post_id) VALUES (1, 1), (2, 1), (3, 2)").await.unwrap();
         service.post("/v1/posts/counters:add", None, json!({"owner": 2, "key": "comments", "delta": 5})).await.ok();
-        let check = service.post("/v1/posts/admin:check?dry_run=true", None, json!({})).await;
-        let check = check.ok();
+        let check = service.run_job("/v1/posts/admin:check?dry_run=true", None).await;
         assert_eq!(check["checks"][0]["owners_drifted"], 2, "[{b}] {check}");
-        let check = service.post("/v1/posts/admin:check", None, json!({})).await.ok();
+        let check = service.run_job("/v1/posts/admin:check", None).await;
         assert_eq!((check["checks"][0]["owners_drifted"].clone(), check["checks"][0]["fixed"].clone()), (json!(2), json!(true)), "[{b}]");
         assert_eq!(
             service.totals("posts", None, json!([1, 2]), json!(["comments"])).await,
@@ -154,7 +154,7 @@ backend_test! {
         for _ in 0..20 {
             service.post("/v1/posts/counters:add", None, json!({"owner": 1, "key": "likes"})).await.ok();
         }
-        let compact = service.post("/v1/posts/admin:compact", None, json!({})).await.ok();
+        let compact = service.run_job("/v1/posts/admin:compact", None).await;
         assert!(compact["rows_after"].as_u64() <= compact["rows_before"].as_u64(), "[{b}] {compact}");
         assert_eq!(service.totals("posts", None, json!([1]), json!(["likes"])).await, json!({"1": {"likes": 25}}), "[{b}]");
 

@@ -120,7 +120,10 @@ backend_test! {
 async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     for format in ["json", "text"] {
-        let dir = std::env::temp_dir().join(format!("counter-service-logs-{format}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "counter-service-logs-{format}-{}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("service.toml");
         std::fs::write(
@@ -134,7 +137,14 @@ async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
         .unwrap();
         let port = counter_tests::servers::free_port();
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_counter-service"))
-            .args(["--config", config.to_str().unwrap(), "--listen", &format!("127.0.0.1:{port}"), "serve", "--migrate"])
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "serve",
+                "--migrate",
+            ])
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -155,12 +165,29 @@ async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
         collect(Box::new(child.stderr.take().unwrap()));
         let api = crate::support::Api::new(format!("http://127.0.0.1:{port}"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !lines.lock().unwrap().iter().any(|l| l.contains("counter-service listening on")) {
-            assert!(std::time::Instant::now() < deadline, "[{format}] no listening line: {:?}", lines.lock().unwrap());
+        while !lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("counter-service listening on"))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "[{format}] no listening line: {:?}",
+                lines.lock().unwrap()
+            );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        api.post("/v1/posts/counters:add", None, json!({"owner": 1, "key": "likes"})).await.ok();
-        api.get("/v1/posts/counts:batchGet?owners=x&keys=likes", None).await.assert_problem(400, "invalid_input");
+        api.post(
+            "/v1/posts/counters:add",
+            None,
+            json!({"owner": 1, "key": "likes"}),
+        )
+        .await
+        .ok();
+        api.get("/v1/posts/counts:batchGet?owners=x&keys=likes", None)
+            .await
+            .assert_problem(400, "invalid_input");
         child.start_kill().unwrap();
         child.wait().await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -170,9 +197,15 @@ async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
             match format {
                 "json" => {
                     let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
-                    assert!(parsed.is_ok_and(|v| v.is_object()), "[json] not a JSON object: {line}");
+                    assert!(
+                        parsed.is_ok_and(|v| v.is_object()),
+                        "[json] not a JSON object: {line}"
+                    );
                 }
-                _ => assert!(!line.contains('\u{1b}'), "[text] a colour code in: {line:?}"),
+                _ => assert!(
+                    !line.contains('\u{1b}'),
+                    "[text] a colour code in: {line:?}"
+                ),
             }
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -9,6 +9,7 @@ mod connections;
 mod endpoints;
 mod hostile;
 mod idempotency;
+mod jobs;
 mod lifecycle;
 mod logs;
 mod overload;

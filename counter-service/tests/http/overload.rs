@@ -144,7 +144,10 @@ impl Tally {
             Ok(reply) => {
                 let mut wrong = self.wrong.lock().unwrap();
                 if wrong.len() < 5 {
-                    wrong.push(format!("{} {:?} {}", reply.status, reply.headers, reply.text));
+                    wrong.push(format!(
+                        "{} {:?} {}",
+                        reply.status, reply.headers, reply.text
+                    ));
                 } else {
                     wrong.push(String::new());
                 }
@@ -177,7 +180,9 @@ async fn compare(api: &Api, ns: impl Iterator<Item = u64>) -> (u64, u64) {
         }
     }
     let owners: Vec<u64> = expected.keys().copied().collect();
-    let counts = api.totals("posts", None, json!(owners), json!(["likes"])).await;
+    let counts = api
+        .totals("posts", None, json!(owners), json!(["likes"]))
+        .await;
     let (mut lost, mut extra) = (0, 0);
     for (owner, want) in &expected {
         let got = counts[owner.to_string()]["likes"].as_i64().unwrap();
@@ -416,8 +421,17 @@ async fn requests_beyond_the_concurrency_bound_are_refused_at_once() {
     // Until one is refused while both holders are still unanswered.
     let deadline = Instant::now() + Duration::from_secs(10);
     let refused = loop {
-        assert!(Instant::now() < deadline, "no request was refused with both places held");
-        let reply = service.post("/v1/posts/counters:add", None, json!({"owner": 1, "key": "likes"})).await;
+        assert!(
+            Instant::now() < deadline,
+            "no request was refused with both places held"
+        );
+        let reply = service
+            .post(
+                "/v1/posts/counters:add",
+                None,
+                json!({"owner": 1, "key": "likes"}),
+            )
+            .await;
         let mut answered = false;
         for holder in &mut holding {
             let mut buf = [0u8; 64];
@@ -443,11 +457,20 @@ async fn requests_beyond_the_concurrency_bound_are_refused_at_once() {
     drop(holding);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let reply = service.post("/v1/posts/counters:add", None, json!({"owner": 1, "key": "likes"})).await;
+        let reply = service
+            .post(
+                "/v1/posts/counters:add",
+                None,
+                json!({"owner": 1, "key": "likes"}),
+            )
+            .await;
         if reply.status == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "still refused after the holders left: {reply:?}");
+        assert!(
+            Instant::now() < deadline,
+            "still refused after the holders left: {reply:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     service.stop().await;

@@ -9,7 +9,6 @@ use std::{
 };
 
 use counter_service::{Config, Service};
-use sea_orm::ConnectionTrait;
 use counter_tests::{Backend, TestDb};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, body::Bytes, header::CONTENT_TYPE};
@@ -17,6 +16,7 @@ use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::TokioExecutor,
 };
+use sea_orm::ConnectionTrait;
 use serde_json::Value;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -400,6 +400,27 @@ impl Api {
     /// `GET path`.
     pub async fn get(&self, path: &str, token: Option<&str>) -> Reply {
         self.call(Method::GET, path, token, &[], None).await
+    }
+
+    /// Starts the maintenance job `path` (`/v1/posts/admin:compact`),
+    /// follows it until it ends, and returns its report; it must be done.
+    pub async fn run_job(&self, path: &str, token: Option<&str>) -> Value {
+        let started = self.call(Method::POST, path, token, &[], None).await;
+        assert_eq!(started.status, 202, "{started:?}");
+        let location = started.header("location").expect("a job's address").to_owned();
+        assert_eq!(location, format!("{}/admin/jobs/{}", path.split("/admin:").next().unwrap(), started.json["id"].as_str().unwrap()), "{started:?}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(600);
+        loop {
+            let job = self.get(&location, token).await.ok();
+            match job["state"].as_str() {
+                Some("running") => {
+                    assert!(std::time::Instant::now() < deadline, "{path} still running after 600 s");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Some("done") => return job["report"].clone(),
+                _ => panic!("{path}: {job}"),
+            }
+        }
     }
 
     /// The totals of `owners` × `keys` in `ns`, through `POST counts:batchGet`.
