@@ -32,11 +32,15 @@ use chrono::{DateTime, Utc};
 use counter_core::{Counters, DeltaBatch, ErrorKind, observe};
 use counter_redis::CountCache;
 use sea_orm::{DatabaseConnection, TransactionTrait};
-use serde_json::json;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::Instrument;
 
-use crate::{idempotency, owner::ServiceOwner, problem::Problem};
+use crate::{
+    api::write::{AddAndGetReply, AddReply, BatchAddReply},
+    idempotency,
+    owner::ServiceOwner,
+    problem::Problem,
+};
 
 /// Deltas in one group at most.
 pub(crate) const MAX_GROUP_ITEMS: usize = 2_000;
@@ -579,8 +583,9 @@ async fn group_in<I: ServiceOwner>(
             continue;
         }
         let (applied, duplicates) = counts[index];
+        // The answers are the very types the OpenAPI document describes.
         let body = match job.write.op {
-            Op::Add => json!({"applied": true}),
+            Op::Add => serde_json::to_string(&AddReply { applied: true }),
             Op::AddAndGet => {
                 let item = &job.write.items[0];
                 let total = totals
@@ -588,11 +593,17 @@ async fn group_in<I: ServiceOwner>(
                     .and_then(|t| t.get(&item.key))
                     .copied()
                     .unwrap_or(0);
-                json!({"applied": true, "total": total})
+                serde_json::to_string(&AddAndGetReply {
+                    applied: true,
+                    total,
+                })
             }
-            Op::Batch => json!({"applied": applied, "duplicates": duplicates}),
+            Op::Batch => serde_json::to_string(&BatchAddReply {
+                applied,
+                duplicates,
+            }),
         }
-        .to_string();
+        .unwrap_or_default();
         bodies.push(Some(body));
     }
     let mut rows: Vec<idempotency::StoredRow<'_>> = Vec::new();

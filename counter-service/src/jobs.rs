@@ -95,7 +95,12 @@ impl Jobs {
     /// Starts `work` as a job of `kind` in `namespace` and returns it
     /// (running); 409 naming the running one if a job of its family runs
     /// there already.
-    pub fn start<F>(self: &Arc<Self>, namespace: &str, kind: JobKind, work: F) -> Result<Job, Problem>
+    pub fn start<F>(
+        self: &Arc<Self>,
+        namespace: &str,
+        kind: JobKind,
+        work: F,
+    ) -> Result<Job, Problem>
     where
         F: Future<Output = Result<Value, Problem>> + Send + 'static,
     {

@@ -52,6 +52,12 @@ pub struct ProblemBody {
     /// service's `not_found`, `unauthorized`, `forbidden`, `rate_limited`,
     /// `conflict`, `too_large`, `timeout`, `overloaded`, `internal`.
     pub kind: String,
+    /// Members that say more, by problem: `bound`, `max` and `min` (a
+    /// bound exceeded), `item` (which batch item), `job` and `href` (the
+    /// running job).
+    #[serde(flatten)]
+    #[schema(value_type = Object, additional_properties = true)]
+    pub extensions: Map<String, Value>,
 }
 
 impl Problem {
@@ -287,19 +293,18 @@ impl Problem {
 }
 
 impl Problem {
-    /// The problem document, as the answer's body carries it.
+    /// The problem document, as the answer's body carries it: a
+    /// [`ProblemBody`], the type the OpenAPI document describes.
     pub fn document(&self) -> Value {
-        let mut body = Map::new();
-        body.insert(
-            "type".into(),
-            format!("urn:counter-service:problem:{}", self.slug).into(),
-        );
-        body.insert("title".into(), self.title().into());
-        body.insert("status".into(), self.status.as_u16().into());
-        body.insert("detail".into(), self.detail.clone().into());
-        body.insert("kind".into(), self.kind.into());
-        body.extend(self.extensions.clone());
-        Value::Object(body)
+        let body = ProblemBody {
+            kind_uri: format!("urn:counter-service:problem:{}", self.slug),
+            title: self.title().to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail.clone(),
+            kind: self.kind.to_owned(),
+            extensions: self.extensions.clone(),
+        };
+        serde_json::to_value(body).unwrap_or(Value::Null)
     }
 }
 

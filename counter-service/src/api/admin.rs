@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::schema::OwnerValue;
 use super::{
     extract::{Administering, Json, Query, Target},
     read::check_batch,
@@ -27,6 +28,7 @@ use crate::{
 
 /// `admin:check`'s query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct CheckQuery {
     /// Report the drift without repairing it.
@@ -46,6 +48,7 @@ pub struct CheckReply {
 /// `dry_run`: a job, followed with `GET /v1/{ns}/admin/jobs/{id}`, whose
 /// report is a `CheckReply`.
 #[utoipa::path(
+    operation_id = "check",
     post,
     path = "/v1/{ns}/admin:check",
     tag = "admin",
@@ -67,10 +70,12 @@ pub(crate) async fn check(
         false => JobKind::Check,
     };
     let shared = state.clone();
-    let job = state.jobs.start(&namespace.name.clone(), kind, async move {
-        let checks = check::run(&shared, &namespace, query.dry_run).await?;
-        Ok(serde_json::to_value(CheckReply { checks }).unwrap_or_default())
-    })?;
+    let job = state
+        .jobs
+        .start(&namespace.name.clone(), kind, async move {
+            let checks = check::run(&shared, &namespace, query.dry_run).await?;
+            Ok(serde_json::to_value(CheckReply { checks }).unwrap_or_default())
+        })?;
     Ok(accepted(job))
 }
 
@@ -94,6 +99,7 @@ pub struct JobPath {
 /// A maintenance job of this instance: running, done with its report, or
 /// failed with its problem.
 #[utoipa::path(
+    operation_id = "job",
     get,
     path = "/v1/{ns}/admin/jobs/{id}",
     tag = "admin",
@@ -144,6 +150,7 @@ pub struct CompactReply {
 /// change): a job, followed with `GET /v1/{ns}/admin/jobs/{id}`, whose
 /// report is a `CompactReply`.
 #[utoipa::path(
+    operation_id = "compact",
     post,
     path = "/v1/{ns}/admin:compact",
     tag = "admin",
@@ -182,7 +189,7 @@ pub(crate) async fn compact(
 #[serde(deny_unknown_fields)]
 pub struct ClearRequest {
     /// Owners (strings, or numbers in an integer namespace).
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<OwnerValue>)]
     pub owners: Vec<Value>,
     /// Keys: counted or unique, declared or of a pattern.
     pub keys: Vec<String>,
@@ -202,6 +209,7 @@ pub struct ClearReply {
 /// first answer (a retried add is not applied again after a clear). Not
 /// idempotent across adds: a clear retried after adds erases them too.
 #[utoipa::path(
+    operation_id = "clear",
     post,
     path = "/v1/{ns}/counters:clear",
     tag = "admin",

@@ -16,8 +16,9 @@ mod admin;
 mod extract;
 mod ops;
 mod read;
+mod schema;
 mod unique;
-mod write;
+pub(crate) mod write;
 
 use std::{sync::Arc, time::Duration};
 
@@ -79,10 +80,67 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// What any `/v1/` call may answer, whatever the route: listed on every
+/// such operation that does not say more, so a generated client knows each.
+const COMMON_PROBLEMS: [(&str, &str); 7] = [
+    ("401", "No token, or none that matches"),
+    ("403", "The token lacks the scope or the namespace"),
+    ("404", "No such namespace"),
+    ("413", "A body over `max_body_bytes`"),
+    (
+        "429",
+        "The token's rate is used up; `Retry-After` says when",
+    ),
+    (
+        "500",
+        "The database refused the request for good; no `Retry-After`",
+    ),
+    (
+        "503",
+        "Overloaded, timed out or the database unavailable; `Retry-After` says when (an add: retry with the same Idempotency-Key)",
+    ),
+];
+
+/// Adds [`COMMON_PROBLEMS`] to every `/v1/` operation of `document`.
+fn add_common_problems(document: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    for (path, item) in document.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+        ];
+        for operation in operations.into_iter().flatten() {
+            for (status, description) in COMMON_PROBLEMS {
+                operation
+                    .responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| {
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content(
+                                crate::problem::PROBLEM_JSON,
+                                ContentBuilder::new()
+                                    .schema(Some(Ref::from_schema_name("ProblemBody")))
+                                    .build(),
+                            )
+                            .build()
+                            .into()
+                    });
+            }
+        }
+    }
+}
+
 /// The routes and their OpenAPI document, registered together: a route
 /// cannot exist without its entry.
 fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, mut document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(write::add))
         .routes(routes!(write::add_and_get))
         .routes(routes!(write::batch_add))
@@ -100,7 +158,9 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
         .routes(routes!(ops::openapi))
-        .split_for_parts()
+        .split_for_parts();
+    add_common_problems(&mut document);
+    (router, document)
 }
 
 /// The OpenAPI document of this version of the service.
@@ -208,5 +268,112 @@ async fn deadline(State(state): State<AppState>, request: Request, next: Next) -
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
         Err(_) => Problem::timeout(limit.as_millis() as u64).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    fn document() -> Value {
+        serde_json::to_value(super::openapi_document()).unwrap()
+    }
+
+    fn operations(document: &Value) -> Vec<(String, String, &Value)> {
+        let mut all = Vec::new();
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                all.push((method.clone(), path.clone(), operation));
+            }
+        }
+        all
+    }
+
+    /// What a generated client trusts: each parameter where it is sent,
+    /// every problem an authenticated call may meet, one id per operation.
+    #[test]
+    fn the_document_says_what_the_wire_carries() {
+        let document = document();
+        let mut ids = std::collections::HashSet::new();
+        for (method, path, operation) in operations(&document) {
+            let id = operation["operationId"].as_str().unwrap();
+            assert!(
+                ids.insert(id.to_owned()),
+                "{method} {path}: operationId {id} twice"
+            );
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                let (name, place) = (
+                    parameter["name"].as_str().unwrap(),
+                    parameter["in"].as_str().unwrap(),
+                );
+                let expected = match name {
+                    "ns" | "id" => "path",
+                    "Idempotency-Key" => "header",
+                    _ => "query",
+                };
+                assert_eq!(place, expected, "{method} {path}: {name}");
+            }
+            if path.starts_with("/v1/") {
+                for status in ["401", "403", "404", "413", "429", "500", "503"] {
+                    let problem =
+                        &operation["responses"][status]["content"]["application/problem+json"];
+                    assert_eq!(
+                        problem["schema"]["$ref"], "#/components/schemas/ProblemBody",
+                        "{method} {path}: {status}"
+                    );
+                }
+            }
+        }
+        // Owners and members: a string or an integer, not any object.
+        let schemas = &document["components"]["schemas"];
+        for name in ["OwnerValue", "MemberValue"] {
+            let kinds: Vec<&str> = schemas[name]["oneOf"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["type"].as_str().unwrap())
+                .collect();
+            assert_eq!(kinds, ["string", "integer"], "{name}");
+        }
+        let text = document.to_string();
+        assert!(
+            !text.contains(r#""owner":{"type":"object""#),
+            "an owner typed object"
+        );
+        assert_eq!(
+            schemas["AddRequest"]["properties"]["owner"]["$ref"],
+            "#/components/schemas/OwnerValue"
+        );
+        assert_eq!(
+            schemas["Observation"]["properties"]["member"]["$ref"],
+            "#/components/schemas/MemberValue"
+        );
+    }
+
+    /// The bodies on the wire are the documented types, serialized.
+    #[test]
+    fn problems_serialize_as_the_documented_body() {
+        let problem = crate::problem::Problem::over_bound("batch items", 10, 11).document();
+        let fields: Vec<&String> = problem.as_object().unwrap().keys().collect();
+        for field in ["type", "title", "status", "detail", "kind", "bound", "max"] {
+            assert!(problem.get(field).is_some(), "{field} missing: {fields:?}");
+        }
+        // The fixed members, and room for the extension members (utoipa
+        // writes the flattened map as an `allOf` part).
+        let documented = document()["components"]["schemas"]["ProblemBody"].clone();
+        let parts = documented["allOf"]
+            .as_array()
+            .cloned()
+            .unwrap_or(vec![documented.clone()]);
+        for field in ["type", "title", "status", "detail", "kind"] {
+            assert!(
+                parts.iter().any(|p| p["properties"].get(field).is_some()),
+                "{field} undocumented: {documented}"
+            );
+        }
+        assert!(
+            parts.iter().all(|p| p["additionalProperties"] != false),
+            "{documented}"
+        );
     }
 }

@@ -39,7 +39,7 @@ pub struct Readiness {
 }
 
 /// Alive: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "Alive", body = String)))]
+#[utoipa::path(operation_id = "healthz", get, path = "/healthz", tag = "operations", responses((status = 200, description = "Alive", body = String)))]
 pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
@@ -47,6 +47,7 @@ pub(crate) async fn healthz() -> &'static str {
 /// Ready: the database answers (and the consumer runs, if configured); the
 /// cache is reported but not required.
 #[utoipa::path(
+    operation_id = "readyz",
     get,
     path = "/readyz",
     tag = "operations",
@@ -117,7 +118,7 @@ async fn ping_cache(cache: &counter_redis::CountCache) -> Dependency {
 }
 
 /// Prometheus metrics, in its text format.
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text", body = String)))]
+#[utoipa::path(operation_id = "metrics", get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text", body = String)))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(
@@ -130,7 +131,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// This API's OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "The OpenAPI document", body = Object)))]
+#[utoipa::path(operation_id = "openapi", get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "The OpenAPI document", body = Object)))]
 pub(crate) async fn openapi(State(state): State<AppState>) -> Response {
     (
         [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],

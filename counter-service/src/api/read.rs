@@ -9,6 +9,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Json, Query, Reading, Target};
+use super::schema::OwnerValue;
 use crate::{
     dispatch,
     namespace::{Handle, KeyInfo, Namespace},
@@ -19,6 +20,7 @@ use crate::{
 
 /// `GET counts:batchGet`'s query: comma-separated lists.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct BatchGetQuery {
     /// Owners, comma-separated (`1,2,3`); use POST for owners with commas.
@@ -32,7 +34,7 @@ pub struct BatchGetQuery {
 #[serde(deny_unknown_fields)]
 pub struct BatchGetRequest {
     /// Owners (strings, or numbers in an integer namespace).
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<OwnerValue>)]
     pub owners: Vec<Value>,
     /// Keys.
     pub keys: Vec<String>,
@@ -47,6 +49,7 @@ pub struct BatchGetReply {
 
 /// The totals of many owners' keys in one read (AIP-231 `batchGet`).
 #[utoipa::path(
+    operation_id = "countsBatchGet",
     get,
     path = "/v1/{ns}/counts:batchGet",
     tag = "counts",
@@ -71,6 +74,7 @@ pub(crate) async fn batch_get(
 
 /// `counts:batchGet` with the lists in a body: for long lists.
 #[utoipa::path(
+    operation_id = "countsBatchGetPost",
     post,
     path = "/v1/{ns}/counts:batchGet",
     tag = "counts",
@@ -154,6 +158,7 @@ async fn read_counts<I: ServiceOwner>(
 
 /// `top`'s query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct TopQuery {
     /// The key ranked.
@@ -185,6 +190,7 @@ pub struct TopReply {
 
 /// The most-counted owners of a key, exact, in keyset pages.
 #[utoipa::path(
+    operation_id = "top",
     get,
     path = "/v1/{ns}/top",
     tag = "counts",
@@ -272,6 +278,7 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), Problem> {
 
 /// `series`'s query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct SeriesQuery {
     /// The owner.
@@ -304,6 +311,7 @@ pub struct SeriesReply {
 
 /// A windowed key's count per bucket over `[from, to)`, and their sum.
 #[utoipa::path(
+    operation_id = "series",
     get,
     path = "/v1/{ns}/series",
     tag = "counts",
@@ -353,6 +361,7 @@ pub struct KeysReply {
 /// The namespace's declared keys, its key patterns, and the pattern keys
 /// in use.
 #[utoipa::path(
+    operation_id = "keys",
     get,
     path = "/v1/{ns}/keys",
     tag = "counts",

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::schema::{MemberValue, OwnerValue};
 use super::{
     extract::{Json, Query, Reading, Target, Writing},
     read::{check_batch, split},
@@ -35,13 +36,13 @@ pub const MAX_MEMBER_BYTES: usize = 1_024;
 #[serde(deny_unknown_fields)]
 pub struct Observation {
     /// The owner: a string, or for an integer namespace a number too.
-    #[schema(value_type = Object)]
+    #[schema(value_type = OwnerValue)]
     pub owner: Value,
     /// A key declared `unique = true`.
     pub key: String,
     /// Who or what was seen: a string or an integer (`42` and `"42"` are
     /// the same member), at most 1,024 bytes.
-    #[schema(value_type = Object)]
+    #[schema(value_type = MemberValue)]
     pub member: Value,
     /// When, for a windowed key's bucket (RFC 3339; default now).
     pub at: Option<DateTime<Utc>>,
@@ -68,6 +69,7 @@ pub struct ObserveReply {
 /// (and bucket) merged with it. Safe to retry as is: a member observed
 /// twice counts once.
 #[utoipa::path(
+    operation_id = "observe",
     post,
     path = "/v1/{ns}/counters:observe",
     tag = "counters",
@@ -153,6 +155,7 @@ fn member_text(member: &Value) -> Result<String, Problem> {
 
 /// `GET uniques:batchGet`'s query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct UniquesQuery {
     /// Owners, comma-separated; use POST for owners with commas.
@@ -171,7 +174,7 @@ pub struct UniquesQuery {
 #[serde(deny_unknown_fields)]
 pub struct UniquesRequest {
     /// Owners.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<OwnerValue>)]
     pub owners: Vec<Value>,
     /// Unique keys.
     pub keys: Vec<String>,
@@ -194,6 +197,7 @@ pub struct UniquesReply {
 /// with `from` and `to` the union of a windowed key's buckets in the
 /// range (a member seen on two days counts once in the week).
 #[utoipa::path(
+    operation_id = "uniquesBatchGet",
     get,
     path = "/v1/{ns}/uniques:batchGet",
     tag = "counts",
@@ -218,6 +222,7 @@ pub(crate) async fn batch_get(
 
 /// `uniques:batchGet` with the lists in a body.
 #[utoipa::path(
+    operation_id = "uniquesBatchGetPost",
     post,
     path = "/v1/{ns}/uniques:batchGet",
     tag = "counts",

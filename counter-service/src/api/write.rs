@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::extract::{Adding, Json, Target};
+use super::schema::OwnerValue;
 use crate::{
     adds::{Item, Op, Outcome, Write},
     dispatch, idempotency,
@@ -32,7 +33,7 @@ pub const REPLAYED: &str = "idempotent-replayed";
 #[serde(deny_unknown_fields)]
 pub struct AddRequest {
     /// The owner: a string, or for an integer namespace a number too.
-    #[schema(value_type = Object)]
+    #[schema(value_type = OwnerValue)]
     pub owner: Value,
     /// A declared key, or one matching the namespace's key patterns.
     pub key: String,
@@ -69,7 +70,7 @@ pub struct BatchItem {
     /// one, the item is applied as often as it is sent.
     pub id: Option<String>,
     /// The owner.
-    #[schema(value_type = Object)]
+    #[schema(value_type = OwnerValue)]
     pub owner: Value,
     /// The key.
     pub key: String,
@@ -121,6 +122,7 @@ pub struct BatchAddReply {
 /// another request is 409. Without one, a client that retries after a
 /// timeout may count twice.
 #[utoipa::path(
+    operation_id = "add",
     post,
     path = "/v1/{ns}/counters:add",
     tag = "counters",
@@ -153,6 +155,7 @@ pub(crate) async fn add(
 /// Adds `delta` to one counter and answers its new total (idempotent like
 /// `counters:add`).
 #[utoipa::path(
+    operation_id = "addAndGet",
     post,
     path = "/v1/{ns}/counters:addAndGet",
     tag = "counters",
@@ -181,6 +184,7 @@ pub(crate) async fn add_and_get(
 /// not before); an `Idempotency-Key` makes the whole request replay its
 /// first answer.
 #[utoipa::path(
+    operation_id = "batchAdd",
     post,
     path = "/v1/{ns}/counters:batchAdd",
     tag = "counters",

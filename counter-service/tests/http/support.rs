@@ -407,14 +407,28 @@ impl Api {
     pub async fn run_job(&self, path: &str, token: Option<&str>) -> Value {
         let started = self.call(Method::POST, path, token, &[], None).await;
         assert_eq!(started.status, 202, "{started:?}");
-        let location = started.header("location").expect("a job's address").to_owned();
-        assert_eq!(location, format!("{}/admin/jobs/{}", path.split("/admin:").next().unwrap(), started.json["id"].as_str().unwrap()), "{started:?}");
+        let location = started
+            .header("location")
+            .expect("a job's address")
+            .to_owned();
+        assert_eq!(
+            location,
+            format!(
+                "{}/admin/jobs/{}",
+                path.split("/admin:").next().unwrap(),
+                started.json["id"].as_str().unwrap()
+            ),
+            "{started:?}"
+        );
         let deadline = std::time::Instant::now() + Duration::from_secs(600);
         loop {
             let job = self.get(&location, token).await.ok();
             match job["state"].as_str() {
                 Some("running") => {
-                    assert!(std::time::Instant::now() < deadline, "{path} still running after 600 s");
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{path} still running after 600 s"
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 Some("done") => return job["report"].clone(),
