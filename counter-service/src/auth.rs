@@ -11,19 +11,13 @@ use std::{
     time::Instant,
 };
 
-use axum::{
-    extract::{Request, State},
-    http::header::AUTHORIZATION,
-    middleware::Next,
-    response::{IntoResponse, Response},
-};
+use axum::http::{HeaderMap, header::AUTHORIZATION};
 use subtle::ConstantTimeEq;
 
 use crate::{
     config::{ConfigError, Scope, TokenConfig},
     problem::Problem,
     rate::RateLimit,
-    state::AppState,
 };
 
 /// The shortest secret accepted.
@@ -55,7 +49,7 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// Who is calling: put in each request's extensions by [`authenticate`].
+/// Who is calling: found by [`Tokens::identify`], once per API request.
 #[derive(Debug, Clone)]
 pub(crate) enum Caller {
     /// An open service: everything is allowed.
@@ -222,50 +216,37 @@ impl Tokens {
     }
 }
 
-/// Paths anyone may call: probes, metrics and the API's description.
-fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
-}
-
-/// The middleware: 401 without a valid token, 429 over its rate; the
-/// [`Caller`] for the handlers otherwise, whose scope checks give 403.
-pub(crate) async fn authenticate(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    if is_public(request.uri().path()) {
-        return next.run(request).await;
-    }
-    let caller = if state.tokens.is_open() {
-        Caller::Open
-    } else {
-        let presented = request
-            .headers()
+impl Tokens {
+    /// The caller presenting `headers`: 401 without a valid token, 429
+    /// over its rate. Run once per API request, by the extractor that also
+    /// checks its scope and namespace (`api::extract::Target`), before
+    /// anything of the body is read; the probes, `/metrics` and
+    /// `/openapi.json` take no token.
+    pub(crate) fn identify(&self, headers: &HeaderMap) -> Result<Caller, Problem> {
+        if self.is_open() {
+            return Ok(Caller::Open);
+        }
+        let presented = headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| {
                 v.strip_prefix("Bearer ")
                     .or_else(|| v.strip_prefix("bearer "))
             })
-            .map(str::trim);
-        let Some(presented) = presented else {
-            return Problem::unauthorized("send `Authorization: Bearer <token>`").into_response();
-        };
-        let Some(token) = state.tokens.find(presented.as_bytes()) else {
-            return Problem::unauthorized("the bearer token is not valid").into_response();
-        };
+            .map(str::trim)
+            .ok_or_else(|| Problem::unauthorized("send `Authorization: Bearer <token>`"))?;
+        let token = self
+            .find(presented.as_bytes())
+            .ok_or_else(|| Problem::unauthorized("the bearer token is not valid"))?;
         if let Some(limit) = &token.limit
             && let Err(wait) = limit.take(Instant::now())
         {
             metrics::counter!("counter_service_rate_limited_total", "token" => token.name.clone())
                 .increment(1);
-            return Problem::rate_limited(wait.as_secs_f64().ceil().max(1.0) as u64)
-                .into_response();
+            return Err(Problem::rate_limited(
+                wait.as_secs_f64().ceil().max(1.0) as u64
+            ));
         }
-        Caller::Token(token)
-    };
-    tracing::Span::current().record("caller", caller.name());
-    request.extensions_mut().insert(caller);
-    next.run(request).await
+        Ok(Caller::Token(token))
+    }
 }

@@ -188,6 +188,18 @@ impl RedisCluster {
     /// `full_coverage`: whether the cluster stops serving every slot when
     /// one master is down (Redis's default) or keeps serving the others.
     pub fn start(full_coverage: bool) -> Self {
+        // `redis-cli --cluster create` waits for the nodes to meet without
+        // end when they cannot: bounded, and tried again on fresh ports.
+        for attempt in 1..=3 {
+            if let Some(cluster) = Self::try_start(full_coverage) {
+                return cluster;
+            }
+            eprintln!("a private Redis Cluster did not form (attempt {attempt} of 3); new ports");
+        }
+        panic!("a private Redis Cluster did not form in 3 attempts");
+    }
+
+    fn try_start(full_coverage: bool) -> Option<Self> {
         let mut nodes = Vec::new();
         while nodes.len() < 3 {
             let port = free_cluster_port();
@@ -207,19 +219,34 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
-        let created = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli")
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status()
+            .spawn()
             .expect("run redis-cli --cluster create");
-        assert!(created.success(), "redis-cli --cluster create failed");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let created = loop {
+            match create.try_wait().expect("wait for redis-cli") {
+                Some(status) => break status.success(),
+                None if std::time::Instant::now() > deadline => {
+                    let _ = create.kill();
+                    let _ = create.wait();
+                    break false;
+                }
+                None => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
+        if !created {
+            // Dropping the nodes stops them.
+            return None;
+        }
         let cluster = Self { nodes };
         cluster.wait_ok(Duration::from_secs(20));
-        cluster
+        Some(cluster)
     }
 
     /// The nodes' URLs.

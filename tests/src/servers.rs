@@ -579,14 +579,18 @@ pub(crate) fn running_as_root() -> bool {
 /// kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), so
 /// no client connection (which takes its local port from that range) can
 /// hold it when the server starts or restarts on it. (Where that range
-/// starts below 21000, ports 20000..21000 are used all the same.)
+/// starts below 21000, ports 20000..21000 are used all the same.) Never
+/// 30000 or above: those are the cluster bus ports of the private Redis
+/// Clusters (a node's port + 10000, see `redis::RedisCluster`), which a
+/// server started meanwhile must not take.
 pub fn free_port() -> u16 {
     const FLOOR: u16 = 20_000;
+    const BUS_PORTS: u16 = 30_000;
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
-    let high = ephemeral_low.max(FLOOR + 1_000);
+    let high = ephemeral_low.min(BUS_PORTS).max(FLOOR + 1_000);
     let mut rng = rand::rng();
     for _ in 0..1_000 {
         let port = rng.random_range(FLOOR..high);

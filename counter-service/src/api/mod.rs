@@ -40,7 +40,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 pub use write::{IDEMPOTENCY_KEY, REPLAYED};
 
-use crate::{auth, problem::Problem, state::AppState};
+use crate::{problem::Problem, state::AppState};
 
 /// The header carrying each request's id (set if the client sent none,
 /// echoed on the answer, and a field of every log line of the request).
@@ -178,12 +178,10 @@ pub(crate) fn router(state: AppState) -> Router {
     routes
         .fallback(|uri: Uri| async move { Problem::no_route(uri.path()) })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
-        // Innermost first: the token, the body bound, the deadline, the
-        // figures, then the span and the id around everything.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::authenticate,
-        ))
+        // Innermost first: the body bound, the deadline, the load shedding,
+        // the figures, then the span and the id around everything. The
+        // token, its rate, scope and namespace are each handler's first
+        // extractor (`extract::Target`).
         .layer(DefaultBodyLimit::max(state.server.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
         .layer(middleware::from_fn_with_state(
