@@ -590,7 +590,7 @@ pub fn free_port() -> u16 {
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
-    let high = ephemeral_low.min(BUS_PORTS).max(FLOOR + 1_000);
+    let high = ephemeral_low.clamp(FLOOR + 1_000, BUS_PORTS);
     let mut rng = rand::rng();
     for _ in 0..1_000 {
         let port = rng.random_range(FLOOR..high);
