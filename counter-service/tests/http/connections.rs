@@ -5,14 +5,11 @@
 //! half-sent or idle connection is closed (evicted at the cap, or at its
 //! timeout). RELIABILITY.md 49.
 
-use std::{
-    process::Stdio,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use counter_tests::figures;
 use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
     process::{Child, Command},
 };
@@ -41,29 +38,10 @@ async fn start(limits: &str, dir: &std::path::Path) -> (Child, u16) {
         env!("CARGO_BIN_EXE_counter-service"),
         config.display()
     );
-    let mut child = Command::new("bash")
-        .args(["-c", &script])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the counter-service binary");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let started = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.starts_with("counter-service listening on") {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert_eq!(
-        started,
-        Ok(true),
-        "the binary did not start under `{limits}`"
-    );
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let mut command = Command::new("bash");
+    command.args(["-c", &script]);
+    let child =
+        crate::support::start_command(command, &format!("the binary under `{limits}`")).await;
     (child, port)
 }
 

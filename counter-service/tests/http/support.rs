@@ -453,15 +453,24 @@ impl Api {
 /// The real binary, started on `config` (a file) and `port`; returns once
 /// it prints its address.
 pub async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_counter-service"))
-        .args([
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "serve",
-            "--migrate",
-        ])
+    let mut command = Command::new(env!("CARGO_BIN_EXE_counter-service"));
+    command.args([
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "serve",
+        "--migrate",
+    ]);
+    start_command(command, "the binary").await
+}
+
+/// Starts `command` (the binary, or a shell that `exec`s it) with warnings
+/// logged; returns once it prints its address, and keeps reading its
+/// output so that it never blocks on a full pipe. `what` names it in the
+/// failure.
+pub async fn start_command(mut command: Command, what: &str) -> Child {
+    let mut child = command
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -477,8 +486,7 @@ pub async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
         false
     })
     .await;
-    assert_eq!(started, Ok(true), "the binary did not start");
-    // Keep reading its output, so that it never blocks on a full pipe.
+    assert_eq!(started, Ok(true), "{what} did not start");
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     child
 }
