@@ -4,6 +4,9 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
+pub mod http;
+pub mod stats;
+
 /// Any error of a bench run.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -1,6 +1,9 @@
 //! Deltas of many tables, owners and keys, applied together.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, btree_map::Entry},
+    sync::Arc,
+};
 
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement, TransactionSession, TransactionTrait, Value};
@@ -300,6 +303,78 @@ impl DeltaBatch {
                 })
                 .sketch
                 .insert(member);
+        }
+        Ok(self)
+    }
+
+    /// Takes in every delta and observation of `other`, as if they had
+    /// been added to this batch: a group of batches (a service's waiting
+    /// requests, a consumer's messages) sent as one. A table both hold
+    /// keeps this batch's configuration (see [`DeltaBatch::add`]). A fold
+    /// that leaves `i64` is [`CounterError::Overflow`], and leaves this
+    /// batch unchanged.
+    ///
+    /// ```
+    /// # use counter_core::{CounterTable, Counters, DeltaBatch};
+    /// # let posts = Counters::<i64>::new(CounterTable::new("post_counters")?.with_unique_key("viewers")?);
+    /// let (mut first, mut second) = (DeltaBatch::new(), DeltaBatch::new());
+    /// first.add(&posts, 1, "likes", 2)?.observe(&posts, 1, "viewers", "ann")?;
+    /// second.add(&posts, 1, "likes", 3)?.observe(&posts, 1, "viewers", "bob")?;
+    /// first.append(second)?; // likes +5, viewers {ann, bob}: one row each
+    /// # Ok::<(), counter_core::CounterError>(())
+    /// ```
+    pub fn append(&mut self, other: DeltaBatch) -> Result<&mut Self> {
+        // Every sum checked first, then stored: all or nothing.
+        for (name, theirs) in &other.tables {
+            let ours = self.tables.get(name);
+            for (at, pending) in &theirs.deltas {
+                let had = ours.and_then(|t| t.deltas.get(at)).map_or(0, |p| p.delta);
+                fold(had, pending.delta, &at.1)?;
+            }
+            for (at, pending) in &theirs.buckets {
+                if let Some(ours) = ours
+                    && ours.table.window_for(&at.1).is_none()
+                {
+                    return Err(CounterError::NotWindowed {
+                        table: name.clone(),
+                        key: at.1.clone(),
+                    });
+                }
+                let had = ours.and_then(|t| t.buckets.get(at)).map_or(0, |p| p.delta);
+                fold(had, pending.delta, &at.1)?;
+            }
+        }
+        let DeltaBatch { tables, sketches } = other;
+        for (name, theirs) in tables {
+            let ours = self.tables.entry(name).or_insert_with(|| TableDeltas {
+                table: theirs.table,
+                deltas: BTreeMap::new(),
+                buckets: BTreeMap::new(),
+            });
+            for (at, pending) in theirs.deltas {
+                let sum = ours.deltas.entry(at).or_insert(Pending {
+                    owner: pending.owner,
+                    delta: 0,
+                });
+                sum.delta += pending.delta; // checked above
+            }
+            for (at, pending) in theirs.buckets {
+                let sum = ours.buckets.entry(at).or_insert(Pending {
+                    owner: pending.owner,
+                    delta: 0,
+                });
+                sum.delta += pending.delta; // checked above
+            }
+        }
+        for (at, theirs) in sketches {
+            match self.sketches.entry(at) {
+                Entry::Occupied(mut ours) => {
+                    ours.get_mut().sketch.merge(&theirs.sketch);
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(theirs);
+                }
+            }
         }
         Ok(self)
     }

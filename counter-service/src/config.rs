@@ -143,8 +143,9 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// How long a shutdown waits for requests in flight (default 10,000 ms).
     pub shutdown_grace_ms: u64,
-    /// Add groups of a namespace committed at once, 1 to 64 (default 2).
-    /// Each takes every add waiting and commits it as one transaction, so
+    /// Add groups of a namespace committed at once, 1 to 64 (default 2),
+    /// and as many observe groups. Each takes every add (observe) waiting
+    /// and commits it as one transaction, so
     /// fewer workers make larger groups and fewer transactions: on a
     /// database the service shares a machine with, 1 to 2 measured best
     /// (see the performance guide); more overlap the round trips of a
@@ -171,7 +172,8 @@ pub struct ServerConfig {
     /// `max_body_bytes`, this bounds the memory of bodies being read.
     pub max_concurrent_requests: usize,
     /// Add items a namespace admits at once, waiting or being committed
-    /// (default 20,000). An add that would pass it is answered 503
+    /// (default 20,000), and as many observations. An add or observe that
+    /// would pass it is answered 503
     /// `overloaded` with `Retry-After`, nothing applied: the queue is
     /// bounded by work (items), not by requests. At least
     /// `max_batch_items`.

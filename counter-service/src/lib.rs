@@ -43,6 +43,7 @@ mod idempotency;
 pub mod jobs;
 mod metrics;
 mod namespace;
+mod observes;
 mod owner;
 mod problem;
 mod rate;

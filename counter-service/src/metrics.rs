@@ -24,6 +24,10 @@ pub(crate) const SHED: &str = "counter_service_shed_total";
 pub(crate) const REQUESTS_IN_FLIGHT: &str = "counter_service_requests_in_flight";
 /// Adds dropped unrun because their caller had gone before their group.
 pub(crate) const ADDS_SKIPPED: &str = "counter_service_adds_skipped_total";
+/// Requests committed per observe group (see [`ADD_GROUP_REQUESTS`]).
+pub(crate) const OBSERVE_GROUP_REQUESTS: &str = "counter_service_observe_group_requests";
+/// Observes dropped unrun because their caller had gone before their group.
+pub(crate) const OBSERVES_SKIPPED: &str = "counter_service_observes_skipped_total";
 
 /// Connections open now.
 pub(crate) const CONNECTIONS_OPEN: &str = "counter_service_connections_open";
@@ -45,7 +49,7 @@ pub(crate) fn handle() -> PrometheusHandle {
                 ])
                 .expect("static buckets are valid")
                 .set_buckets_for_metric(
-                    Matcher::Full(ADD_GROUP_REQUESTS.into()),
+                    Matcher::Suffix("_group_requests".into()),
                     &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
                 )
                 .expect("static buckets are valid")

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use counter_core::{CounterTable, Counters, SlotPolicy, Window, validate_key};
 use counter_redis::{CachedCounters, CountCache};
 
-use crate::adds::AddQueue;
+use crate::{adds::AddQueue, observes::ObserveQueue};
 use serde::Serialize;
 
 use crate::{
@@ -93,6 +93,8 @@ pub(crate) struct Namespace {
     /// Prefixes of the open key sets (`prefix*` in the configuration).
     pub prefixes: Vec<String>,
     pub checks: BTreeMap<String, CheckConfig>,
+    /// The observe queue, once the service has started.
+    pub observes: Option<ObserveQueue>,
 }
 
 /// The ledger's `source` column.
@@ -248,6 +250,7 @@ impl Namespace {
             keys,
             prefixes,
             checks,
+            observes: None,
         })
     }
 
@@ -315,14 +318,23 @@ impl Namespace {
         dispatch!(&self.table, h => h.counters.table().name())
     }
 
-    /// Starts this namespace's add queue on `db`, with `workers` groups in
-    /// flight at once.
-    pub fn start_adds(&mut self, db: &sea_orm::DatabaseConnection, server: &ServerConfig) {
+    /// Starts this namespace's add and observe queues on `db`, each with
+    /// `add_workers` groups in flight at once and `max_queued_items` items
+    /// admitted.
+    pub fn start_queues(&mut self, db: &sea_orm::DatabaseConnection, server: &ServerConfig) {
         let (workers, max_items) = (server.add_workers, server.max_queued_items);
-        dispatch!(&mut self.table, h => {
+        let cache = dispatch!(&mut self.table, h => {
             let cache = h.cached.as_ref().map(|cached| cached.cache().clone());
-            h.adds = Some(AddQueue::start(db.clone(), h.counters.clone(), cache, workers, max_items));
+            h.adds = Some(AddQueue::start(db.clone(), h.counters.clone(), cache.clone(), workers, max_items));
+            cache
         });
+        self.observes = Some(ObserveQueue::start(db.clone(), cache, workers, max_items));
+    }
+
+    /// Whether the observe queue has room for at least one more
+    /// observation.
+    pub fn admits_observes(&self) -> bool {
+        self.observes.as_ref().is_none_or(ObserveQueue::has_room)
     }
 
     /// Whether the add queue has room for at least one more item (a

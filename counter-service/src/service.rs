@@ -196,7 +196,7 @@ impl Service {
             }
         };
         for namespace in namespaces.values_mut() {
-            namespace.start_adds(&db, &config.server);
+            namespace.start_queues(&db, &config.server);
         }
         let (stop, stopped) = watch::channel(false);
         let mut background = Vec::new();

@@ -58,6 +58,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bench::stats::median;
 use clap::Parser;
 use counter_core::{CounterTable, Counters, SlottedCounter};
 use counter_redis::{CacheStats, CachedCounters, CountCache, RedisTarget};
@@ -642,17 +643,6 @@ async fn settle(cache: &counter_redis::CountCache) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-/// The middle value (the mean of the two middle ones for an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
 }
 

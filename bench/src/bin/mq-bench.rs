@@ -58,6 +58,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bench::stats::percentile;
 use clap::{Parser, ValueEnum};
 use counter_core::{
     CounterTable, Counters,
@@ -913,15 +914,6 @@ async fn latency_phase<P: Publish + Clone + 'static>(
         p99_ms: percentile(&ms, 0.99),
         max_ms: ms.last().copied().unwrap_or(f64::NAN),
     })
-}
-
-/// The nearest-rank percentile of sorted `values`.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// What the totals check found.

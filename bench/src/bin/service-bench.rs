@@ -35,15 +35,13 @@ use axum::{
     extract::State,
     routing::{get, post},
 };
+use bench::{
+    http::{self, HttpClient, call},
+    stats::percentile,
+};
 use clap::Parser;
 use counter_core::{CounterTable, Counters};
-use counter_service::{Config, Service};
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, body::Bytes};
-use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
-};
+use hyper::Method;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement, Value};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -84,8 +82,6 @@ struct Args {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
 const KEYS: [&str; 4] = ["likes", "views", "shares", "saves"];
 const TABLE: &str = "service_bench_counters";
 const NAIVE: &str = "service_bench_naive";
@@ -103,38 +99,6 @@ fn config(database_url: &str, redis: Option<&str>, add_workers: Option<u64>) -> 
          [namespaces.bench]\ntable = \"{TABLE}\"\nowner = \"integer\"\nslots = 32\n\
          keys.likes = {{}}\nkeys.views = {{}}\nkeys.shares = {{}}\nkeys.saves = {{}}\n"
     )
-}
-
-/// A service of `text` on a free port: its base URL.
-async fn serve(text: &str) -> Result<String, BoxError> {
-    let config = Config::from_text(text, "service-bench", std::iter::empty(), &[])?;
-    Service::migrate(&config).await?;
-    let service = Service::start(config).await?;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(service.serve(listener, std::future::pending()));
-    Ok(base)
-}
-
-async fn call(
-    client: &HttpClient,
-    method: Method,
-    url: &str,
-    key: Option<&str>,
-    body: Option<String>,
-) -> Result<(u16, Bytes), BoxError> {
-    let mut request = Request::builder().method(method).uri(url);
-    if body.is_some() {
-        request = request.header("content-type", "application/json");
-    }
-    if let Some(key) = key {
-        request = request.header("idempotency-key", key);
-    }
-    let response = client
-        .request(request.body(Full::new(body.map(Bytes::from).unwrap_or_default()))?)
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.into_body().collect().await?.to_bytes()))
 }
 
 /// `adds` POSTs of `path` from `clients` tasks; adds per second.
@@ -352,10 +316,6 @@ async fn offered(
     Ok(latencies)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
 async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     let temp = std::env::temp_dir().join(format!("service-bench-{}.db", std::process::id()));
     let url = args
@@ -387,10 +347,8 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
         .await
         .ok();
 
-    let client: HttpClient = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(1_024)
-        .build_http();
-    let service = serve(&config(&url, None, args.add_workers)).await?;
+    let client = http::client(1_024);
+    let service = http::serve(&config(&url, None, args.add_workers), "service-bench").await?;
     let naive = naive(db.clone()).await?;
     let add = format!("{service}/v1/bench/counters:add");
 
@@ -501,7 +459,11 @@ async fn run(args: Args) -> Result<serde_json::Value, BoxError> {
     let (cached, in_process_cached) = match &args.redis_url {
         None => (None, None),
         Some(redis) => {
-            let cached_service = serve(&config(&url, Some(redis), args.add_workers)).await?;
+            let cached_service = http::serve(
+                &config(&url, Some(redis), args.add_workers),
+                "service-bench",
+            )
+            .await?;
             let cached_url = format!("{cached_service}/v1/bench/counts:batchGet");
             let over_http = time_reads(args.reads, || {
                 http_read(&client, &cached_url, &body, written)

@@ -42,6 +42,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bench::stats::median;
 use clap::Parser;
 use counter_core::{
     CounterBuffer, CounterTable, Counters, FlushLedger,
@@ -396,11 +397,6 @@ async fn flush_load(
     let rows = pending.len() as u64;
     pending.clear();
     Ok(rows)
-}
-
-fn median(mut times: Vec<f64>) -> f64 {
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
 }
 
 /// `unique_many` of `owners`: median time (ms) of `runs` runs after a

@@ -11,11 +11,13 @@
 
 use sea_orm::{
     QueryResult, Statement, TryGetable, Value,
-    sea_query::{Alias, Expr, ExprTrait, LockType, OnConflict, Order, Query, SimpleExpr},
+    sea_query::{
+        Alias, Condition, Expr, ExprTrait, LockType, OnConflict, Order, Query, SimpleExpr,
+    },
 };
 
 use super::{Dialect, col};
-use crate::error::Result;
+use crate::{error::Result, owner::SortOwner};
 
 /// The `bucket` of a counter's all-time sketch: below every bucket start,
 /// so a range `bucket >= from` never includes it.
@@ -76,36 +78,150 @@ pub(crate) fn update_cell(
     dialect.backend().build(&update)
 }
 
+/// `SELECT owner_id, count_key, bucket, slot, sketch FROM t WHERE <cell>
+/// OR <cell> .. ORDER BY <primary key> FOR UPDATE`: many rows read and
+/// locked in one round trip, in primary-key order (no lock clause on
+/// SQLite, as in [`lock_cell`]).
+pub(crate) fn lock_cells<'a>(
+    dialect: Dialect,
+    table: &str,
+    cells: impl IntoIterator<Item = &'a SketchCell>,
+) -> Statement {
+    let any = cells
+        .into_iter()
+        .fold(Condition::any(), |any, cell| any.add(cell.condition()));
+    let mut select = Query::select();
+    select
+        .columns(PRIMARY_KEY.map(Alias::new))
+        .column(Alias::new(SKETCH))
+        .from(Alias::new(table))
+        .cond_where(any)
+        .order_by_columns(PRIMARY_KEY.map(|c| (Alias::new(c), Order::Asc)));
+    if dialect != Dialect::Sqlite {
+        select.lock(LockType::Update);
+    }
+    dialect.backend().build(&select)
+}
+
+/// The primary key of a sketch table, in its order.
+const PRIMARY_KEY: [&str; 4] = [col::OWNER_ID, col::COUNT_KEY, col::BUCKET, col::SLOT];
+
+/// One row of [`lock_cells`]: its primary key in the form a
+/// [`SketchCell`] compares in ([`CellKey`]), and its sketch.
+pub(crate) struct LockedCell {
+    pub key: CellKey,
+    pub sketch: Vec<u8>,
+}
+
+/// A sketch row's primary key as compared in Rust: byte for byte, so a
+/// row that a case-insensitive collation matches to a cell is not taken
+/// for that cell's row (such cells are merged one by one, where the
+/// database decides which row is theirs).
+pub(crate) type CellKey = (SortOwner, String, i64, i16);
+
+impl SketchCell {
+    /// The cell's [`CellKey`].
+    pub(crate) fn key(&self) -> CellKey {
+        (
+            SortOwner::of(&self.owner),
+            self.key.clone(),
+            self.bucket,
+            self.slot,
+        )
+    }
+}
+
+impl LockedCell {
+    /// Decodes a row of [`lock_cells`] whose owner column holds values of
+    /// `like`'s type.
+    pub(crate) fn decode(row: &QueryResult, like: &Value) -> Result<Self> {
+        let owner = match like {
+            Value::Int(_) => Value::from(row.try_get::<i32>("", col::OWNER_ID)?),
+            Value::Uuid(_) => Value::from(row.try_get::<uuid::Uuid>("", col::OWNER_ID)?),
+            Value::String(_) => Value::from(row.try_get::<String>("", col::OWNER_ID)?),
+            _ => Value::from(row.try_get::<i64>("", col::OWNER_ID)?),
+        };
+        Ok(Self {
+            key: (
+                SortOwner::of(&owner),
+                row.try_get::<String>("", col::COUNT_KEY)?,
+                row.try_get::<i64>("", col::BUCKET)?,
+                row.try_get::<i16>("", col::SLOT)?,
+            ),
+            sketch: row.try_get::<Vec<u8>>("", SKETCH)?,
+        })
+    }
+}
+
 /// `INSERT INTO t VALUES (<cell>, sketch)`, doing nothing if the row
-/// exists (MySQL: `ON DUPLICATE KEY UPDATE slot = slot`, not `INSERT
-/// IGNORE`, which would turn other errors into warnings).
+/// exists (see [`insert_cells`]).
 pub(crate) fn insert_cell(
     dialect: Dialect,
     table: &str,
     cell: &SketchCell,
     sketch: Vec<u8>,
 ) -> Statement {
-    let primary_key = [col::OWNER_ID, col::COUNT_KEY, col::BUCKET, col::SLOT].map(Alias::new);
-    let mut on_conflict = OnConflict::columns(primary_key.clone());
+    insert_cells(dialect, table, [(cell, sketch)])
+}
+
+/// `INSERT INTO t VALUES (<cell>, sketch), ..`, doing nothing for a row
+/// that exists (MySQL: `ON DUPLICATE KEY UPDATE slot = slot`, not `INSERT
+/// IGNORE`, which would turn other errors into warnings).
+pub(crate) fn insert_cells<'a>(
+    dialect: Dialect,
+    table: &str,
+    rows: impl IntoIterator<Item = (&'a SketchCell, Vec<u8>)>,
+) -> Statement {
+    let mut on_conflict = OnConflict::columns(PRIMARY_KEY.map(Alias::new));
     match dialect {
         Dialect::MySql => {
             on_conflict.value(Alias::new(col::SLOT), Expr::col(Alias::new(col::SLOT)))
         }
         Dialect::Sqlite | Dialect::Postgres => on_conflict.do_nothing(),
     };
-    let insert = Query::insert()
-        .into_table(Alias::new(table))
-        .columns(primary_key.into_iter().chain([Alias::new(SKETCH)]))
-        .values_panic([
+    let insert = cell_rows(table, rows).on_conflict(on_conflict).to_owned();
+    dialect.backend().build(&insert)
+}
+
+/// `INSERT INTO t VALUES (<cell>, sketch), .. ON CONFLICT (<primary key>)
+/// DO UPDATE SET sketch = excluded.sketch` (MySQL: `ON DUPLICATE KEY
+/// UPDATE sketch = VALUES(sketch)`): rows the transaction has locked,
+/// written back in one statement. Each cell once: PostgreSQL refuses a
+/// statement that updates a row twice.
+pub(crate) fn write_cells<'a>(
+    dialect: Dialect,
+    table: &str,
+    rows: impl IntoIterator<Item = (&'a SketchCell, Vec<u8>)>,
+) -> Statement {
+    let on_conflict = OnConflict::columns(PRIMARY_KEY.map(Alias::new))
+        .update_column(Alias::new(SKETCH))
+        .to_owned();
+    let insert = cell_rows(table, rows).on_conflict(on_conflict).to_owned();
+    dialect.backend().build(&insert)
+}
+
+/// `INSERT INTO t (<primary key>, sketch) VALUES ..` of `rows`.
+fn cell_rows<'a>(
+    table: &str,
+    rows: impl IntoIterator<Item = (&'a SketchCell, Vec<u8>)>,
+) -> sea_orm::sea_query::InsertStatement {
+    let mut insert = Query::insert();
+    insert.into_table(Alias::new(table)).columns(
+        PRIMARY_KEY
+            .map(Alias::new)
+            .into_iter()
+            .chain([Alias::new(SKETCH)]),
+    );
+    for (cell, sketch) in rows {
+        insert.values_panic([
             cell.owner.clone().into(),
             cell.key.clone().into(),
             cell.bucket.into(),
             cell.slot.into(),
             sketch.into(),
-        ])
-        .on_conflict(on_conflict)
-        .to_owned();
-    dialect.backend().build(&insert)
+        ]);
+    }
+    insert
 }
 
 /// Which buckets a read merges: a counter's all-time sketch, or the

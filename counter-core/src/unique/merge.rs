@@ -1,7 +1,7 @@
 //! Merging sketches into their rows: the one write path of unique counts
 //! (`observe`, batches, the buffer's flush, queue consumers).
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
 
@@ -14,7 +14,7 @@ use crate::{
     retry,
     sql::{
         Dialect,
-        sketches::{self, SketchCell},
+        sketches::{self, LockedCell, SketchCell},
     },
 };
 
@@ -55,6 +55,14 @@ impl Merges {
                 b.bucket,
                 b.slot,
             ))
+        });
+        // One cell per row: the same row twice in one upsert is refused.
+        cells.dedup_by(|(tb, b, later), (ta, a, kept)| {
+            let same = ta == tb && a.key() == b.key();
+            if same {
+                kept.merge(later);
+            }
+            same
         });
         Self {
             dialect,
@@ -127,13 +135,99 @@ impl Merges {
         .await
     }
 
-    /// Runs the merges on `txn`, a connection inside a transaction.
+    /// Runs the merges on `txn`, a connection inside a transaction: each
+    /// sketch table's cells in chunks of [`CHUNK_CELLS`], each chunk a few
+    /// statements whatever its size (see [`merge_chunk`]).
     pub(crate) async fn apply<C: ConnectionTrait>(&self, txn: &C) -> Result<(), DbErr> {
-        for (table, cell, sketch) in &self.cells {
-            merge_into(txn, self.dialect, table, cell, sketch).await?;
+        for table in self.cells.chunk_by(|(a, _, _), (b, _, _)| a == b) {
+            for chunk in table.chunks(CHUNK_CELLS) {
+                merge_chunk(txn, self.dialect, &chunk[0].0, chunk).await?;
+            }
         }
         Ok(())
     }
+}
+
+/// Cells merged by one round of set statements: 5 parameters each, and
+/// up to 12 kB of sketch each, so a chunk's statements stay far below
+/// every backend's parameter limit and MySQL's default packet size.
+const CHUNK_CELLS: usize = 256;
+
+/// Merges the sketches of `cells` (one sketch table's, sorted, no cell
+/// twice) into their rows in a few statements: every row that exists read
+/// and locked at once, in primary-key order; the missing ones inserted at
+/// once with their sketch ("do nothing" on conflict) and read locked
+/// again; the merged rows that changed written back in one upsert. A cell
+/// whose row the second read still does not return byte for byte (a
+/// case-insensitive collation matched another spelling, or a compaction
+/// deleted it meanwhile) is merged alone by [`merge_into`], where the
+/// database decides which row is its.
+async fn merge_chunk<C: ConnectionTrait>(
+    txn: &C,
+    dialect: Dialect,
+    table: &str,
+    cells: &[(String, SketchCell, Sketch)],
+) -> Result<(), DbErr> {
+    let like = &cells[0].1.owner;
+    let lock = |cells: &mut dyn Iterator<Item = &SketchCell>| {
+        let statement = sketches::lock_cells(dialect, table, cells);
+        async move {
+            let mut locked = HashMap::new();
+            for row in txn.query_all_raw(statement).await? {
+                let row = LockedCell::decode(&row, like).map_err(CounterError::carry)?;
+                locked.insert(row.key, row.sketch);
+            }
+            Ok::<_, DbErr>(locked)
+        }
+    };
+    let mut changed: Vec<(&SketchCell, Vec<u8>)> = Vec::new();
+    let mut locked = lock(&mut cells.iter().map(|(_, cell, _)| cell)).await?;
+    let mut missing = Vec::new();
+    for (_, cell, sketch) in cells {
+        match locked.remove(&cell.key()) {
+            Some(bytes) => changed.extend(merged(table, &bytes, sketch)?.map(|b| (cell, b))),
+            None => missing.push((cell, sketch)),
+        }
+    }
+    let mut alone = Vec::new();
+    if !missing.is_empty() {
+        let insert = missing
+            .iter()
+            .map(|(cell, sketch)| (*cell, sketch.to_bytes()));
+        txn.execute_raw(sketches::insert_cells(dialect, table, insert))
+            .await?;
+        let mut locked = lock(&mut missing.iter().map(|(cell, _)| *cell)).await?;
+        for (cell, sketch) in missing {
+            // Inserted with its sketch by this transaction, or by a
+            // concurrent writer first: merged either way (a merge that
+            // changes nothing writes nothing).
+            match locked.remove(&cell.key()) {
+                Some(bytes) => changed.extend(merged(table, &bytes, sketch)?.map(|b| (cell, b))),
+                None => alone.push((cell, sketch)),
+            }
+        }
+    }
+    if !changed.is_empty() {
+        txn.execute_raw(sketches::write_cells(dialect, table, changed))
+            .await?;
+    }
+    for (cell, sketch) in alone {
+        merge_into(txn, dialect, table, cell, sketch).await?;
+    }
+    Ok(())
+}
+
+/// The stored sketch `bytes` (of `table`) merged with `sketch`, if that
+/// changed a register: what is written back.
+fn merged(table: &str, bytes: &[u8], sketch: &Sketch) -> Result<Option<Vec<u8>>, DbErr> {
+    let mut stored = Sketch::from_bytes(bytes).map_err(|source| {
+        CounterError::BadSketch {
+            table: table.to_owned(),
+            source,
+        }
+        .carry()
+    })?;
+    Ok(stored.merge(sketch).then(|| stored.to_bytes()))
 }
 
 /// Merges `sketch` into the row `cell` of `table`, creating it if needed:
@@ -167,15 +261,8 @@ async fn merge_into<C: ConnectionTrait>(
         )));
     };
     let bytes: Vec<u8> = row.try_get("", sketches::SKETCH)?;
-    let mut stored = Sketch::from_bytes(&bytes).map_err(|source| {
-        CounterError::BadSketch {
-            table: table.to_owned(),
-            source,
-        }
-        .carry()
-    })?;
-    if stored.merge(sketch) {
-        let update = sketches::update_cell(dialect, table, cell, stored.to_bytes());
+    if let Some(bytes) = merged(table, &bytes, sketch)? {
+        let update = sketches::update_cell(dialect, table, cell, bytes);
         txn.execute_raw(update).await?;
     }
     Ok(())

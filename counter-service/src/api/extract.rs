@@ -54,18 +54,26 @@ impl<S: Send + Sync> FromRequestParts<S> for Ns {
     }
 }
 
-/// What a route needs of its caller: a scope, and for adds room in the
-/// namespace's add queue.
+/// What a route needs of its caller: a scope, and for writes room in the
+/// namespace's queue they go through.
 pub(crate) trait Needs {
     const SCOPE: Scope;
-    /// Whether the route queues adds: refused at once when the queue is full.
-    const ADDS: bool = false;
+    /// The queue the route's writes go through: refused at once when it
+    /// is full.
+    const QUEUE: Option<Queue> = None;
+}
+
+/// The namespace's write queues.
+#[derive(PartialEq, Eq)]
+pub(crate) enum Queue {
+    Adds,
+    Observes,
 }
 
 /// Reads: counts, rankings, series, keys.
 pub(crate) struct Reading;
-/// Observations (unique keys), which skip the add queue.
-pub(crate) struct Writing;
+/// Observations (unique keys), through the namespace's observe queue.
+pub(crate) struct Observing;
 /// Adds, through the namespace's add queue.
 pub(crate) struct Adding;
 /// Maintenance: check, compact, clear.
@@ -74,12 +82,13 @@ pub(crate) struct Administering;
 impl Needs for Reading {
     const SCOPE: Scope = Scope::Read;
 }
-impl Needs for Writing {
+impl Needs for Observing {
     const SCOPE: Scope = Scope::Write;
+    const QUEUE: Option<Queue> = Some(Queue::Observes);
 }
 impl Needs for Adding {
     const SCOPE: Scope = Scope::Write;
-    const ADDS: bool = true;
+    const QUEUE: Option<Queue> = Some(Queue::Adds);
 }
 impl Needs for Administering {
     const SCOPE: Scope = Scope::Admin;
@@ -111,9 +120,14 @@ impl<N: Needs> FromRequestParts<AppState> for Target<N> {
         tracing::Span::current().record("caller", caller.name());
         let Ns(name) = Ns::from_request_parts(parts, state).await?;
         let namespace = state.namespace(&caller, &name, N::SCOPE)?;
-        if N::ADDS && !namespace.admits_adds() {
+        let full = match N::QUEUE {
+            Some(Queue::Adds) if !namespace.admits_adds() => Some("queued add items"),
+            Some(Queue::Observes) if !namespace.admits_observes() => Some("queued observations"),
+            _ => None,
+        };
+        if let Some(bound) = full {
             metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
-            return Err(Problem::overloaded("queued add items"));
+            return Err(Problem::overloaded(bound));
         }
         Ok(Self {
             caller,

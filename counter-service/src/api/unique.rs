@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::schema::{MemberValue, OwnerValue};
 use super::{
-    extract::{Json, Query, Reading, Target, Writing},
+    extract::{Json, Observing, Query, Reading, Target},
     read::{check_batch, split},
 };
 use crate::{
@@ -84,7 +84,7 @@ pub struct ObserveReply {
 )]
 pub(crate) async fn observe(
     State(state): State<AppState>,
-    target: Target<Writing>,
+    target: Target<Observing>,
     Json(request): Json<ObserveRequest>,
 ) -> Result<axum::Json<ObserveReply>, Problem> {
     let namespace = target.namespace(&state);
@@ -97,16 +97,13 @@ pub(crate) async fn observe(
         .record(observations.len() as f64);
     let observed = observations.len() as u64;
     let batch = dispatch!(&namespace.table, h => batch_of(namespace, h, observations)?);
-    // A task of its own, so that a client that goes away does not cut the
-    // transaction short (it would roll back whole; the retry merges again).
-    let shared = state.clone();
-    tokio::spawn(async move {
-        batch.apply(&shared.db).await?;
-        crate::freshness::confirm_deletions(shared.cache.as_ref()).await;
-        Ok::<_, counter_core::CounterError>(())
-    })
-    .await
-    .map_err(Problem::internal)??;
+    // Committed by the queue's worker, with what else is waiting (see
+    // `observes`): a client that goes away does not cut it short.
+    let queue = namespace
+        .observes
+        .as_ref()
+        .ok_or_else(|| Problem::internal("the observe queue is not started"))?;
+    queue.submit(batch, observed as usize).await?;
     Ok(axum::Json(ObserveReply { observed }))
 }
 

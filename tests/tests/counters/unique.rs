@@ -11,6 +11,7 @@ use counter_core::{
     unique::{Sketch, sketch::STANDARD_ERROR},
 };
 use counter_tests::{TestDb, backend_test, figures, members_missing, raw, uniques};
+use sea_orm::ConnectionTrait;
 
 fn day(d: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, d, 0, 0, 0).unwrap()
@@ -511,6 +512,84 @@ backend_test! {
             t.backend,
             &[("acknowledged", acknowledged.len() as u64), ("given_up", 300 - acknowledged.len() as u64), ("members_lost", lost)],
         );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_set_merges"]
+    async fn batches_of_many_counters_merge_in_chunks_into_new_and_existing_rows(t: TestDb) {
+        // 600 owners: more than one chunk of set statements (256 cells),
+        // first into rows that do not exist, then into the same rows.
+        let c = uniques("unique_chunks", 2);
+        c.create_table(&t.db).await.unwrap();
+        let owners = 1..=600_i64;
+        let first = owners.clone().flat_map(|o| [(o, "viewers", format!("a{o}")), (o, "viewers", format!("b{o}"))]);
+        c.observe_many(&t.db, first).await.unwrap();
+        let second = owners.clone().flat_map(|o| [(o, "viewers", format!("b{o}")), (o, "viewers", format!("c{o}"))]);
+        c.observe_many(&t.db, second).await.unwrap();
+        // Seen before, nothing new: no row changes.
+        let again = owners.clone().map(|o| (o, "viewers", format!("a{o}")));
+        c.observe_many(&t.db, again).await.unwrap();
+        let all: Vec<i64> = owners.clone().collect();
+        let estimates = c.unique_many(&t.db, &all, &["viewers"]).await.unwrap();
+        for owner in owners {
+            let expected = sketch_of([format!("a{owner}"), format!("b{owner}"), format!("c{owner}")].iter().map(String::as_str));
+            let stored = c.sketch(&t.db, owner, "viewers").await.unwrap();
+            assert!(same(&stored, &expected), "[{}] owner {owner}", t.backend);
+            assert_eq!(estimates[&owner]["viewers"], 3, "[{}] owner {owner}", t.backend);
+        }
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "unique_lookalike_owners"]
+    async fn owners_a_collation_calls_equal_merge_into_the_row_it_finds(t: TestDb) {
+        // A sketch table whose owner column compares case-insensitively
+        // (MySQL's default collations, in a table made by a migration):
+        // "Ann", "ann" and "ANN" are one row there, three elsewhere. A
+        // batch holding all three merges each into the row the database
+        // finds, never inserting beside it or losing a member.
+        let table = counter_core::CounterTable::new("unique_lookalike")
+            .and_then(|t| t.with_slots(1))
+            .and_then(|t| t.with_unique_key("viewers"))
+            .unwrap();
+        let c = counter_core::Counters::<String>::new(table);
+        c.create_table(&t.db).await.unwrap();
+        let case_insensitive = t.backend == counter_tests::Backend::MySql;
+        if case_insensitive {
+            t.db.execute_unprepared(
+                "ALTER TABLE unique_lookalike_sketches MODIFY owner_id \
+                 VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL",
+            )
+            .await
+            .unwrap();
+        }
+        c.observe(&t.db, "Ann".to_owned(), "viewers", "m1").await.unwrap();
+        let batch = [("ann", "m2"), ("ANN", "m3"), ("Bob", "m4")]
+            .map(|(owner, member)| (owner.to_owned(), "viewers", member));
+        c.observe_many(&t.db, batch).await.unwrap();
+        let rows = raw::count_rows(&t.db, "unique_lookalike_sketches").await;
+        if case_insensitive {
+            // Read by the spelling stored (reads key their answer by it).
+            let ann = c.sketch(&t.db, "Ann".to_owned(), "viewers").await.unwrap();
+            assert!(
+                same(&ann, &sketch_of(["m1", "m2", "m3"])),
+                "one row holds all three: {} rows, estimate {}",
+                rows,
+                ann.estimate()
+            );
+            assert_eq!(rows, 2, "Ann's row and Bob's");
+        } else {
+            for (owner, member) in [("Ann", "m1"), ("ann", "m2"), ("ANN", "m3"), ("Bob", "m4")] {
+                let stored = c.sketch(&t.db, owner.to_owned(), "viewers").await.unwrap();
+                assert!(same(&stored, &sketch_of([member])), "[{}] {owner}", t.backend);
+            }
+            assert_eq!(rows, 4);
+        }
         t.finish().await;
     }
 }

@@ -1,0 +1,70 @@
+//! The counting service in process and a plain HTTP client to load it:
+//! what service-bench and limits share.
+
+use counter_service::{Config, Service};
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, body::Bytes};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use tokio::net::TcpListener;
+
+use crate::BoxError;
+
+/// A pooled HTTP/1 client.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client keeping up to `idle` connections per host open.
+pub fn client(idle: usize) -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(idle)
+        .build_http()
+}
+
+/// A service configured by `text`, migrated and serving on a free
+/// loopback port: its base URL.
+pub async fn serve(text: &str, name: &str) -> Result<String, BoxError> {
+    let config = Config::from_text(text, name, std::iter::empty(), &[])?;
+    Service::migrate(&config).await?;
+    let service = Service::start(config).await?;
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(service.serve(listener, std::future::pending()));
+    Ok(base)
+}
+
+/// One request: its status and body.
+pub async fn call(
+    client: &HttpClient,
+    method: Method,
+    url: &str,
+    key: Option<&str>,
+    body: Option<String>,
+) -> Result<(u16, Bytes), BoxError> {
+    let mut request = Request::builder().method(method).uri(url);
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let response = client
+        .request(request.body(Full::new(body.map(Bytes::from).unwrap_or_default()))?)
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.into_body().collect().await?.to_bytes()))
+}
+
+/// A POST of JSON `body` that must answer 200: its body, parsed.
+pub async fn post_ok(
+    client: &HttpClient,
+    url: &str,
+    body: String,
+) -> Result<serde_json::Value, BoxError> {
+    let (status, text) = call(client, Method::POST, url, None, Some(body)).await?;
+    if status != 200 {
+        return Err(format!("{url}: {status} {}", String::from_utf8_lossy(&text)).into());
+    }
+    Ok(serde_json::from_slice(&text)?)
+}
