@@ -169,8 +169,8 @@ pub struct CompactReport {
     /// The bucket table (all zero without windowed keys).
     pub buckets: CompactStats,
     /// The sketch table of unique keys (all zero without them): each
-    /// counter's slot rows merged into one, one transaction per counter,
-    /// whatever the writer share. `rows_before` counts every sketch row in
+    /// counter's slot rows merged into one, a few dozen counters per
+    /// transaction, whatever the writer share. `rows_before` counts every sketch row in
     /// scope when the compaction began (merged before or not), and
     /// `rows_after` that less the rows it merged away.
     pub sketches: CompactStats,

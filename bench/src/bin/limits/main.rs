@@ -5,20 +5,26 @@
 //! at the limit), from medians of interleaved rounds (path, raw, path,
 //! raw, ...), so that both meet the same machine. Sections:
 //!
+//! * **cache** (`cache.rs`, with `--redis-url`): an all-hit cached read
+//!   of 1,000 owners x 4 keys against a raw `MGET` plus decoding by hand;
+//!   the service's cached batch get over HTTP against the same read in
+//!   process.
 //! * **unique** (`unique.rs`): observes through the service against the
 //!   same members inserted into a membership table by the same clients;
 //!   batches spread over many owners (items a second, p99 per request);
 //!   the sketch table's bytes on disk against its live sketches; a 30-day
 //!   union of 1,000 owners; a unique read of 1,000 owners against a raw
-//!   `SELECT` of their sketch rows merged by hand (`unique_read`).
+//!   `SELECT` of their sketch rows merged by hand (`unique_read`); a full
+//!   compaction of the sketch rows the loads left (rows folded a second).
 //!
 //! Every figure is checked, not only timed: each owner's stored sketch
 //! must equal the sketch of what the service acknowledged, and the run
 //! fails otherwise. Tables are dropped at the start and the end.
 //!
 //! `cargo run --release -p bench --bin limits -- --database-url URL
-//! --json PATH`
+//! [--redis-url URL] --json PATH`
 
+mod cache;
 mod unique;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -34,6 +40,9 @@ pub(crate) struct Args {
     /// Database to measure (default: a temporary SQLite file).
     #[arg(long, env = "DATABASE_URL")]
     database_url: Option<String>,
+    /// Redis, for the cache section (skipped without it).
+    #[arg(long)]
+    redis_url: Option<String>,
     /// Where to write the figures as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -120,8 +129,15 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         args.secs, args.rounds
     );
     let unique = unique::run(&args, &db, &url).await?;
+    let cache = match &args.redis_url {
+        Some(redis) => cache::run(&args, &db, &url, redis).await?,
+        None => Section {
+            ok: true,
+            ..Section::default()
+        },
+    };
     let mut limits = Map::new();
-    for (name, limit) in &unique.limits {
+    for (name, limit) in cache.limits.iter().chain(&unique.limits) {
         println!(
             "{name:<24} {:>10.1} us {:>10.1} us raw  ratio {:.2}",
             limit.own_us,
@@ -143,7 +159,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
     }
-    Ok(unique.ok)
+    Ok(unique.ok && cache.ok)
 }
 
 #[tokio::main]

@@ -138,6 +138,40 @@ pub(crate) async fn run(
         "sketch_disk_vs_live".into(),
         json!(disk.map(|disk| disk as f64 / Ord::max(live, 1) as f64)),
     );
+    // A full compaction of what the loads left (every counter's slot
+    // rows merged into one), then the read again: it must not change.
+    let before = counters
+        .unique_many(db, &all_owners(args), &["viewers"])
+        .await?;
+    let started = Instant::now();
+    let report = counters.compact(db, &Default::default()).await?;
+    let secs = started.elapsed().as_secs_f64();
+    let folded = report.sketches.rows_before - report.sketches.rows_after;
+    println!(
+        "compaction: {} sketch rows to {} in {secs:.1} s ({:.0} rows folded a second)",
+        report.sketches.rows_before,
+        report.sketches.rows_after,
+        folded as f64 / secs
+    );
+    section.figures.insert(
+        "compaction_sketch_rows".into(),
+        json!(report.sketches.rows_before),
+    );
+    section
+        .figures
+        .insert("compaction_secs".into(), json!(secs));
+    section.figures.insert(
+        "compaction_rows_folded_per_s".into(),
+        json!(folded as f64 / secs),
+    );
+    let after = counters
+        .unique_many(db, &all_owners(args), &["viewers"])
+        .await?;
+    if before != after {
+        eprintln!("FAIL: a compaction changed an estimate");
+        section.ok = false;
+    }
+
     drop_tables(db, &counters).await;
     Ok(section)
 }
@@ -418,6 +452,10 @@ async fn union(args: &Args, client: &HttpClient, service: &str) -> Result<Option
     Ok(Some(median(times)))
 }
 
+fn all_owners(args: &Args) -> Vec<i64> {
+    (1..=args.owners as i64).collect()
+}
+
 /// A unique read of every owner through the library, against the same
 /// rows read with a plain `SELECT` and merged by hand, interleaved: the
 /// microseconds of each read of all owners, and whether both agree.
@@ -426,7 +464,7 @@ async fn unique_read(
     db: &DatabaseConnection,
     counters: &Counters<i64>,
 ) -> Result<(Limit, bool), BoxError> {
-    let owners: Vec<i64> = (1..=args.owners as i64).collect();
+    let owners = all_owners(args);
     let select = Query::select()
         .columns([Alias::new("owner_id"), Alias::new("sketch")])
         .from(Alias::new(SKETCHES))
