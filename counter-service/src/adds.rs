@@ -187,15 +187,7 @@ impl<I: ServiceOwner> AddQueue<I> {
     /// `overloaded` at once, nothing applied, if its items would pass the
     /// queue's bound.
     pub async fn submit(&self, write: Write<I>) -> Result<Outcome, Problem> {
-        let items = u32::try_from(write.items.len().max(1)).unwrap_or(u32::MAX);
-        let admitted = self
-            .admission
-            .clone()
-            .try_acquire_many_owned(items)
-            .map_err(|_| {
-                metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
-                Problem::overloaded("queued add items")
-            })?;
+        let admitted = admit(&self.admission, write.items.len(), "queued add items")?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
@@ -209,6 +201,24 @@ impl<I: ServiceOwner> AddQueue<I> {
             .await
             .map_err(|_| Problem::internal("an add worker stopped"))?
     }
+}
+
+/// `items` permits of a queue's `admission` (at least one), held until the
+/// request is answered; 503 `overloaded` naming `bound` at once, counted
+/// as shed, when they are not all free.
+pub(crate) fn admit(
+    admission: &Arc<Semaphore>,
+    items: usize,
+    bound: &'static str,
+) -> Result<OwnedSemaphorePermit, Problem> {
+    let permits = u32::try_from(items.max(1)).unwrap_or(u32::MAX);
+    admission
+        .clone()
+        .try_acquire_many_owned(permits)
+        .map_err(|_| {
+            metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
+            Problem::overloaded(bound)
+        })
 }
 
 /// The request ids of `group`, comma-separated (the first 20, then a count).

@@ -90,15 +90,7 @@ impl ObserveQueue {
     /// else is waiting. 503 `overloaded` at once, nothing applied, if they
     /// would pass the queue's bound.
     pub async fn submit(&self, batch: DeltaBatch, observations: usize) -> Result<(), Problem> {
-        let permits = u32::try_from(observations.max(1)).unwrap_or(u32::MAX);
-        let admitted = self
-            .admission
-            .clone()
-            .try_acquire_many_owned(permits)
-            .map_err(|_| {
-                metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
-                Problem::overloaded("queued observations")
-            })?;
+        let admitted = crate::adds::admit(&self.admission, observations, "queued observations")?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {

@@ -51,7 +51,7 @@ use counter_core::{
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
-    sea_query::{Alias, ColumnDef, Expr, ExprTrait, Index, OnConflict, Query, Table},
+    sea_query::{Alias, Expr, ExprTrait, Query},
 };
 use serde_json::json;
 
@@ -95,7 +95,7 @@ const WRITE_OWNER: i64 = -1;
 const CHUNK: usize = 5_000;
 const OBSERVE_CHUNK: usize = 50_000;
 
-use bench::BoxError;
+use bench::{BoxError, members};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -121,7 +121,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
     drop_tables(&db, &counters).await;
     counters.create_table(&db).await?;
     FlushLedger::default().create_table(&db).await?;
-    create_members(&db).await?;
+    members::create(&db, MEMBERS).await?;
     let outcome = bench(&db, &counters, &args).await;
     drop_tables(&db, &counters).await;
     db.close().await?;
@@ -135,35 +135,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
 
 async fn drop_tables(db: &DatabaseConnection, counters: &Counters<i64>) {
     let _ = counters.drop_table(db).await;
-    let drop = Table::drop()
-        .table(Alias::new(MEMBERS))
-        .if_exists()
-        .to_owned();
-    let _ = db.execute(&drop).await;
-}
-
-/// `(owner_id BIGINT, member BIGINT, PRIMARY KEY (owner_id, member))`.
-async fn create_members(db: &DatabaseConnection) -> Result<(), BoxError> {
-    let create = Table::create()
-        .table(Alias::new(MEMBERS))
-        .col(
-            ColumnDef::new(Alias::new("owner_id"))
-                .big_integer()
-                .not_null(),
-        )
-        .col(
-            ColumnDef::new(Alias::new("member"))
-                .big_integer()
-                .not_null(),
-        )
-        .primary_key(
-            Index::create()
-                .col(Alias::new("owner_id"))
-                .col(Alias::new("member")),
-        )
-        .to_owned();
-    db.execute(&create).await?;
-    Ok(())
+    members::drop(db, MEMBERS).await;
 }
 
 /// Members per owner for `memberships` memberships over `owners` owners,
@@ -517,24 +489,7 @@ async fn write_members(db: &DatabaseConnection, args: &Args) -> Result<f64, BoxE
     let db = db.clone();
     load_for(args, move |member| {
         let db = db.clone();
-        async move {
-            let mut on_conflict =
-                OnConflict::columns([Alias::new("owner_id"), Alias::new("member")]);
-            match db.get_database_backend() {
-                DbBackend::MySql => {
-                    on_conflict.value(Alias::new("member"), Expr::col(Alias::new("member")))
-                }
-                _ => on_conflict.do_nothing(),
-            };
-            let insert = Query::insert()
-                .into_table(Alias::new(MEMBERS))
-                .columns([Alias::new("owner_id"), Alias::new("member")])
-                .values_panic([WRITE_OWNER.into(), member.into()])
-                .on_conflict(on_conflict)
-                .to_owned();
-            db.execute(&insert).await?;
-            Ok(())
-        }
+        async move { members::insert(&db, MEMBERS, WRITE_OWNER, member).await }
     })
     .await
 }

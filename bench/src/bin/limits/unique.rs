@@ -11,6 +11,7 @@ use std::{
 use bench::{
     BoxError,
     http::{self, HttpClient},
+    members,
     stats::{median, percentile},
 };
 use chrono::{DateTime, Days, Utc};
@@ -19,7 +20,7 @@ use futures_util::StreamExt;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, Statement,
-    sea_query::{Alias, ColumnDef, Expr, ExprTrait, Index, OnConflict, Query, Table},
+    sea_query::{Alias, Expr, ExprTrait, Query},
 };
 use serde_json::json;
 
@@ -61,7 +62,7 @@ pub(crate) async fn run(
 ) -> Result<Section, BoxError> {
     let counters = counters()?;
     drop_tables(db, &counters).await;
-    create_members(db).await?;
+    members::create(db, MEMBERS).await?;
     let service = http::serve(&config(url, args.add_workers), "limits").await?;
     let client = http::client(1_024);
     let observe_url = format!("{service}/v1/uniq/counters:observe");
@@ -178,36 +179,7 @@ pub(crate) async fn run(
 
 async fn drop_tables(db: &DatabaseConnection, counters: &Counters<i64>) {
     let _ = counters.drop_table(db).await;
-    let drop = Table::drop()
-        .table(Alias::new(MEMBERS))
-        .if_exists()
-        .to_owned();
-    let _ = db.execute(&drop).await;
-}
-
-/// `(owner_id BIGINT, member BIGINT, PRIMARY KEY (owner_id, member))`: the
-/// table a unique key replaces.
-async fn create_members(db: &DatabaseConnection) -> Result<(), BoxError> {
-    let create = Table::create()
-        .table(Alias::new(MEMBERS))
-        .col(
-            ColumnDef::new(Alias::new("owner_id"))
-                .big_integer()
-                .not_null(),
-        )
-        .col(
-            ColumnDef::new(Alias::new("member"))
-                .big_integer()
-                .not_null(),
-        )
-        .primary_key(
-            Index::create()
-                .col(Alias::new("owner_id"))
-                .col(Alias::new("member")),
-        )
-        .to_owned();
-    db.execute(&create).await?;
-    Ok(())
+    members::drop(db, MEMBERS).await;
 }
 
 /// `--clients` tasks for `--secs`, each running `op` on a random owner
@@ -292,24 +264,7 @@ async fn membership_inserts(
     let db = db.clone();
     let (rate, _) = load(args, round, move |owner, member| {
         let db = db.clone();
-        async move {
-            let columns = [Alias::new("owner_id"), Alias::new("member")];
-            let mut on_conflict = OnConflict::columns(columns.clone());
-            match db.get_database_backend() {
-                DbBackend::MySql => {
-                    on_conflict.value(Alias::new("member"), Expr::col(Alias::new("member")))
-                }
-                _ => on_conflict.do_nothing(),
-            };
-            let insert = Query::insert()
-                .into_table(Alias::new(MEMBERS))
-                .columns(columns)
-                .values_panic([owner.into(), (member as i64).into()])
-                .on_conflict(on_conflict)
-                .to_owned();
-            db.execute(&insert).await?;
-            Ok(())
-        }
+        async move { members::insert(&db, MEMBERS, owner, member as i64).await }
     })
     .await?;
     Ok(rate)
