@@ -1,7 +1,7 @@
 //! The counting service in process and a plain HTTP client to load it:
 //! what service-bench and limits share.
 
-use counter_service::{Config, Service};
+use counter_service::{Config, Local, Service};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, body::Bytes};
 use hyper_util::{
@@ -25,13 +25,38 @@ pub fn client(idle: usize) -> HttpClient {
 /// A service configured by `text`, migrated and serving on a free
 /// loopback port: its base URL.
 pub async fn serve(text: &str, name: &str) -> Result<String, BoxError> {
+    Ok(serve_local(text, name).await?.0)
+}
+
+/// [`serve`], and the service's write path in process beside it.
+pub async fn serve_local(text: &str, name: &str) -> Result<(String, Local), BoxError> {
     let config = Config::from_text(text, name, std::iter::empty(), &[])?;
     Service::migrate(&config).await?;
     let service = Service::start(config).await?;
+    let local = service.local();
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(service.serve(listener, std::future::pending()));
-    Ok(base)
+    Ok((base, local))
+}
+
+/// The sum and the count of the service's histogram `name` so far, from
+/// its `/metrics`: their differences between two reads give the mean of
+/// what was recorded in between.
+pub async fn histogram(
+    client: &HttpClient,
+    base: &str,
+    name: &str,
+) -> Result<(f64, f64), BoxError> {
+    let (_, text) = call(client, Method::GET, &format!("{base}/metrics"), None, None).await?;
+    let text = String::from_utf8_lossy(&text);
+    let figure = |suffix: &str| {
+        let prefix = format!("{name}_{suffix} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((figure("sum"), figure("count")))
 }
 
 /// One request: its status and body.

@@ -6,6 +6,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 pub mod http;
 pub mod members;
+pub mod sizes;
 pub mod stats;
 
 /// Any error of a bench run.

@@ -41,6 +41,7 @@ mod feed;
 mod freshness;
 mod idempotency;
 pub mod jobs;
+mod local;
 mod metrics;
 mod namespace;
 mod observes;
@@ -51,6 +52,8 @@ mod service;
 mod state;
 
 pub use config::{Config, ConfigError};
+pub use local::Local;
+pub use problem::ProblemBody;
 pub use service::{Service, StartError};
 
 use namespace::dispatch;

@@ -36,7 +36,7 @@ pub struct Problem {
 }
 
 /// The problem document: what `Problem` serializes to.
-#[derive(Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ProblemBody {
     /// `urn:counter-service:problem:<slug>`.
     #[serde(rename = "type")]
@@ -296,17 +296,29 @@ impl Problem {
     /// The problem document, as the answer's body carries it: a
     /// [`ProblemBody`], the type the OpenAPI document describes.
     pub fn document(&self) -> Value {
-        let body = ProblemBody {
+        serde_json::to_value(self.body()).unwrap_or(Value::Null)
+    }
+
+    /// The problem document, typed.
+    pub fn body(&self) -> ProblemBody {
+        ProblemBody {
             kind_uri: format!("urn:counter-service:problem:{}", self.slug),
             title: self.title().to_owned(),
             status: self.status.as_u16(),
             detail: self.detail.clone(),
             kind: self.kind.to_owned(),
             extensions: self.extensions.clone(),
-        };
-        serde_json::to_value(body).unwrap_or(Value::Null)
+        }
     }
 }
+
+impl std::fmt::Display for ProblemBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.kind, self.detail)
+    }
+}
+
+impl std::error::Error for ProblemBody {}
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {

@@ -237,6 +237,12 @@ impl Service {
         })
     }
 
+    /// The service's write path in process, without HTTP (see
+    /// [`Local`](crate::Local)).
+    pub fn local(&self) -> crate::Local {
+        crate::Local::new(self.state.clone())
+    }
+
     /// The router, for serving it on a listener of your own (or testing).
     pub fn router(&self) -> Router {
         api::router(self.state.clone())

@@ -214,26 +214,10 @@ async fn naive(db: DatabaseConnection) -> Result<String, BoxError> {
 }
 
 /// The mean requests per committed add group so far, from the service's
-/// `/metrics` (its histogram's sum over its count).
+/// `/metrics`.
 async fn mean_add_group(client: &HttpClient, service: &str) -> Result<f64, BoxError> {
-    let (_, text) = call(
-        client,
-        Method::GET,
-        &format!("{service}/metrics"),
-        None,
-        None,
-    )
-    .await?;
-    let text = String::from_utf8_lossy(&text);
-    let figure = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let (sum, count) = (
-        figure("counter_service_add_group_requests_sum "),
-        figure("counter_service_add_group_requests_count "),
-    );
+    let (sum, count) =
+        http::histogram(client, service, "counter_service_add_group_requests").await?;
     Ok(if count > 0.0 { sum / count } else { 0.0 })
 }
 

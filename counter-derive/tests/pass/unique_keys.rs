@@ -34,7 +34,7 @@ async fn usage(db: &sea_orm::DatabaseConnection) -> counter_core::Result<()> {
     posts.observe(db, 1, UniqueKey::Viewers, "ann").await?;
     let _: u64 = posts.unique(db, 1, UniqueKey::Viewers).await?;
     let _ = posts.unique_many(db, &[1, 2], &[UniqueKey::Visitors]).await?;
-    let _ = page_counters::counters().observe(db, "home".to_owned(), "visitors", "ann").await?;
+    page_counters::counters().observe(db, "home".to_owned(), "visitors", "ann").await?;
     assert_eq!(page_counters::Key::ALL.len(), 0);
     assert_eq!(UniqueKey::ALL, [UniqueKey::Viewers, UniqueKey::Visitors]);
     Ok(())

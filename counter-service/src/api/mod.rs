@@ -38,7 +38,7 @@ use tower_http::{
 use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-pub use write::{IDEMPOTENCY_KEY, REPLAYED};
+pub use write::{BatchAddReply, BatchItem, IDEMPOTENCY_KEY, REPLAYED};
 
 use crate::{problem::Problem, state::AppState};
 

@@ -106,7 +106,7 @@ pub struct AddAndGetReply {
 }
 
 /// The answer to a batch add.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BatchAddReply {
     /// Items applied now.
     pub applied: u64,
@@ -227,12 +227,27 @@ async fn write(
         .get(super::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let source = namespace.source_for(target.caller.token());
+    respond(apply(namespace, source, key, request_id, op, items).await?)
+}
+
+/// Checks `items` and applies them through the namespace's add queue as
+/// `source`'s write: the HTTP handlers' path, and the in-process one
+/// ([`crate::Local`]).
+pub(crate) async fn apply(
+    namespace: &Namespace,
+    source: String,
+    key: Option<String>,
+    request_id: Option<String>,
+    op: Op,
+    items: Vec<BatchItem>,
+) -> Result<Outcome, Problem> {
     dispatch!(&namespace.table, h => {
         let mut write = check(namespace, op, key, items)?;
         write.request_id = request_id;
-        write.source = namespace.source_for(target.caller.token());
+        write.source = source;
         let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
-        respond(adds.submit(write).await?)
+        adds.submit(write).await
     })
 }
 

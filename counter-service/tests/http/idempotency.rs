@@ -184,3 +184,59 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    /// `Service::local`: the write path without HTTP shares the HTTP
+    /// path's checks, groups and ledger (a retry over HTTP of an
+    /// in-process call replays its answer), and refuses what HTTP refuses
+    /// with the same problem documents.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn in_process_adds_share_the_ledger_and_the_checks(t: TestDb) {
+        let scratch = Scratch::of(&t).await;
+        let service = Running::start(&config_text("open = true", &scratch, NAMESPACES)).await;
+        let b = t.backend;
+        let item = || counter_service::api::BatchItem {
+            id: Some("item-1".into()),
+            owner: json!(7),
+            key: "likes".into(),
+            delta: 3,
+            at: None,
+        };
+
+        let first = service.local.batch_add("posts", vec![item()], Some("local-1")).await.unwrap();
+        assert_eq!((first.applied, first.duplicates), (1, 0), "[{b}]");
+        let again = service.local.batch_add("posts", vec![item()], Some("local-1")).await.unwrap();
+        assert_eq!((again.applied, again.duplicates), (1, 0), "[{b}] a retry answers the first reply");
+        let body = json!({"items": [{"id": "item-1", "owner": 7, "key": "likes", "delta": 3}]});
+        let over_http = service.post_keyed("/v1/posts/counters:batchAdd", None, "local-1", body.clone()).await;
+        assert_eq!(over_http.status, 200, "[{b}] {}", over_http.text);
+        assert_eq!(over_http.header("idempotent-replayed"), Some("true"), "[{b}]");
+        assert_eq!(over_http.text, r#"{"applied":1,"duplicates":0}"#, "[{b}]");
+        // Without the key, the item's id still applies it once.
+        let by_id = service.local.batch_add("posts", vec![item()], None).await.unwrap();
+        assert_eq!((by_id.applied, by_id.duplicates), (0, 1), "[{b}]");
+        let plain = counter_service::api::BatchItem { id: None, ..item() };
+        service.local.batch_add("posts", vec![plain], None).await.unwrap();
+        let totals = service.totals("posts", None, json!([7]), json!(["likes"])).await;
+        assert_eq!(totals, json!({"7": {"likes": 6}}), "[{b}]");
+
+        let refused = |e: counter_service::ProblemBody| (e.status, e.kind);
+        let unknown = service.local.batch_add("nope", vec![item()], None).await.unwrap_err();
+        assert_eq!(refused(unknown), (404, "not_found".to_owned()), "[{b}]");
+        let empty = service.local.batch_add("posts", vec![], None).await.unwrap_err();
+        assert_eq!(refused(empty), (400, "invalid_input".to_owned()), "[{b}]");
+        let undeclared = counter_service::api::BatchItem { key: "nope".into(), ..item() };
+        let undeclared = service.local.batch_add("posts", vec![undeclared], None).await.unwrap_err();
+        assert_eq!(undeclared.status, 400, "[{b}] {undeclared}");
+        let bad_key = service.local.batch_add("posts", vec![item()], Some("bad key\n")).await.unwrap_err();
+        assert_eq!(refused(bad_key), (400, "invalid_input".to_owned()), "[{b}]");
+        let reused = service.local.batch_add("posts", vec![plain_of(item(), 9)], Some("local-1")).await.unwrap_err();
+        assert_eq!(refused(reused), (409, "conflict".to_owned()), "[{b}]");
+        service.stop().await;
+    }
+}
+
+/// `item` with another delta.
+fn plain_of(item: counter_service::api::BatchItem, delta: i64) -> counter_service::api::BatchItem {
+    counter_service::api::BatchItem { delta, ..item }
+}

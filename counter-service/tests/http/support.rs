@@ -194,6 +194,8 @@ pub fn config_text(server: &str, scratch: &Scratch, rest: &str) -> String {
 /// The service in this process, on a free loopback port.
 pub struct Running {
     pub api: Api,
+    /// The same service's write path in process.
+    pub local: counter_service::Local,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -222,6 +224,7 @@ impl Running {
         let service = Service::start(config)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
+        let local = service.local();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -230,6 +233,7 @@ impl Running {
         }));
         Running {
             api: Api::new(base),
+            local,
             stop: Some(stop),
             task,
         }

@@ -5,6 +5,9 @@
 //! at the limit), from medians of interleaved rounds (path, raw, path,
 //! raw, ...), so that both meet the same machine. Sections:
 //!
+//! * **adds** (`adds.rs`): the service's hot adds, keyed and plain, over
+//!   HTTP against the same adds through its write path in process (the
+//!   same queue, groups and SQL), each at the group sizes it ran at.
 //! * **cache** (`cache.rs`, with `--redis-url`): an all-hit cached read
 //!   of 1,000 owners x 4 keys against a raw `MGET` plus decoding by hand;
 //!   the service's cached batch get over HTTP against the same read in
@@ -17,6 +20,9 @@
 //!   `SELECT` of their sketch rows merged by hand (`unique_read`); a full
 //!   compaction of the sketch rows the loads left (rows folded a second).
 //!
+//! With `--growth SIZES`, the run measures how cost grows with the data
+//! instead (`growth.rs`, the chart drawn by `chart.rs`).
+//!
 //! Every figure is checked, not only timed: each owner's stored sketch
 //! must equal the sketch of what the service acknowledged, and the run
 //! fails otherwise. Tables are dropped at the start and the end.
@@ -24,7 +30,10 @@
 //! `cargo run --release -p bench --bin limits -- --database-url URL
 //! [--redis-url URL] --json PATH`
 
+mod adds;
 mod cache;
+mod chart;
+mod growth;
 mod unique;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -72,6 +81,16 @@ pub(crate) struct Args {
     /// when not given), 1 to 64.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
     add_workers: Option<u64>,
+    /// Measure how cost grows instead (and nothing else): owners of each
+    /// size, e.g. `10000,100000,1000000` (each 10 to 10,000,000).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    growth: Option<Vec<u64>>,
+    /// Members per owner-day of the growth's unique sketches.
+    #[arg(long, value_delimiter = ',', default_value = "10,1000,1000000", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    growth_members: Vec<u64>,
+    /// Where to draw the growth chart (SVG).
+    #[arg(long)]
+    svg: Option<PathBuf>,
     /// Timed reads per round, 1 to 10,000.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     reads: u64,
@@ -124,10 +143,23 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         DbBackend::MySql => "mysql",
         _ => "sqlite",
     };
+    if let Some(sizes) = &args.growth {
+        println!("growth on {backend}: {sizes:?} owners");
+        let (growth, ok) = growth::run(&args, &db, sizes).await?;
+        if let (Some(path), Some(rows)) = (&args.svg, growth["owners"].as_array()) {
+            std::fs::write(path, chart::svg(backend, rows))?;
+        }
+        let report = json!({"backend": backend, "growth": growth});
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
+        }
+        return Ok(ok);
+    }
     println!(
         "limits on {backend}: {} s a load, {} rounds",
         args.secs, args.rounds
     );
+    let adds = adds::run(&args, &db, &url).await?;
     let unique = unique::run(&args, &db, &url).await?;
     let cache = match &args.redis_url {
         Some(redis) => cache::run(&args, &db, &url, redis).await?,
@@ -137,7 +169,12 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         },
     };
     let mut limits = Map::new();
-    for (name, limit) in cache.limits.iter().chain(&unique.limits) {
+    for (name, limit) in adds
+        .limits
+        .iter()
+        .chain(&cache.limits)
+        .chain(&unique.limits)
+    {
         println!(
             "{name:<24} {:>10.1} us {:>10.1} us raw  ratio {:.2}",
             limit.own_us,
@@ -154,12 +191,13 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         "secs": args.secs,
         "rounds": args.rounds,
         "limits": limits,
+        "adds": adds.figures,
         "unique": unique.figures,
     });
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
     }
-    Ok(unique.ok && cache.ok)
+    Ok(adds.ok && unique.ok && cache.ok)
 }
 
 #[tokio::main]

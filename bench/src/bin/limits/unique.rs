@@ -11,7 +11,7 @@ use std::{
 use bench::{
     BoxError,
     http::{self, HttpClient},
-    members,
+    members, sizes,
     stats::{median, percentile},
 };
 use chrono::{DateTime, Days, Utc};
@@ -19,7 +19,7 @@ use counter_core::{CounterTable, Counters, Window, unique::Sketch};
 use futures_util::StreamExt;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, Statement,
+    ConnectionTrait, DatabaseConnection, DbBackend,
     sea_query::{Alias, Expr, ExprTrait, Query},
 };
 use serde_json::json;
@@ -481,51 +481,21 @@ async fn unique_read(
     ))
 }
 
-/// The sketch table's bytes on disk (PostgreSQL: with its TOAST and
-/// indexes, after a `VACUUM`, what autovacuum would run; MySQL: data and
-/// index length after `ANALYZE TABLE`; SQLite: not measured) and the
+/// The sketch table's bytes on disk ([`sizes::table_bytes`]) and the
 /// bytes of its live sketches.
 async fn sketch_bytes(db: &DatabaseConnection) -> Result<(Option<u64>, u64), BoxError> {
-    let backend = db.get_database_backend();
-    // Table names are this bench's constants: no input reaches the SQL.
-    let number = |sql: String| async move {
-        let row = db
-            .query_one_raw(Statement::from_string(backend, sql))
-            .await?;
-        let n = row.map(|row| row.try_get::<i64>("", "n")).transpose()?;
-        Ok::<_, BoxError>(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
-    };
-    let (length, integer) = match backend {
+    let (length, integer) = match db.get_database_backend() {
         DbBackend::Postgres => ("octet_length", "BIGINT"),
         DbBackend::MySql => ("LENGTH", "SIGNED"),
         _ => ("LENGTH", "INTEGER"),
     };
-    let live = number(format!(
-        "SELECT CAST(COALESCE(SUM({length}(sketch)), 0) AS {integer}) AS n FROM {SKETCHES}"
-    ))
+    // The table's name is this bench's constant: no input reaches the SQL.
+    let live = sizes::number(
+        db,
+        format!(
+            "SELECT CAST(COALESCE(SUM({length}(sketch)), 0) AS {integer}) AS n FROM {SKETCHES}"
+        ),
+    )
     .await?;
-    let disk = match backend {
-        DbBackend::Postgres => {
-            db.execute_unprepared(&format!("VACUUM {SKETCHES}")).await?;
-            Some(
-                number(format!(
-                    "SELECT CAST(pg_total_relation_size('{SKETCHES}') AS BIGINT) AS n"
-                ))
-                .await?,
-            )
-        }
-        DbBackend::MySql => {
-            db.execute_unprepared(&format!("ANALYZE TABLE {SKETCHES}"))
-                .await?;
-            Some(
-                number(format!(
-                    "SELECT CAST(data_length + index_length AS SIGNED) AS n FROM information_schema.tables \
-                     WHERE table_schema = DATABASE() AND table_name = '{SKETCHES}'"
-                ))
-                .await?,
-            )
-        }
-        _ => None,
-    };
-    Ok((disk, live))
+    Ok((sizes::table_bytes(db, SKETCHES).await?, live))
 }
