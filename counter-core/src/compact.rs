@@ -85,11 +85,18 @@ impl<I: OwnerId> Compact<I> {
 
     /// Only these keys.
     pub fn keys<K: CounterKey>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
-        self.keys = Some(
-            keys.into_iter()
-                .map(|k| k.as_key_str().to_owned())
-                .collect(),
-        );
+        let mut keys: Vec<String> = keys
+            .into_iter()
+            .map(|k| k.as_key_str().to_owned())
+            .collect();
+        // Each key once (keys compare byte for byte, as the key column
+        // does): a statement's `count_key IN (..)` then never holds one key
+        // twice, a list MariaDB turns into an equality, and a prepared
+        // statement executed first with such a list drops `count_key` from
+        // its `ORDER BY` for every later execution (see `Batch::fold`).
+        keys.sort_unstable();
+        keys.dedup();
+        self.keys = Some(keys);
         self
     }
 
@@ -367,21 +374,31 @@ impl<I: OwnerId> Batch<I> {
     async fn fold<C: ConnectionTrait>(&self, txn: &C) -> Result<CompactStats, DbErr> {
         let (table, layout) = (self.table.as_str(), self.layout);
         let lock = sql::lock_slots(self.dialect, table, layout, &self.scope());
-        let locked = txn
+        let mut locked = txn
             .query_all_raw(lock)
             .await?
             .iter()
             .map(|row| SlotRow::<I>::decode(row, layout))
             .collect::<Result<Vec<_>>>()
             .map_err(CounterError::into_db_err)?;
+        // Grouped by counter here, not trusting the server's row order: the
+        // lock asks for primary-key order, but MariaDB 10.11 does not always
+        // return it. A prepared statement (sqlx caches one per connection)
+        // whose first execution had a key list of one key repeated, `IN
+        // ('a', 'a')`, keeps `count_key` out of its `ORDER BY` in every
+        // later execution, so rows come back by owner and slot, the keys
+        // interleaved: a counter read as several short runs was left
+        // unfolded, or folded short, below `min_rows` (and misreported).
+        // A stable sort of rows already in order is one linear pass.
+        locked.sort_by(|a, b| group_key(a).cmp(&group_key(b)).then(a.slot.cmp(&b.slot)));
         let mut stats = CompactStats {
             rows_before: locked.len() as u64,
             rows_after: locked.len() as u64,
             batches: 1,
             ..CompactStats::default()
         };
-        // Rows come in primary-key order, so a counter's rows are adjacent
-        // (the lock read only the slots folded).
+        // Sorted, a counter's rows are adjacent (the lock read only the
+        // slots folded).
         let target = self.slots.target();
         let mut victims: Vec<SlotRow<I>> = Vec::new();
         // Folded counters that have no target row yet: folding creates one.

@@ -121,11 +121,12 @@ pub(crate) fn lock_slots(
     if dialect == Dialect::MySql {
         // Through the primary key, never the key index `(count_key,
         // owner_id)` that a `count_key IN (..)` tempts the optimizer into:
-        // rows are then locked in the order writers lock them, and the
-        // read cannot miss a row. (Reading through the key index, MariaDB
-        // 10.11 returned a counter short of a row now and then in the
-        // model check, always with a key filter and no owner bound, so the
-        // batch left the counter unfolded or misreported what it folded.)
+        // rows are then locked in the order writers lock them. (A counter
+        // once seen "short of a row" here, always with a key filter, was
+        // most likely the result-order defect `Batch::fold` now guards
+        // against by sorting: MariaDB can return these rows out of
+        // primary-key order, whatever the index, after a prepared
+        // execution with a repeated key.)
         select.force_index(Alias::new("PRIMARY"), IndexHintScope::All);
     }
     if let Some(owners) = condition(Expr::col(Alias::new(col::OWNER_ID)), range) {

@@ -627,3 +627,101 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    /// A compaction groups the rows it locked by counter whatever order the
+    /// server returns them in. On MariaDB 10.11 a prepared lock statement
+    /// (sqlx keeps one per connection) first executed with one key repeated,
+    /// `count_key IN ('views', 'views')`, dropped `count_key` from its
+    /// `ORDER BY` for good: the next compaction on that connection, keys
+    /// `likes` and `views`, read owner 1's rows by slot with the keys
+    /// interleaved, saw `likes` as runs shorter than `min_rows` and left it
+    /// unfolded (the model check's intermittent "compaction left {0: 2, 1:
+    /// 0, 2: 0, 3: 0}", when both compactions drew the same pooled
+    /// connection). One connection here, so it is the same every run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[label = "compact_repeated_keys"]
+    async fn a_repeated_key_does_not_split_the_next_compactions_counters(t: TestDb) {
+        let b = t.backend;
+        let name = "order_counters";
+        let counters: Counters<i64> = counter_tests::counters(name, 8);
+        counters.create_table(&t.db).await.unwrap();
+        // One connection, so both compactions meet the same prepared
+        // statements (SQLite's in-memory database is one connection already).
+        let own = match t.server_addr() {
+            Some(addr) => Some(t.connect_via(&addr, 1).await.unwrap()),
+            None => None,
+        };
+        let db = own.as_ref().unwrap_or(&t.db);
+        let each = |keys: &[&str], batch_rows: usize| {
+            Compact::new()
+                .keys(keys.to_vec())
+                .min_rows(4)
+                .batch_rows(batch_rows)
+        };
+        // The whole table in one batch (no owner bound), then a batch per
+        // owner (owner bounds).
+        for batch_rows in [1_000, 3] {
+            db.execute_unprepared(&format!("DELETE FROM {name}"))
+                .await
+                .unwrap();
+            // Owner 1: `likes` in slots 0..=7, `views` in slots 2 and 3.
+            // Owner 2: `likes` in slots 1..=4 (no slot 0 yet), `views` in
+            // slots 1 and 2.
+            for slot in 0..=7 {
+                raw::insert_slot(db, name, 1_i64, "likes", slot, i64::from(slot) + 1).await;
+            }
+            for slot in 1..=4 {
+                raw::insert_slot(db, name, 2_i64, "likes", slot, 10 * i64::from(slot)).await;
+            }
+            for (owner, slots) in [(1_i64, [2, 3]), (2, [1, 2])] {
+                for slot in slots {
+                    raw::insert_slot(db, name, owner, "views", slot, -3).await;
+                }
+            }
+            // Nothing to fold: two `views` rows per owner, fewer than 4.
+            let views = counters
+                .compact(db, &each(&["views", "views"], batch_rows))
+                .await
+                .unwrap();
+            assert_eq!(
+                (
+                    views.totals.rows_before,
+                    views.totals.rows_after,
+                    views.totals.counters_folded
+                ),
+                (4, 4, 0),
+                "[{b}] batch_rows {batch_rows}: {views:?}"
+            );
+            let both = counters
+                .compact(db, &each(&["likes", "views"], batch_rows))
+                .await
+                .unwrap();
+            assert_eq!(
+                (
+                    both.totals.rows_before,
+                    both.totals.rows_after,
+                    both.totals.counters_folded
+                ),
+                (16, 6, 2),
+                "[{b}] batch_rows {batch_rows}: {both:?}"
+            );
+            assert_eq!(
+                raw::all_slot_rows(db, name).await,
+                [
+                    (1, "likes".to_owned(), 0, 36),
+                    (1, "views".to_owned(), 2, -3),
+                    (1, "views".to_owned(), 3, -3),
+                    (2, "likes".to_owned(), 0, 100),
+                    (2, "views".to_owned(), 1, -3),
+                    (2, "views".to_owned(), 2, -3),
+                ],
+                "[{b}] batch_rows {batch_rows}"
+            );
+        }
+        if let Some(own) = own {
+            own.close().await.unwrap();
+        }
+        t.finish().await;
+    }
+}
