@@ -63,8 +63,15 @@ mod comment {
 mod category {
     use sea_orm::entity::prelude::*;
 
-    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, counter_core::SlottedCounter)]
-    #[derive(counter_derive::CounterCache)]
+    #[derive(
+        Clone,
+        Debug,
+        PartialEq,
+        Eq,
+        DeriveEntityModel,
+        counter_core::SlottedCounter,
+        counter_derive::CounterCache,
+    )]
     #[sea_orm(table_name = "categories")]
     #[counter(keys(children, r#type))]
     #[counter_cache(parent = Entity, key = children, via = r#parent)]
@@ -106,11 +113,20 @@ fn main() {
     }
     let s = String::from;
 
-    let rules: Vec<_> = comment::Entity::cache_rules().into_iter().map(rule).collect();
+    let rules: Vec<_> = comment::Entity::cache_rules()
+        .into_iter()
+        .map(rule)
+        .collect();
     assert_eq!(
         rules,
         [
-            ("posts_counters", "comments", s("PostId"), s("None"), s("None")),
+            (
+                "posts_counters",
+                "comments",
+                s("PostId"),
+                s("None"),
+                s("None")
+            ),
             (
                 "posts_counters",
                 "published_comments",
@@ -125,7 +141,13 @@ fn main() {
                 s("None"),
                 s("Some((Published, false))"),
             ),
-            ("posts_counters", "tips", s("PostId"), s("Some(Amount)"), s("None")),
+            (
+                "posts_counters",
+                "tips",
+                s("PostId"),
+                s("Some(Amount)"),
+                s("None")
+            ),
         ]
     );
     assert_eq!(
@@ -148,7 +170,12 @@ fn main() {
     comment::Entity::count_row(&row, 1, &mut deltas).unwrap();
     let mut expected = DeltaBatch::new();
     expected
-        .add(post::Entity::counters(), 7, post::counters::Key::Comments, 1)
+        .add(
+            post::Entity::counters(),
+            7,
+            post::counters::Key::Comments,
+            1,
+        )
         .unwrap();
     expected
         .add(post::Entity::counters(), 7, post::counters::Key::Tips, 5)
@@ -175,7 +202,9 @@ fn main() {
         (post::counters::Key::PublishedComments, -1),
         (post::counters::Key::Tips, -5),
     ] {
-        expected.add(post::Entity::counters(), 7, key, delta).unwrap();
+        expected
+            .add(post::Entity::counters(), 7, key, delta)
+            .unwrap();
     }
     assert_eq!(shown(&deltas), shown(&expected));
     // Counted in and out again, the row nets to nothing.
@@ -183,11 +212,20 @@ fn main() {
     assert!(deltas.is_empty(), "{deltas:?}");
 
     // The tree: `Option<i32>` via, `Option<bool>` when.
-    let rules: Vec<_> = category::Entity::cache_rules().into_iter().map(rule).collect();
+    let rules: Vec<_> = category::Entity::cache_rules()
+        .into_iter()
+        .map(rule)
+        .collect();
     assert_eq!(
         rules,
         [
-            ("categories_counters", "children", s("Parent"), s("None"), s("None")),
+            (
+                "categories_counters",
+                "children",
+                s("Parent"),
+                s("None"),
+                s("None")
+            ),
             (
                 "categories_counters",
                 "type",
@@ -210,10 +248,20 @@ fn main() {
     category::Entity::count_row(&child, 1, &mut deltas).unwrap();
     let mut expected = DeltaBatch::new();
     expected
-        .add(category::Entity::counters(), 1, category::counters::Key::Children, 1)
+        .add(
+            category::Entity::counters(),
+            1,
+            category::counters::Key::Children,
+            1,
+        )
         .unwrap();
     expected
-        .add(category::Entity::counters(), 1, category::counters::Key::Type, 1)
+        .add(
+            category::Entity::counters(),
+            1,
+            category::counters::Key::Type,
+            1,
+        )
         .unwrap();
     assert_eq!(shown(&deltas), shown(&expected));
     // `NULL` never counts for `when`, but the row is still a child.
@@ -225,7 +273,12 @@ fn main() {
     category::Entity::count_row(&untyped, 1, &mut deltas).unwrap();
     let mut expected = DeltaBatch::new();
     expected
-        .add(category::Entity::counters(), 1, category::counters::Key::Children, 1)
+        .add(
+            category::Entity::counters(),
+            1,
+            category::counters::Key::Children,
+            1,
+        )
         .unwrap();
     assert_eq!(shown(&deltas), shown(&expected));
     // A root has no parent: it counts nowhere.

@@ -33,8 +33,12 @@ async fn usage(db: &sea_orm::DatabaseConnection) -> counter_core::Result<()> {
     posts.add(db, 1, Key::Likes, 1).await?;
     posts.observe(db, 1, UniqueKey::Viewers, "ann").await?;
     let _: u64 = posts.unique(db, 1, UniqueKey::Viewers).await?;
-    let _ = posts.unique_many(db, &[1, 2], &[UniqueKey::Visitors]).await?;
-    page_counters::counters().observe(db, "home".to_owned(), "visitors", "ann").await?;
+    let _ = posts
+        .unique_many(db, &[1, 2], &[UniqueKey::Visitors])
+        .await?;
+    page_counters::counters()
+        .observe(db, "home".to_owned(), "visitors", "ann")
+        .await?;
     assert_eq!(page_counters::Key::ALL.len(), 0);
     assert_eq!(UniqueKey::ALL, [UniqueKey::Viewers, UniqueKey::Visitors]);
     Ok(())
@@ -44,6 +48,9 @@ fn main() {
     let table = post::Entity::counters().table();
     assert!(table.is_unique("viewers") && table.is_unique("visitors"));
     assert!(!table.is_unique("likes"));
-    assert_eq!(table.sketch_table().as_deref(), Some("posts_counters_sketches"));
+    assert_eq!(
+        table.sketch_table().as_deref(),
+        Some("posts_counters_sketches")
+    );
     assert_eq!(table.bucket_table(), None, "only a unique key is windowed");
 }

@@ -26,7 +26,7 @@ use chrono::{DateTime, Days, TimeZone, Utc};
 use counter_core::{Compact, CounterTable, Counters, SlotPolicy, Window, unique::Sketch};
 use counter_redis::{CountCache, RedisTarget};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, TransactionTrait};
 use serde_json::{Value, json};
 
 use crate::Args;
@@ -285,6 +285,18 @@ async fn seed(db: &DatabaseConnection, owners: i64) -> Result<(), BoxError> {
         db.execute_unprepared(&hot).await?;
         lo = hi + 1;
     }
+    // The planner's statistics, as autovacuum (PostgreSQL) or InnoDB's
+    // automatic recalculation would have them for a table that grew over
+    // time: without them, a read just after a bulk load can be planned as
+    // a scan.
+    match backend {
+        DbBackend::Postgres => db.execute_unprepared(&format!("ANALYZE {TABLE}")).await?,
+        DbBackend::MySql => {
+            db.execute_unprepared(&format!("ANALYZE TABLE {TABLE}"))
+                .await?
+        }
+        _ => db.execute_unprepared(&format!("ANALYZE {TABLE}")).await?,
+    };
     Ok(())
 }
 
@@ -330,11 +342,14 @@ async fn unique(args: &Args, db: &DatabaseConnection) -> Result<(Value, bool), B
             for m in 0..members {
                 sketch.insert(&(u64::from(d) * members + m));
             }
+            // A day's sketches in one transaction.
+            let txn = db.begin().await?;
             for &owner in &owners {
                 counters
-                    .observe_sketch_at(db, owner, "visitors", &sketch, day(d)?)
+                    .observe_sketch_at(&txn, owner, "visitors", &sketch, day(d)?)
                     .await?;
             }
+            txn.commit().await?;
         }
         let owner_days = (owners.len() as u32 * UNION_DAYS) as f64;
         let bytes_per_owner_day = sizes::table_bytes(db, &format!("{UNIQUE}_sketches"))
