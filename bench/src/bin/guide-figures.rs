@@ -202,63 +202,35 @@ fn limits(bench: &Path) -> Result<String, BoxError> {
             Box::new(unique("compaction_rows_folded_per_s", 0, any)),
         ),
     ];
-    Ok(table("", &rows, &runs))
+    Ok(table("figure", &rows, &runs))
 }
 
 fn limits_adds(bench: &Path) -> Result<String, BoxError> {
     let runs = runs(bench, "limits", false)?;
-    let adds = |name: &'static str, figure: &'static str, decimals: usize| {
-        move |run: &Value, _: Option<&Value>| {
-            Some(number(
-                field(run, &format!("adds.{name}.{figure}"))?,
-                decimals,
+    let mut rows: Vec<(&str, Cell)> = Vec::new();
+    for (name, kind) in [
+        ("service_keyed_add", "keyed"),
+        ("service_plain_add", "plain"),
+    ] {
+        let rate = move |figure: &'static str| -> Cell {
+            Box::new(move |run, _| Some(number(field(run, &format!("adds.{name}.{figure}"))?, 0)))
+        };
+        let groups: Cell = Box::new(move |run, _| {
+            let mean = |phase: &str| field(run, &format!("adds.{name}.{phase}_mean_group"));
+            Some(format!(
+                "{}, {}",
+                number(mean("http")?, 1),
+                number(mean("in_process")?, 1)
             ))
-        }
-    };
-    let rows: Vec<(&str, Cell)> = vec![
-        (
-            "keyed adds/s over HTTP",
-            Box::new(adds("service_keyed_add", "http_adds_per_s", 0)),
-        ),
-        (
-            "keyed adds/s in process",
-            Box::new(adds("service_keyed_add", "in_process_adds_per_s", 0)),
-        ),
-        (
-            "requests per group: over HTTP, in process",
-            Box::new(|run: &Value, _: Option<&Value>| {
-                Some(format!(
-                    "{}, {}",
-                    number(field(run, "adds.service_keyed_add.http_mean_group")?, 1),
-                    number(
-                        field(run, "adds.service_keyed_add.in_process_mean_group")?,
-                        1
-                    )
-                ))
-            }),
-        ),
-        (
-            "plain adds/s over HTTP",
-            Box::new(adds("service_plain_add", "http_adds_per_s", 0)),
-        ),
-        (
-            "plain adds/s in process",
-            Box::new(adds("service_plain_add", "in_process_adds_per_s", 0)),
-        ),
-        (
-            "requests per group: over HTTP, in process",
-            Box::new(|run: &Value, _: Option<&Value>| {
-                Some(format!(
-                    "{}, {}",
-                    number(field(run, "adds.service_plain_add.http_mean_group")?, 1),
-                    number(
-                        field(run, "adds.service_plain_add.in_process_mean_group")?,
-                        1
-                    )
-                ))
-            }),
-        ),
-    ];
+        });
+        let (over_http, in_process) = match kind {
+            "keyed" => ("keyed adds/s over HTTP", "keyed adds/s in process"),
+            _ => ("plain adds/s over HTTP", "plain adds/s in process"),
+        };
+        rows.push((over_http, rate("http_adds_per_s")));
+        rows.push((in_process, rate("in_process_adds_per_s")));
+        rows.push(("requests per group: over HTTP, in process", groups));
+    }
     Ok(table("64 clients, one hot counter", &rows, &runs))
 }
 
@@ -475,7 +447,7 @@ mod tests {
         let (fresh, changed) = rewrite(page, &dir).unwrap();
         assert_eq!(changed, ["limits"]);
         assert!(
-            fresh.starts_with("intro\n<!-- figures:limits -->\n| |"),
+            fresh.starts_with("intro\n<!-- figures:limits -->\n| figure |"),
             "{fresh}"
         );
         assert!(
