@@ -1,12 +1,4 @@
-//! The service's adds called in process, without HTTP.
-//!
-//! A process that embeds the service ([`crate::Service::router`] on a listener of
-//! its own) may add beside its HTTP callers, and the `limits` bench
-//! measures what HTTP costs against exactly this path. A call goes through
-//! the checks, the add queue and the groups of `counters:batchAdd`; it
-//! carries no token (the embedding process is trusted with every
-//! namespace) and records its ids under the ledger source of a caller
-//! without one.
+//! The service's adds called in process, without HTTP: [`Local`].
 
 use crate::{
     adds::Op,
@@ -16,8 +8,17 @@ use crate::{
     state::AppState,
 };
 
-/// A handle on a started service's write path: see the [module](self).
-/// Cloning is cheap; it keeps working while the service serves.
+/// A started service's adds called in process, without HTTP
+/// ([`Service::local`](crate::Service::local)).
+///
+/// A process that embeds the service ([`crate::Service::router`] on a
+/// listener of its own) may add beside its HTTP callers, and the `limits`
+/// bench measures what HTTP costs against exactly this path. A call goes
+/// through the checks, the add queue and the groups of `counters:batchAdd`;
+/// it carries no token (the embedding process is trusted with every
+/// namespace) and records its ids under the ledger source of a caller
+/// without one. Cloning is cheap; it keeps working while the service
+/// serves.
 #[derive(Clone)]
 pub struct Local {
     state: AppState,
