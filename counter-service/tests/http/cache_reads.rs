@@ -8,7 +8,7 @@
 //! add acknowledged before the read was sent. RELIABILITY.md 51.
 //!
 //! `COUNTER_TEST_CACHE_READS` sets the checked reads per backend (default
-//! 20,000; RELIABILITY.md reports a run of 100,000).
+//! 20,000; CI runs 8,000 and RELIABILITY.md reports a run of 100,000).
 
 use std::{
     sync::{

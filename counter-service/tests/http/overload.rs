@@ -37,7 +37,7 @@ const MEASURE_CLIENTS: u64 = 32;
 const OVERLOAD: u64 = 5;
 /// 60 s unless `COUNTER_TEST_OVERLOAD_SECS` says otherwise: every add
 /// refused in that time is retried afterwards, about four times as long
-/// at capacity, so CI runs 15 s (`.ci/run`) and RELIABILITY.md reports 60.
+/// at capacity, so CI runs 6 s (`.ci/run`) and RELIABILITY.md reports 60.
 fn offered_for() -> Duration {
     let secs = std::env::var("COUNTER_TEST_OVERLOAD_SECS")
         .ok()

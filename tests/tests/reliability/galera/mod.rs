@@ -18,7 +18,10 @@
 //!   write is in the total, on every node; every call that meets the dead
 //!   node fails with the same kind (`Transient`).
 //!
-//! Runs where `COUNTER_TEST_GALERA_PROVIDER` names the Galera library.
+//! Runs where `COUNTER_TEST_GALERA_PROVIDER` names the Galera library. It
+//! lives in the reliability binary, not one of its own: the suite mostly
+//! waits (node starts, state transfers, a kill), and here the other
+//! reliability tests run beside it.
 
 mod scenarios;
 
