@@ -11,7 +11,8 @@
 //! * `limits`: `limits-{postgres,mariadb}.json` (and `-before.json`);
 //! * `limits-adds`: the same files' `adds` section;
 //! * `growth`: `growth-{postgres,mariadb}.json`, each cost by size;
-//! * `growth-unique`: the same files' unique sketches.
+//! * `growth-unique`: the same files' unique sketches;
+//! * `service`: `service-{postgres,mariadb}.json` (`service-bench`).
 //!
 //! `cargo run -p bench --bin guide-figures [-- --check]`
 
@@ -146,7 +147,7 @@ fn unique(
 fn limits(bench: &Path) -> Result<String, BoxError> {
     let runs = runs(bench, "limits", true)?;
     let any = |_: f64| true;
-    let rows: Vec<(&str, Cell)> = vec![
+    let mut rows: Vec<(&str, Cell)> = vec![
         (
             "`service_keyed_add`: hot adds with an `Idempotency-Key` over HTTP / the same adds in process (target 1.3)",
             Box::new(limit("service_keyed_add", false)),
@@ -167,6 +168,23 @@ fn limits(bench: &Path) -> Result<String, BoxError> {
             "`unique_read`: 1,000 owners through the library / raw `SELECT` + merge (target 1.3)",
             Box::new(limit("unique_read", true)),
         ),
+    ];
+    // Rows measured only with an optional service (e.g. `--nats-url`) are
+    // shown once a committed run has them: pages rendered before stay as
+    // they are.
+    let measured = |name: &str| {
+        runs.iter().any(|(run, _)| {
+            run.as_ref()
+                .is_some_and(|r| field(r, &format!("limits.{name}.ratio")).is_some())
+        })
+    };
+    if measured("mq_consume") {
+        rows.push((
+            "`mq_consume`: a JetStream backlog drained by the counting consumer / by a loop written by hand, per message (target 1.3)",
+            Box::new(limit("mq_consume", false)),
+        ));
+    }
+    let others: Vec<(&str, Cell)> = vec![
         (
             "one-member observes/s over HTTP",
             Box::new(unique("service_observes_per_s", 0, any)),
@@ -202,6 +220,7 @@ fn limits(bench: &Path) -> Result<String, BoxError> {
             Box::new(unique("compaction_rows_folded_per_s", 0, any)),
         ),
     ];
+    rows.extend(others);
     Ok(table("figure", &rows, &runs))
 }
 
@@ -232,6 +251,92 @@ fn limits_adds(bench: &Path) -> Result<String, BoxError> {
         rows.push(("requests per group: over HTTP, in process", groups));
     }
     Ok(table("64 clients, one hot counter", &rows, &runs))
+}
+
+/// `service-bench`'s figures (the service guide's targets in the labels).
+fn service(bench: &Path) -> Result<String, BoxError> {
+    let runs = runs(bench, "service", false)?;
+    let rate =
+        |path: &'static str| -> Cell { Box::new(move |run, _| Some(number(field(run, path)?, 0))) };
+    let ratio = |path: &'static str, met: fn(f64) -> bool| -> Cell {
+        Box::new(move |run, _| {
+            let value = field(run, path)?;
+            Some(against(number(value, 2), met(value)))
+        })
+    };
+    let reads: Cell = Box::new(|run, _| {
+        let ms = |name: &str, decimals| {
+            field(run, &format!("batch_get_ms.{name}")).map(|v| number(v, decimals))
+        };
+        Some(format!(
+            "{} / {} / {} / {} / {}",
+            ms("http", 1)?,
+            ms("in_process", 1)?,
+            ms("http_cached", 1)?,
+            ms("in_process_cached", 1)?,
+            ms("naive_http", 0)?
+        ))
+    });
+    let latency: Cell = Box::new(|run, _| {
+        let p99 = field(run, "p99_ms_at_rate")?;
+        Some(against(
+            format!(
+                "{} / {}",
+                number(field(run, "p50_ms_at_rate")?, 1),
+                number(p99, 1)
+            ),
+            p99 <= 50.0,
+        ))
+    });
+    let exact: Cell = Box::new(|run, _| {
+        Some(format!(
+            "{}, {}",
+            number(field(run, "lost")?, 0),
+            number(field(run, "doubled")?, 0)
+        ))
+    });
+    let rows: Vec<(&str, Cell)> = vec![
+        (
+            "keyed adds/s (64 clients, one counter)",
+            rate("adds_per_s.idempotent"),
+        ),
+        ("adds/s without keys", rate("adds_per_s.plain")),
+        ("naive service's adds/s", rate("adds_per_s.naive")),
+        (
+            "the same requests with no database (`http_ceiling`)",
+            rate("adds_per_s.http_ceiling"),
+        ),
+        (
+            "requests per committed group (`mean_add_group`)",
+            Box::new(|run, _| Some(number(field(run, "mean_add_group")?, 1))),
+        ),
+        (
+            "keyed / naive (`hot_vs_naive`, target 10)",
+            ratio("ratios.hot_vs_naive", |v| v >= 10.0),
+        ),
+        (
+            "keyed / without keys (`idempotent_vs_plain`, target 0.5)",
+            ratio("ratios.idempotent_vs_plain", |v| v >= 0.5),
+        ),
+        (
+            "batch get 1,000 x 4, ms: HTTP / in process / cached / cached in process / naive",
+            reads,
+        ),
+        (
+            "HTTP / in process (`http_vs_inprocess_read`, target at most 1.5)",
+            ratio("ratios.http_vs_inprocess_read", |v| v <= 1.5),
+        ),
+        (
+            "uncached / cached (`cached_vs_uncached_read`, target 5)",
+            ratio("ratios.cached_vs_uncached_read", |v| v >= 5.0),
+        ),
+        (
+            "p50 / p99 ms at 2,000 adds/s offered (target p99 at most 50)",
+            latency,
+        ),
+        ("lost, doubled", exact),
+    ];
+    Ok(table("figure", &rows, &runs))
 }
 
 /// The growth figures: one table per backend, a row per size.
@@ -363,6 +468,7 @@ fn rewrite(page: &str, bench: &Path) -> Result<(String, Vec<String>), BoxError> 
             "limits-adds" => limits_adds(bench)?,
             "growth" => growth(bench)?,
             "growth-unique" => growth_unique(bench)?,
+            "service" => service(bench)?,
             other => return Err(format!("no figures table named `{other}`").into()),
         };
         let fresh = format!("\n{fresh}");
@@ -454,6 +560,7 @@ mod tests {
             fresh.contains("| **1.50 (3.00 / 2.00 ms), missed** | n/a |"),
             "{fresh}"
         );
+        assert!(!fresh.contains("mq_consume"), "{fresh}");
         assert!(
             fresh.ends_with("<!-- /figures:limits -->\nafter\n"),
             "{fresh}"
@@ -462,6 +569,16 @@ mod tests {
         let (again, changed) = rewrite(&fresh, &dir).unwrap();
         assert!(changed.is_empty());
         assert_eq!(again, fresh);
+        // A run with the MQ figure shows its row; the other backend "n/a".
+        let run = serde_json::json!({"limits": {"mq_consume": {"ratio": 1.25, "own_us": 50.0, "raw_us": 40.0}}});
+        std::fs::write(dir.join("limits-mariadb.json"), run.to_string()).unwrap();
+        let (with_mq, changed) = rewrite(&fresh, &dir).unwrap();
+        assert_eq!(changed, ["limits"]);
+        assert!(
+            with_mq.contains("(target 1.3) | n/a | 1.25 (50.0 / 40.0 us) |"),
+            "{with_mq}"
+        );
+        std::fs::remove_file(dir.join("limits-mariadb.json")).unwrap();
         let unknown = rewrite("<!-- figures:nope -->\n<!-- /figures:nope -->", &dir).unwrap_err();
         assert!(unknown.to_string().contains("`nope`"), "{unknown}");
         assert!(

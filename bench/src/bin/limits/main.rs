@@ -19,6 +19,13 @@
 //!   union of 1,000 owners; a unique read of 1,000 owners against a raw
 //!   `SELECT` of their sketch rows merged by hand (`unique_read`); a full
 //!   compaction of the sketch rows the loads left (rows folded a second).
+//! * **mq** (`mq.rs`, with `--nats-url`): the counting consumer of
+//!   `counter-mq` draining a JetStream backlog of `--mq-messages` one-event
+//!   messages against a loop written by hand on the same backlog (pull
+//!   `fetch`, serde decoding, one transaction of the dedup insert and one
+//!   multi-row upsert, acknowledgements): messages a second
+//!   (`mq_consume`). Every owner's total must equal the messages published
+//!   for it, on both sides.
 //!
 //! With `--growth SIZES`, the run measures how cost grows with the data
 //! instead (`growth.rs`, the chart drawn by `chart.rs`).
@@ -28,12 +35,13 @@
 //! fails otherwise. Tables are dropped at the start and the end.
 //!
 //! `cargo run --release -p bench --bin limits -- --database-url URL
-//! [--redis-url URL] --json PATH`
+//! [--redis-url URL] [--nats-url URL] --json PATH`
 
 mod adds;
 mod cache;
 mod chart;
 mod growth;
+mod mq;
 mod unique;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -52,6 +60,13 @@ pub(crate) struct Args {
     /// Redis, for the cache section (skipped without it).
     #[arg(long)]
     redis_url: Option<String>,
+    /// NATS with JetStream, for the MQ section (skipped without it).
+    #[arg(long)]
+    nats_url: Option<String>,
+    /// Messages each side of the MQ section drains per round, 100 to
+    /// 1,000,000.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    mq_messages: u64,
     /// Where to write the figures as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -168,12 +183,20 @@ async fn run(args: Args) -> Result<bool, BoxError> {
             ..Section::default()
         },
     };
+    let mq = match &args.nats_url {
+        Some(nats) => mq::run(&args, &db, nats).await?,
+        None => Section {
+            ok: true,
+            ..Section::default()
+        },
+    };
     let mut limits = Map::new();
     for (name, limit) in adds
         .limits
         .iter()
         .chain(&cache.limits)
         .chain(&unique.limits)
+        .chain(&mq.limits)
     {
         println!(
             "{name:<24} {:>10.1} us {:>10.1} us raw  ratio {:.2}",
@@ -183,7 +206,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         );
         limits.insert((*name).to_owned(), limit.json());
     }
-    for (name, value) in &unique.figures {
+    for (name, value) in unique.figures.iter().chain(&mq.figures) {
         println!("{name:<40} {value}");
     }
     let report = json!({
@@ -197,15 +220,17 @@ async fn run(args: Args) -> Result<bool, BoxError> {
             "days": args.days,
             "members_per_day": args.members_per_day,
             "add_workers": args.add_workers,
+            "mq_messages": args.nats_url.as_ref().map(|_| args.mq_messages),
         },
         "limits": limits,
         "adds": adds.figures,
         "unique": unique.figures,
+        "mq": mq.figures,
     });
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
     }
-    Ok(adds.ok && unique.ok && cache.ok)
+    Ok(adds.ok && unique.ok && cache.ok && mq.ok)
 }
 
 #[tokio::main]
