@@ -29,6 +29,16 @@ pub(crate) const OBSERVE_GROUP_REQUESTS: &str = "counter_service_observe_group_r
 /// Observes dropped unrun because their caller had gone before their group.
 pub(crate) const OBSERVES_SKIPPED: &str = "counter_service_observes_skipped_total";
 
+/// Problem answers by `kind` (the problem document's), whatever route or
+/// status: what the dashboard's "errors by kind" and the error-rate alert
+/// read.
+pub(crate) const ERRORS: &str = "counter_service_errors_total";
+/// 1 while `/readyz` would answer 200, read at each scrape.
+pub(crate) const READY: &str = "counter_service_ready";
+/// 1 while a dependency answers (label `dependency`: `database`, `cache`,
+/// `broker`), read at each scrape as `/readyz` reads it.
+pub(crate) const DEPENDENCY_UP: &str = "counter_service_dependency_up";
+
 /// Connections open now.
 pub(crate) const CONNECTIONS_OPEN: &str = "counter_service_connections_open";
 /// Connections closed at the cap to make room for a new one.
@@ -94,6 +104,22 @@ pub(crate) async fn track(request: Request, next: Next) -> Response {
     metrics::histogram!("counter_service_request_duration_seconds", "route" => route, "method" => method)
         .record(start.elapsed().as_secs_f64());
     response
+}
+
+/// Sets the readiness gauges from one `/readyz` check.
+pub(crate) fn record_readiness(readiness: &crate::api::ops::Readiness) {
+    metrics::gauge!(READY).set(f64::from(u8::from(readiness.status == "ready")));
+    let dependencies = [
+        ("database", Some(&readiness.database)),
+        ("cache", readiness.cache.as_ref()),
+        ("broker", readiness.broker.as_ref()),
+    ];
+    for (name, dependency) in dependencies {
+        if let Some(dependency) = dependency {
+            metrics::gauge!(DEPENDENCY_UP, "dependency" => name)
+                .set(f64::from(u8::from(dependency.ok)));
+        }
+    }
 }
 
 /// Sets the gauges read from the cache and the consumer, then renders.

@@ -322,6 +322,7 @@ impl std::error::Error for ProblemBody {}
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
+        metrics::counter!(crate::metrics::ERRORS, "kind" => self.kind).increment(1);
         let mut response = (self.status, Json(self.document())).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));

@@ -14,7 +14,7 @@
 
 mod admin;
 mod extract;
-mod ops;
+pub(crate) mod ops;
 mod read;
 mod schema;
 mod unique;

@@ -57,6 +57,18 @@ pub(crate) async fn healthz() -> &'static str {
     )
 )]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
+    let body = readiness(&state).await;
+    let status = if body.status == "ready" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+/// Each dependency asked once, with its timeout: what `/readyz` answers
+/// and each scrape of `/metrics` records.
+pub(crate) async fn readiness(state: &AppState) -> Readiness {
     let database = match tokio::time::timeout(Duration::from_secs(2), state.db.ping()).await {
         Ok(Ok(())) => Dependency {
             ok: true,
@@ -90,18 +102,12 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         }
     });
     let ready = database.ok && broker.as_ref().is_none_or(|b| b.ok);
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    let body = Readiness {
+    Readiness {
         status: if ready { "ready" } else { "unready" }.into(),
         database,
         cache,
         broker,
-    };
-    (status, axum::Json(body)).into_response()
+    }
 }
 
 async fn ping_cache(cache: &counter_redis::CountCache) -> Dependency {
@@ -120,6 +126,7 @@ async fn ping_cache(cache: &counter_redis::CountCache) -> Dependency {
 /// Prometheus metrics, in its text format.
 #[utoipa::path(operation_id = "metrics", get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text", body = String)))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    crate::metrics::record_readiness(&readiness(&state).await);
     (
         [(
             CONTENT_TYPE,

@@ -6,6 +6,7 @@ mod auth;
 mod cache_reads;
 mod checks;
 mod connections;
+mod dashboards;
 mod endpoints;
 mod hostile;
 mod idempotency;
