@@ -37,9 +37,16 @@
 //! `-wal` and `-shm` files on every exit; the bench table is dropped at the
 //! end and, where the connection still works, after an error.
 //!
-//! `cargo run --release -p bench --bin compact-bench -- --database-url <URL>`
+//! With `--json PATH` the figures of the maintenance guide's table are
+//! written there too ([`Figures`]; `guide-figures` renders the table from
+//! `docs/bench/compaction-<backend>.json`), also when a check fails
+//! (`totals_ok` false, exit 1).
+//!
+//! `cargo run --release -p bench --bin compact-bench -- --database-url <URL>
+//! [--json PATH]`
 
 use std::{
+    path::PathBuf,
     process::ExitCode,
     sync::{
         Arc, Mutex,
@@ -55,6 +62,7 @@ use sea_orm::{
     ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
     sea_query::{Alias, Query},
 };
+use serde::Serialize;
 
 /// Measures compaction and ranking on one database.
 #[derive(Debug, Clone, Parser)]
@@ -81,6 +89,49 @@ struct Args {
     /// Reads per read-time measurement.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     reads: u64,
+    /// Where to write the figures as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// What `--json` writes: the rows of the maintenance guide's table, each
+/// before compaction and after both passes.
+#[derive(Debug, Serialize)]
+struct Figures {
+    /// `postgres`, `mysql` or `sqlite`.
+    backend: &'static str,
+    /// The owners `top(10)` ranks: the background owners and the hot one.
+    ranked_owners: u64,
+    /// The hot counter's concurrent writers.
+    writers: u16,
+    /// The hot counter's slot rows.
+    hot_slot_rows: BeforeAfter<i64>,
+    /// `get` of the hot counter, median and p95 of `--reads`, ms.
+    get_median_ms: BeforeAfter<f64>,
+    get_p95_ms: BeforeAfter<f64>,
+    /// `top(10)`, median of [`TOP_RUNS`], ms.
+    top_median_ms: BeforeAfter<f64>,
+    /// The online pass, timed while the writers write.
+    online_compact: OnlineCompact,
+    /// The hot total equals its acknowledged increments and every other
+    /// total what was written.
+    totals_ok: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct BeforeAfter<T> {
+    before: T,
+    after: T,
+}
+
+#[derive(Debug, Serialize)]
+struct OnlineCompact {
+    rows_before: u64,
+    rows_after: u64,
+    counters_folded: u64,
+    secs: f64,
+    /// Increments the writers got in while it ran.
+    increments_during: i64,
 }
 
 const TABLE: &str = "compact_bench_counters";
@@ -206,6 +257,7 @@ async fn bench(
     let compact_time = started.elapsed();
     writing.store(false, Ordering::SeqCst);
     writers.await??;
+    let increments_during = acked.load(Ordering::SeqCst) - written;
     let online = online?;
     // The quiet pass: the rows written behind the online pass, folded too.
     let quiet = counters.compact(db, &Compact::new().owners([hot])).await?;
@@ -213,6 +265,7 @@ async fn bench(
 
     let mut ok = check(db, counters, hot, &background, acked.load(Ordering::SeqCst)).await?;
     print_report(&before, &after, &online, &quiet, compact_time, args.clients);
+    let totals_ok = ok;
     if online.totals.counters_folded == 0 {
         eprintln!("FAIL: the online compaction pass folded no counter");
         ok = false;
@@ -223,6 +276,39 @@ async fn bench(
             after.hot_rows
         );
         ok = false;
+    }
+    if let Some(path) = &args.json {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let both = |f: fn(&Measure) -> Duration| BeforeAfter {
+            before: ms(f(&before)),
+            after: ms(f(&after)),
+        };
+        let figures = Figures {
+            backend: match db.get_database_backend() {
+                DbBackend::Postgres => "postgres",
+                DbBackend::MySql => "mysql",
+                _ => "sqlite",
+            },
+            ranked_owners: args.owners + 1,
+            writers: args.clients,
+            hot_slot_rows: BeforeAfter {
+                before: before.hot_rows,
+                after: after.hot_rows,
+            },
+            get_median_ms: both(|m| m.read_median),
+            get_p95_ms: both(|m| m.read_p95),
+            top_median_ms: both(|m| m.top_median),
+            online_compact: OnlineCompact {
+                rows_before: online.totals.rows_before,
+                rows_after: online.totals.rows_after,
+                counters_folded: online.totals.counters_folded,
+                secs: compact_time.as_secs_f64(),
+                increments_during,
+            },
+            totals_ok,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")?;
+        println!("wrote {}", path.display());
     }
     Ok(ok)
 }

@@ -1,5 +1,8 @@
 //! What every table shares: loading a bench's JSON, reading a figure out
-//! of it, formatting numbers, and a table with one column per backend.
+//! of it, formatting numbers, and writing a table: [`grid`] writes the
+//! markdown, [`table`] (one column per backend, each cell from a run and
+//! the run before it), [`table_over`] (any list of backends) and
+//! [`columns`] (label columns, then one column per run) build its rows.
 
 use std::path::Path;
 
@@ -9,6 +12,12 @@ use crate::BoxError;
 
 /// The backends a table compares, with their file names' spelling.
 pub(crate) const BACKENDS: [(&str, &str); 2] = [("PostgreSQL", "postgres"), ("MariaDB", "mariadb")];
+
+/// A figure of one run: `None` when the run lacks it.
+pub(crate) type Figure = Box<dyn Fn(&Value) -> Option<String>>;
+
+/// A run's column: its header and its JSON, if committed.
+pub(crate) type Column = (String, Option<Value>);
 
 /// A backend's run of a bench and the run before it, each if committed.
 pub(crate) type Run = (Option<Value>, Option<Value>);
@@ -67,27 +76,106 @@ pub(crate) fn field(json: &Value, path: &str) -> Option<f64> {
 /// One row per figure, one column per backend: `cell(json, before)`
 /// renders a backend's cell ("n/a" without its JSON).
 pub(crate) fn table(header: &str, rows: &[(&str, Cell)], runs: &[Run]) -> String {
-    let mut out = format!("| {header} |");
-    for (name, _) in BACKENDS {
-        out.push_str(&format!(" {name} |"));
-    }
-    out.push_str("\n|---|");
-    for _ in BACKENDS {
-        out.push_str("---:|");
-    }
-    out.push('\n');
-    for (label, cell) in rows {
-        out.push_str(&format!("| {label} |"));
-        for (run, before) in runs {
-            let text = run
-                .as_ref()
-                .and_then(|run| cell(run, before.as_ref()))
-                .unwrap_or_else(|| "n/a".into());
-            out.push_str(&format!(" {text} |"));
+    let mut head = vec![header];
+    head.extend(BACKENDS.iter().map(|(name, _)| *name));
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(label, cell)| {
+            let mut row = vec![(*label).to_owned()];
+            row.extend(runs.iter().map(|(run, before)| {
+                run.as_ref()
+                    .and_then(|run| cell(run, before.as_ref()))
+                    .unwrap_or_else(|| "n/a".into())
+            }));
+            row
+        })
+        .collect();
+    grid(&head, 1, &rows)
+}
+
+/// A table: the `heads` label columns, then one column per run. Each row
+/// has one text per label column and a figure rendered from every run
+/// ("n/a" without its JSON or the figure).
+pub(crate) fn columns(heads: &[&str], runs: &[Column], rows: &[(Vec<String>, Figure)]) -> String {
+    let mut head: Vec<&str> = heads.to_vec();
+    head.extend(runs.iter().map(|(name, _)| name.as_str()));
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(labels, figure)| {
+            let mut row = labels.clone();
+            row.extend(runs.iter().map(|(_, run)| {
+                run.as_ref()
+                    .and_then(figure)
+                    .unwrap_or_else(|| "n/a".into())
+            }));
+            row
+        })
+        .collect();
+    grid(&head, heads.len(), &rows)
+}
+
+/// The backends of a table with a SQLite column, with their file names'
+/// spelling.
+pub(crate) const THREE_BACKENDS: [(&str, &str); 3] = [
+    ("PostgreSQL", "postgres"),
+    ("MariaDB", "mariadb"),
+    ("SQLite", "sqlite"),
+];
+
+/// A markdown table of `head` and `rows`: the first `left` columns
+/// left-aligned, the others (figures) right-aligned. An empty cell is
+/// written `| |`.
+pub(crate) fn grid(head: &[&str], left: usize, rows: &[Vec<String>]) -> String {
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::from("|");
+        for cell in cells {
+            if cell.is_empty() {
+                out.push_str(" |");
+            } else {
+                out.push_str(&format!(" {cell} |"));
+            }
         }
         out.push('\n');
+        out
+    };
+    let mut out = line(&mut head.iter().copied());
+    out.push('|');
+    for column in 0..head.len() {
+        out.push_str(if column < left { "---|" } else { "---:|" });
+    }
+    out.push('\n');
+    for row in rows {
+        out.push_str(&line(&mut row.iter().map(String::as_str)));
     }
     out
+}
+
+/// A backend's cell of a row from its run, "n/a" without the run or the
+/// figure.
+pub(crate) fn cell_of(cell: &Cell, run: Option<&Value>) -> String {
+    run.and_then(|run| cell(run, None))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+/// `render::table` over any `backends` (their names as the columns),
+/// `runs` in their order.
+pub(crate) fn table_over(
+    header: &str,
+    backends: &[&str],
+    rows: &[(String, Cell)],
+    runs: &[Option<Value>],
+) -> String {
+    let mut head = vec![header];
+    head.extend(backends);
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(label, cell)| {
+            let mut row = vec![label.clone()];
+            row.extend(runs.iter().map(|run| cell_of(cell, run.as_ref())));
+            row
+        })
+        .collect();
+    grid(&head, 1, &rows)
 }
 
 /// Each backend's run of `bench` and, with `before`, the run before it.
@@ -104,4 +192,22 @@ pub(crate) fn runs(bench: &Path, name: &str, before: bool) -> Result<Vec<Run>, B
             Ok((run, then))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_aligns_figures_right_and_keeps_an_empty_header() {
+        let table = grid(
+            &["", "target", "a"],
+            2,
+            &[vec!["x".into(), ">= 1".into(), "2".into()]],
+        );
+        assert_eq!(
+            table,
+            "| | target | a |\n|---|---|---:|\n| x | >= 1 | 2 |\n"
+        );
+    }
 }
