@@ -84,6 +84,20 @@ impl Caller {
         Ok(())
     }
 
+    /// Whether the caller may act with `scope` on `namespace`: what
+    /// [`Caller::allow`] answers, without the problem.
+    pub fn may(&self, namespace: &str, scope: Scope) -> bool {
+        self.allow(namespace, scope).is_ok()
+    }
+
+    /// The caller's scopes: all of them on an open service.
+    pub fn scopes(&self) -> Vec<Scope> {
+        match self {
+            Caller::Open => vec![Scope::Read, Scope::Write, Scope::Admin],
+            Caller::Token(token) => token.scopes.iter().copied().collect(),
+        }
+    }
+
     /// The name logs and metrics use.
     pub fn name(&self) -> &str {
         match self {

@@ -39,7 +39,7 @@ use std::{
     time::Duration,
 };
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The prefix of the environment variables that override configuration values.
 pub const ENV_PREFIX: &str = "COUNTER_SERVICE__";
@@ -178,6 +178,10 @@ pub struct ServerConfig {
     /// bounded by work (items), not by requests. At least
     /// `max_batch_items`.
     pub max_queued_items: usize,
+    /// Serve the browser console at `/ui` (default true): static files
+    /// embedded in the binary, which call the API with the token typed
+    /// into the page. `false`: `/ui` is a 404 like any unknown route.
+    pub console: bool,
 }
 
 impl Default for ServerConfig {
@@ -198,6 +202,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_concurrent_requests: 512,
             max_queued_items: 20_000,
+            console: true,
         }
     }
 }
@@ -481,7 +486,19 @@ impl fmt::Debug for TokenConfig {
 }
 
 /// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Deserialize,
+    Serialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Batch gets, rankings, series, key lists.

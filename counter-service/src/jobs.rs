@@ -1,7 +1,8 @@
 //! Long maintenance as jobs: `admin:compact` and `admin:check` answer 202
 //! at once with a job, which runs in a task of its own, free of the request
 //! timeout (a compaction of 130,000 sketch rows takes minutes), one per
-//! namespace and kind at a time; `GET /v1/{ns}/admin/jobs/{id}` reports it.
+//! namespace and kind at a time; `GET /v1/{ns}/admin/jobs/{id}` reports it,
+//! `GET /v1/{ns}/admin/jobs` lists them.
 //! Each transaction a job commits is bounded by the library (a compaction
 //! batch, one sketch counter, a recount batch of owners), so a long job
 //! never holds locks for long.
@@ -144,6 +145,17 @@ impl Jobs {
             .iter()
             .find(|j| j.id == id)
             .cloned()
+    }
+
+    /// The jobs of `namespace`, running and kept, newest first.
+    pub fn list(&self, namespace: &str) -> Vec<Job> {
+        let mut jobs: Vec<Job> = self
+            .lock()
+            .get(namespace)
+            .map(|jobs| jobs.iter().cloned().collect())
+            .unwrap_or_default();
+        jobs.sort_by_key(|job| std::cmp::Reverse(job.started_at));
+        jobs
     }
 
     fn finish(&self, namespace: &str, id: &str, outcome: Result<Value, Problem>) {

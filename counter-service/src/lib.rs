@@ -37,6 +37,7 @@ mod auth;
 mod check;
 pub mod config;
 mod connections;
+mod console;
 mod feed;
 mod freshness;
 mod idempotency;

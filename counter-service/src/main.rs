@@ -115,6 +115,7 @@ async fn serve(
     }
     let listen = config.server.listen;
     let open = config.server.open;
+    let console = config.server.console;
     let say = StartLines(config.server.log_format);
     // The first namespace's first counted key, and an owner of its type:
     // the lines below must work as printed.
@@ -134,6 +135,9 @@ async fn serve(
         tracing::warn!(%address, "serving without tokens on a non-loopback address");
     }
     say.say(&format!("counter-service listening on http://{address}"));
+    if console {
+        say.say(&format!("console: http://{address}/ui"));
+    }
     if let Some((namespace, key, owner)) = first {
         let auth = if open {
             ""

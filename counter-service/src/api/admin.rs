@@ -127,6 +127,44 @@ pub(crate) async fn job(
         .ok_or_else(|| Problem::unknown_job(&path.id))
 }
 
+/// A namespace's jobs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobsReply {
+    /// Running and kept (the last 16 finished), newest first, each as
+    /// `GET /v1/{ns}/admin/jobs/{id}` answers it.
+    pub jobs: Vec<Job>,
+}
+
+/// The namespace's maintenance jobs on this instance, running and kept
+/// (the last 16 finished), newest first: the history of its checks (owners
+/// checked, drift found, fixed) and compactions.
+///
+/// The admin scope, as for one job (`admin/jobs/{id}`): the list is that
+/// route's answers together, and a failed job's `error` is the problem
+/// the database gave, written for the operators who run maintenance, not
+/// for every reader of counts. A token that may not call it is not shown
+/// the check history in the console.
+#[utoipa::path(
+    operation_id = "jobs",
+    get,
+    path = "/v1/{ns}/admin/jobs",
+    tag = "admin",
+    params(("ns" = String, Path, description = "The namespace")),
+    responses(
+        (status = 200, description = "The jobs, newest first", body = JobsReply),
+        (status = 403, description = "Needs the admin scope", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn jobs(
+    State(state): State<AppState>,
+    target: Target<Administering>,
+) -> axum::Json<JobsReply> {
+    let namespace = target.namespace(&state);
+    axum::Json(JobsReply {
+        jobs: state.jobs.list(&namespace.name),
+    })
+}
+
 /// What a compaction did.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CompactReply {

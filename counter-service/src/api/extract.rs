@@ -136,3 +136,18 @@ impl<N: Needs> FromRequestParts<AppState> for Target<N> {
         })
     }
 }
+
+/// The caller of a route without a namespace (`GET /v1/namespaces`):
+/// identified as [`Target`] identifies it (401, 429), each namespace then
+/// allowed or not by the handler.
+pub(crate) struct Calling(pub Caller);
+
+impl FromRequestParts<AppState> for Calling {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
+        let caller = state.tokens.identify(&parts.headers)?;
+        tracing::Span::current().record("caller", caller.name());
+        Ok(Self(caller))
+    }
+}

@@ -8,8 +8,10 @@
 //! POST /v1/{ns}/counters:observe      GET|POST /v1/{ns}/uniques:batchGet
 //! GET  /v1/{ns}/top                   GET  /v1/{ns}/series
 //! GET  /v1/{ns}/keys                  POST /v1/{ns}/admin:check  POST /v1/{ns}/admin:compact
-//! GET  /v1/{ns}/admin/jobs/{id}
+//! GET  /v1/{ns}/admin/jobs/{id}       GET  /v1/{ns}/admin/jobs   POST /v1/{ns}/counters:clear
+//! GET  /v1/namespaces
 //! GET  /healthz  /readyz  /metrics  /openapi.json
+//! GET  /ui, /ui/*                     (the browser console, `server.console`)
 //! ```
 
 mod admin;
@@ -150,9 +152,11 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(read::top))
         .routes(routes!(read::series))
         .routes(routes!(read::keys))
+        .routes(routes!(read::namespaces))
         .routes(routes!(admin::check))
         .routes(routes!(admin::compact))
         .routes(routes!(admin::job))
+        .routes(routes!(admin::jobs))
         .routes(routes!(admin::clear))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
@@ -175,6 +179,11 @@ pub(crate) fn router(state: AppState) -> Router {
         .openapi
         .set(openapi.to_pretty_json().unwrap_or_default());
     let request_id = HeaderName::from_static(REQUEST_ID);
+    // The console is static files, not API: outside the document.
+    let routes = match state.server.console {
+        true => routes.merge(crate::console::routes()),
+        false => routes,
+    };
     routes
         .fallback(|uri: Uri| async move { Problem::no_route(uri.path()) })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })

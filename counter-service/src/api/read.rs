@@ -1,4 +1,4 @@
-//! `counts:batchGet`, `top`, `series` and `keys`.
+//! `counts:batchGet`, `top`, `series`, `keys` and `namespaces`.
 
 use std::collections::BTreeMap;
 
@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::extract::{Json, Query, Reading, Target};
+use super::extract::{Calling, Json, Query, Reading, Target};
 use super::schema::OwnerValue;
 use crate::{
+    config::Scope,
     dispatch,
     namespace::{Handle, KeyInfo, Namespace},
     owner::ServiceOwner,
@@ -375,16 +376,84 @@ pub(crate) async fn keys(
     State(state): State<AppState>,
     target: Target<Reading>,
 ) -> Result<axum::Json<KeysReply>, Problem> {
-    let namespace = target.namespace(&state);
+    Ok(axum::Json(keys_of(&state, target.namespace(&state)).await?))
+}
+
+/// What `keys` answers for `namespace` (and `namespaces` for each).
+async fn keys_of(state: &AppState, namespace: &Namespace) -> Result<KeysReply, Problem> {
     let in_use = if namespace.prefixes.is_empty() {
         Vec::new()
     } else {
-        keys_in_use(&state, namespace).await?
+        keys_in_use(state, namespace).await?
     };
-    Ok(axum::Json(KeysReply {
+    Ok(KeysReply {
         keys: namespace.keys.values().cloned().collect(),
         patterns: namespace.prefixes.iter().map(|p| format!("{p}*")).collect(),
         in_use,
+    })
+}
+
+/// One namespace the caller may read, with its keys.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NamespaceKeys {
+    /// The namespace.
+    pub name: String,
+    /// The declared keys (`unique`: a unique key, read by
+    /// `uniques:batchGet`; otherwise a count).
+    pub keys: Vec<KeyInfo>,
+    /// Open key sets (`prefix*`).
+    pub patterns: Vec<String>,
+    /// Keys of the open sets that have counters (at most 1,000).
+    pub in_use: Vec<String>,
+}
+
+/// The calling token's scopes and the namespaces it may read.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NamespacesReply {
+    /// The token's scopes (all three on an open service).
+    pub scopes: Vec<Scope>,
+    /// The namespaces the token may read, by name, each with what
+    /// `GET /v1/{ns}/keys` answers for it.
+    pub namespaces: Vec<NamespaceKeys>,
+}
+
+/// The namespaces the calling token may read, each with its keys, and the
+/// token's scopes: what a client (the console at `/ui`) shows before it
+/// knows any namespace. Any valid token may call it; a token without the
+/// read scope gets its scopes and no namespace.
+#[utoipa::path(
+    operation_id = "namespaces",
+    get,
+    path = "/v1/namespaces",
+    tag = "counts",
+    responses(
+        (status = 200, description = "The readable namespaces and the token's scopes", body = NamespacesReply),
+    )
+)]
+pub(crate) async fn namespaces(
+    State(state): State<AppState>,
+    Calling(caller): Calling,
+) -> Result<axum::Json<NamespacesReply>, Problem> {
+    let mut namespaces = Vec::new();
+    for namespace in state.namespaces.values() {
+        if !caller.may(&namespace.name, Scope::Read) {
+            continue;
+        }
+        let KeysReply {
+            keys,
+            patterns,
+            in_use,
+        } = keys_of(&state, namespace).await?;
+        namespaces.push(NamespaceKeys {
+            name: namespace.name.clone(),
+            keys,
+            patterns,
+            in_use,
+        });
+    }
+    Ok(axum::Json(NamespacesReply {
+        scopes: caller.scopes(),
+        namespaces,
     }))
 }
 

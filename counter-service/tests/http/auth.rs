@@ -38,6 +38,10 @@ backend_test! {
         service.post(&add("posts"), Some(WRITER), like.clone()).await.ok();
         service.post("/v1/posts/admin:compact", Some(WRITER), json!({})).await.assert_problem(403, "forbidden");
         service.run_job("/v1/posts/admin:compact", Some(ADMIN)).await;
+        // A namespace's jobs: admin only, as one job is.
+        service.get("/v1/posts/admin/jobs", Some(READER)).await.assert_problem(403, "forbidden");
+        service.get("/v1/posts/admin/jobs", Some(WRITER)).await.assert_problem(403, "forbidden");
+        assert_eq!(service.get("/v1/posts/admin/jobs", Some(ADMIN)).await.ok()["jobs"][0]["kind"], "compact", "[{b}]");
         let clear = |owner: i64| json!({"owners": [owner], "keys": ["likes"]});
         service.post("/v1/posts/counters:clear", Some(WRITER), clear(1)).await.assert_problem(403, "forbidden");
         service.post("/v1/posts/counters:clear", Some(ADMIN), clear(99)).await.ok();
@@ -47,6 +51,10 @@ backend_test! {
         service.post(&add("users"), Some(POSTS_ONLY), user.clone()).await.assert_problem(403, "forbidden");
         service.get("/v1/users/counts:batchGet?owners=7f0c7a53-5c1d-4c49-9d33-5ad0f7a1b2c3&keys=followers", Some(POSTS_ONLY)).await.assert_problem(403, "forbidden");
         service.post(&add("users"), Some(WRITER), user.clone()).await.ok();
+        // The namespaces a token may read: `posts` only, for this one.
+        let listed = service.get("/v1/namespaces", Some(POSTS_ONLY)).await.ok();
+        assert_eq!((listed["scopes"].clone(), listed["namespaces"].as_array().unwrap().len(), listed["namespaces"][0]["name"].clone()), (json!(["read", "write"]), 1, json!("posts")), "[{b}]");
+        service.get("/v1/namespaces", None).await.assert_problem(401, "unauthorized");
 
         // What the refused calls did: nothing.
         assert_eq!(service.totals("posts", Some(READER), json!([1]), json!(["likes"])).await, json!({"1": {"likes": 2}}), "[{b}]");

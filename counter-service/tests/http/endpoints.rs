@@ -25,6 +25,8 @@ const ROUTES: &[&str] = &[
     "POST /v1/{ns}/admin:check",
     "POST /v1/{ns}/admin:compact",
     "GET /v1/{ns}/admin/jobs/{id}",
+    "GET /v1/{ns}/admin/jobs",
+    "GET /v1/namespaces",
     "POST /v1/{ns}/counters:clear",
     "GET /healthz",
     "GET /readyz",
@@ -135,6 +137,12 @@ backend_test! {
         let unique: Vec<bool> = keys["keys"].as_array().unwrap().iter().map(|k| k["unique"].as_bool().unwrap()).collect();
         assert_eq!(unique, [false, false, true, false], "[{b}]");
         assert_eq!((keys["patterns"].clone(), keys["in_use"].clone()), (json!(["reaction:*"]), json!(["reaction:heart"])), "[{b}]");
+        // Every namespace with its keys, as `keys` lists them, and the scopes.
+        let namespaces = service.get("/v1/namespaces", None).await.ok();
+        assert_eq!(namespaces["scopes"], json!(["read", "write", "admin"]), "[{b}]");
+        let listed: Vec<&str> = namespaces["namespaces"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+        assert_eq!(listed, ["posts", "tags", "users"], "[{b}]");
+        assert_eq!((namespaces["namespaces"][0]["keys"].clone(), namespaces["namespaces"][0]["in_use"].clone()), (keys["keys"].clone(), keys["in_use"].clone()), "[{b}]");
 
         // Check and fix: seeded drift found and repaired.
         let db = scratch.connect(&t).await;
@@ -156,6 +164,11 @@ backend_test! {
         }
         let compact = service.run_job("/v1/posts/admin:compact", None).await;
         assert!(compact["rows_after"].as_u64() <= compact["rows_before"].as_u64(), "[{b}] {compact}");
+        // The namespace's jobs, newest first: the compaction, the check, the dry run.
+        let jobs = service.get("/v1/posts/admin/jobs", None).await.ok();
+        let kinds: Vec<&str> = jobs["jobs"].as_array().unwrap().iter().map(|j| j["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["compact", "check", "check_dry_run"], "[{b}] {jobs}");
+        assert_eq!(jobs["jobs"][0]["report"], compact, "[{b}]");
         assert_eq!(service.totals("posts", None, json!([1]), json!(["likes"])).await, json!({"1": {"likes": 25}}), "[{b}]");
 
         // Clear: owner 2's likes and views (its buckets too) and owner 1's

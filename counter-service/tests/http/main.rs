@@ -6,6 +6,7 @@ mod auth;
 mod cache_reads;
 mod checks;
 mod connections;
+mod console;
 mod dashboards;
 mod endpoints;
 mod hostile;
