@@ -53,7 +53,6 @@ fn references(html: &str) -> Vec<String> {
 
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    #[backends(sqlite)]
     async fn the_console_is_served_with_a_strict_policy(t: TestDb) {
         let scratch = Scratch::of(&t).await;
         let service = Running::start(&config_text("", &scratch, &format!("{NAMESPACES}\n{TOKENS}"))).await;

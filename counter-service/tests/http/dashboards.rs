@@ -49,7 +49,7 @@ fn prometheus_binary(t: &TestDb) -> Option<PathBuf> {
 
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    #[backends(postgres)]
+    #[backends(postgres, mysql)]
     async fn dashboard_and_alerts_answer_from_a_real_prometheus(t: TestDb) {
         let Some(prometheus) = prometheus_binary(&t) else {
             t.finish().await;

@@ -3,6 +3,7 @@
 //! own and calls it as a client in any language would.
 
 mod auth;
+mod browser;
 mod cache_reads;
 mod checks;
 mod connections;

@@ -1,7 +1,7 @@
 //! `cache-bench`'s tables (`{postgres,mariadb}-cache.json`, one report per
 //! Redis target): the ratios against their targets (performance guide) and
 //! the figures behind them (cache guide). Both read each figure, and judge
-//! it against its target, through the same [`Figure`].
+//! it against its target, through the same [`CacheFigure`].
 
 use std::path::Path;
 
@@ -23,7 +23,7 @@ enum Target {
 }
 
 /// One figure of one Redis target's report, with its target if it has one.
-struct Figure {
+struct CacheFigure {
     /// `standalone` or `cluster`.
     redis: &'static str,
     /// Its name in the report.
@@ -31,32 +31,32 @@ struct Figure {
     target: Option<Target>,
 }
 
-const HIT_SPEEDUP: Figure = Figure {
+const HIT_SPEEDUP: CacheFigure = CacheFigure {
     redis: "standalone",
     name: "hit_speedup",
     target: Some(Target::AtLeast(10.0)),
 };
-const MISS_RATIO: Figure = Figure {
+const MISS_RATIO: CacheFigure = CacheFigure {
     redis: "standalone",
     name: "miss_ratio",
     target: Some(Target::AtMost(1.3)),
 };
-const CLUSTER_HIT_SPEEDUP: Figure = Figure {
+const CLUSTER_HIT_SPEEDUP: CacheFigure = CacheFigure {
     redis: "cluster",
     name: "hit_speedup",
     target: Some(Target::AtLeast(5.0)),
 };
-const FILLS_PER_INVALIDATION: Figure = Figure {
+const FILLS_PER_INVALIDATION: CacheFigure = CacheFigure {
     redis: "standalone",
     name: "fills_per_invalidation",
     target: Some(Target::AtMost(1.05)),
 };
-const BYTES_PER_OWNER: Figure = Figure {
+const BYTES_PER_OWNER: CacheFigure = CacheFigure {
     redis: "standalone",
     name: "bytes_per_owner",
     target: Some(Target::AtMost(160.0)),
 };
-const HIT_RATIO: Figure = Figure {
+const HIT_RATIO: CacheFigure = CacheFigure {
     redis: "standalone",
     name: "hit_ratio",
     target: None,
@@ -78,7 +78,7 @@ fn read_ms(run: &Value, redis: &str, mode: &str) -> Option<f64> {
         .as_f64()
 }
 
-impl Figure {
+impl CacheFigure {
     /// The figure in `run`, and whether it meets its target.
     fn of(&self, run: &Value) -> Option<(f64, bool)> {
         let value = report(run, self.redis)?[self.name].as_f64()?;
@@ -131,7 +131,7 @@ fn runs(bench: &Path) -> Result<Vec<Option<Value>>, BoxError> {
 /// The performance guide's table: each ratio, its target, each backend.
 fn cache_targets(bench: &Path) -> Result<String, BoxError> {
     let runs = runs(bench)?;
-    let rows: [(&str, &'static Figure, Cell); 5] = [
+    let rows: [(&str, &'static CacheFigure, Cell); 5] = [
         (
             "uncached read / all-hit read, standalone Redis",
             &HIT_SPEEDUP,
