@@ -10,6 +10,8 @@ const TOKEN_KEY = 'counter-service.token';
 const SVG = 'http://www.w3.org/2000/svg';
 const TOP_PAGE = 20;
 const HEALTH_EVERY_MS = 3000;
+/** Intervals the health page's requests/s line spans (3 minutes). */
+const SPARK_INTERVALS = 60;
 const HOUR_MS = 3600 * 1000;
 const DAY_MS = 24 * HOUR_MS;
 
@@ -676,7 +678,7 @@ async function healthPage(view) {
           cells.get(id).textContent = r[id] === null || r[id] === undefined ? none : format(r[id]);
         }
         if (r.requests !== null) history.push(r.requests);
-        if (history.length > 60) history.shift();
+        if (history.length > SPARK_INTERVALS) history.shift();
         spark.replaceChildren(sparkline(history));
       }
       before = now;
@@ -688,14 +690,21 @@ async function healthPage(view) {
   state.timers.push(setInterval(tick, HEALTH_EVERY_MS));
 }
 
+/** The last intervals' rates on a fixed axis of `SPARK_INTERVALS`, the
+ *  newest at the right, from zero to the highest rate (labelled). */
 function sparkline(values) {
   const width = 360;
   const height = 60;
+  const top = 12;
   const max = Math.max(1, ...values);
-  const step = values.length > 1 ? width / (values.length - 1) : width;
-  const points = values.map((v, i) => `${(i * step).toFixed(1)},${(height - 2 - (v / max) * (height - 4)).toFixed(1)}`);
+  const step = width / (SPARK_INTERVALS - 1);
+  const first = SPARK_INTERVALS - values.length;
+  const y = (v) => (height - 1 - (v / max) * (height - top - 2)).toFixed(1);
+  const points = values.map((v, i) => `${((first + i) * step).toFixed(1)},${y(v)}`);
   return svg('svg', { class: 'sparkline', viewBox: `0 0 ${width} ${height}`, role: 'img' },
-    svg('title', {}, `last ${values.length} intervals, highest ${max.toFixed(1)}/s`),
+    svg('title', {}, `last ${values.length} intervals of ${HEALTH_EVERY_MS / 1000} s, highest ${max.toFixed(1)}/s`),
+    svg('line', { class: 'axis', x1: 0, y1: height - 1, x2: width, y2: height - 1 }),
+    svg('text', { class: 'label', x: 4, y: 10 }, `${formatNumber(Number(max.toFixed(1)))}/s`),
     svg('polyline', { class: 'line', points: points.join(' ') }));
 }
 
