@@ -116,8 +116,7 @@ impl<N: Needs> FromRequestParts<AppState> for Target<N> {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
-        let caller = state.tokens.identify(&parts.headers)?;
-        tracing::Span::current().record("caller", caller.name());
+        let Calling(caller) = Calling::from_request_parts(parts, state).await?;
         let Ns(name) = Ns::from_request_parts(parts, state).await?;
         let namespace = state.namespace(&caller, &name, N::SCOPE)?;
         let full = match N::QUEUE {
@@ -137,9 +136,10 @@ impl<N: Needs> FromRequestParts<AppState> for Target<N> {
     }
 }
 
-/// The caller of a route without a namespace (`GET /v1/namespaces`):
-/// identified as [`Target`] identifies it (401, 429), each namespace then
-/// allowed or not by the handler.
+/// The caller, identified by its token (401, 429) and named in the
+/// request's span: what [`Target`] starts with, and all a route without a
+/// namespace (`GET /v1/namespaces`) takes, its handler then allowing each
+/// namespace or not.
 pub(crate) struct Calling(pub Caller);
 
 impl FromRequestParts<AppState> for Calling {
