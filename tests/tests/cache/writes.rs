@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use counter_core::{
     CounterBuffer, CounterCache, DeltaBatch, Reconcile, ReconcileReport, SlottedCounter, Truth,
 };
@@ -225,10 +227,18 @@ backend_test! {
         for round in 0..20u64 {
             cached.get_all_keys(db, &[1]).await.unwrap();
             let write = own.add(db, 1, "likes", 1);
-            // Dropped at some point of its flight: before sending, mid
-            // statement, or after the commit.
-            let patience = Duration::from_micros(50 * round);
-            if tokio::time::timeout(patience, write).await.is_err() {
+            // Dropped at some point of its flight. Every fourth round right
+            // after its first poll (mid statement, whatever the timer's
+            // granularity: a timeout shorter than the timer's millisecond
+            // tick lets a fast SQLite write finish); the others after a
+            // growing patience: mid statement, or after the commit.
+            let finished = if round % 4 == 0 {
+                write.now_or_never().is_some()
+            } else {
+                let patience = Duration::from_micros(50 * round);
+                tokio::time::timeout(patience, write).await.is_ok()
+            };
+            if !finished {
                 dropped += 1;
             }
             // The detached statement and its deletion finish on their own:
