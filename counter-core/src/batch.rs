@@ -6,15 +6,17 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, Statement, TransactionSession, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, TransactionSession, TransactionTrait, Value};
 
 use crate::{
-    BatchReport, CounterTable, Counters, detach,
+    BatchReport, CounterTable, Counters,
+    chunks::{self, Chunk, Mode},
+    detach,
     error::{CounterError, Result},
     key::validate_key,
     observe::{self, Touched},
     owner::{OwnerId, SortOwner},
-    retry, settle,
+    retry,
     sql::{self, Dialect, UpsertRow},
     typed::{KeyOf, KeySpace, UniqueKeyOf},
     unique::{self, Member, Merges, Sketch},
@@ -405,17 +407,19 @@ impl DeltaBatch {
     /// Sends the batch, all or nothing: one multi-row upsert per table and
     /// chunk of [`UPSERT_ROWS_PER_STATEMENT`](crate::limits::UPSERT_ROWS_PER_STATEMENT)
     /// rows, tables in name order and rows in primary-key order. One
-    /// statement is sent alone; several run in a transaction of their own (a
-    /// savepoint inside the caller's), retried whole on a pool after a
-    /// deadlock, so a windowed key's total and bucket, or the two sides of a
-    /// move, are never half applied. A counter whose total would leave `i64`
-    /// fails the whole batch with [`CounterError::Overflow`], nothing
-    /// written (see the guide's "Limits").
+    /// statement is sent alone. Several run in a transaction of their own,
+    /// retried whole on a pool after a deadlock; in the caller's transaction
+    /// they run in it directly on PostgreSQL, where a failed statement
+    /// aborts it, and under a savepoint on MySQL and SQLite, which would
+    /// keep the statements before a failed one. Either way a windowed key's
+    /// total and bucket, or the two sides of a move, are never half applied.
+    /// A counter whose total would leave `i64` fails the whole batch with
+    /// [`CounterError::Overflow`], nothing written (see the guide's "Limits").
     pub async fn apply<C>(self, db: &C) -> Result<BatchReport>
     where
         C: ConnectionTrait + TransactionTrait,
     {
-        self.apply_as(db, false).await
+        self.apply_as(db, Mode::Fast).await
     }
 
     /// [`DeltaBatch::apply`], every counter settled at once (see
@@ -424,10 +428,10 @@ impl DeltaBatch {
     where
         C: ConnectionTrait + TransactionTrait,
     {
-        self.apply_as(db, true).await
+        self.apply_as(db, Mode::Settle).await
     }
 
-    async fn apply_as<C>(mut self, db: &C, settled: bool) -> Result<BatchReport>
+    async fn apply_as<C>(mut self, db: &C, mut mode: Mode) -> Result<BatchReport>
     where
         C: ConnectionTrait + TransactionTrait,
     {
@@ -444,71 +448,86 @@ impl DeltaBatch {
             return Ok(outcome);
         }
         touched.merge(merges.touched().clone());
-        let mut mode = if settled {
-            Mode::Settle
-        } else {
-            Mode::of(&chunks)
-        };
-        // One statement alone, where a failed one leaves nothing to undo:
-        // always on a pool; in the caller's transaction but on PostgreSQL,
-        // which aborts the transaction on the guard's error (there the
-        // savepoint below takes it).
-        let alone = retry::is_pool::<C>() || dialect != Dialect::Postgres;
-        if let ([chunk], true, Mode::Fast, true) =
-            (chunks.as_slice(), merges.is_empty(), mode, alone)
-        {
-            if send_alone(db, chunk, &touched).await? {
-                return Ok(outcome);
-            }
-            mode = Mode::Settle;
-        }
-        let chunks = Arc::new(chunks);
-        let merges = Arc::new(merges);
+        let (chunks, merges) = (Arc::new(chunks), Arc::new(merges));
         let mut tables: Vec<&str> = chunks.iter().map(|c| c.table.as_str()).collect();
         tables.extend(merges.tables());
-        loop {
-            let done = retry::run_on(db, tables[0], &tables, || {
-                let (chunks, touched) = (chunks.clone(), touched.clone());
-                let merges = merges.clone();
-                async move {
-                    match detach::detached(db) {
-                        Some(pool) => {
-                            let work = |pool| async move {
-                                let done =
-                                    all_or_nothing(&pool, dialect, &chunks, &merges, mode).await;
-                                touched.committed().await;
-                                done
-                            };
-                            pool.run(work).await
-                        }
-                        None => {
-                            let done = all_or_nothing(db, dialect, &chunks, &merges, mode).await;
-                            touched.wrote(retry::is_pool::<C>()).await;
-                            done
-                        }
+        let pool = retry::is_pool::<C>();
+        let alone = chunks.len() == 1 || dialect == Dialect::Postgres;
+        if !pool && merges.is_empty() && alone && mode == Mode::Fast {
+            // The caller's connection, where these statements need no
+            // savepoint (see above and `crate::chunks`). A row the guard
+            // refused, rare, is settled in a transaction of this call's own
+            // (a savepoint inside the caller's; a real one on a connection
+            // that is not in a transaction), where locking reads hold.
+            let written = retry::run_on(db, tables[0], &tables, || async {
+                let sent = chunks::send(db, dialect, &chunks, mode).await?;
+                if sent.is_done() {
+                    return Ok(());
+                }
+                let own = db.begin().await?;
+                match chunks::settle(&own, dialect, sent).await {
+                    Ok(()) => own.commit().await,
+                    // Taken back inside `own`: committed, so it holds.
+                    Err(refused) if CounterError::from_hook_error(&refused).is_some() => {
+                        own.commit().await?;
+                        Err(refused)
+                    }
+                    Err(e) => {
+                        let _ = own.rollback().await;
+                        Err(e)
                     }
                 }
             })
             .await;
-            match done {
-                Err(e) if mode == Mode::Fast && settle::met_cap_typed(&e) => mode = Mode::Settle,
-                done => return done.map(|()| outcome),
-            }
+            touched.wrote(false).await;
+            return written.map(|()| outcome);
         }
+        if let ([chunk], true, Mode::Fast, true) =
+            (chunks.as_slice(), merges.is_empty(), mode, pool)
+        {
+            // Autocommit: a refused statement wrote nothing.
+            if chunks::send_alone(db, dialect, chunk, &touched).await? {
+                return Ok(outcome);
+            }
+            mode = Mode::Settle;
+        }
+        retry::run_on(db, tables[0], &tables, || {
+            let (chunks, touched) = (chunks.clone(), touched.clone());
+            let merges = merges.clone();
+            async move {
+                match detach::detached(db) {
+                    Some(pool) => {
+                        let work = |pool| async move {
+                            let done = all_or_nothing(&pool, dialect, &chunks, &merges, mode).await;
+                            touched.committed().await;
+                            done
+                        };
+                        pool.run(work).await
+                    }
+                    None => {
+                        let done = all_or_nothing(db, dialect, &chunks, &merges, mode).await;
+                        touched.wrote(retry::is_pool::<C>()).await;
+                        done
+                    }
+                }
+            }
+        })
+        .await
+        .map(|()| outcome)
     }
 
     /// Sends the batch on `txn`, a connection that is already inside a
     /// transaction but cannot open one (the connection a SeaORM
-    /// `ActiveModelBehavior` hook is given): the statements in order, all
-    /// or nothing with that transaction. On a connection known to be a pool
-    /// a batch of more than one statement is refused with
+    /// `ActiveModelBehavior` hook is given): the statements in order, one
+    /// per chunk, all or nothing with that transaction. On a connection
+    /// known to be a pool a batch of more than one statement is refused with
     /// [`CounterError::BatchNeedsTransaction`] before anything is sent:
     /// there it could be half applied.
     ///
-    /// On PostgreSQL the statements run under a savepoint of their own, so
-    /// that a counter met at the slot cap (see [`DeltaBatch::apply`]) can be
-    /// settled without aborting the caller's transaction; MySQL and SQLite
-    /// undo a failed statement by themselves.
+    /// A counter that meets the slot cap (see [`DeltaBatch::apply`]) is
+    /// settled in the same transaction, with no savepoint on any backend: a
+    /// refusal leaves the transaction usable, with nothing of the batch
+    /// applied.
     pub async fn apply_in<C: ConnectionTrait>(mut self, txn: &C) -> Result<BatchReport> {
         if self.is_empty() {
             return Ok(BatchReport::default());
@@ -528,11 +547,11 @@ impl DeltaBatch {
         }
         let tables: Vec<&str> = chunks.iter().map(|c| c.table.as_str()).collect();
         let label = tables.first().copied().unwrap_or_default();
-        let mut mode = Mode::of(&chunks);
         if pool {
             // One statement, autocommit: a refused one wrote nothing.
-            if let ([chunk], Mode::Fast) = (chunks.as_slice(), mode) {
-                if send_alone(txn, chunk, &touched).await? {
+            let mut mode = Mode::Fast;
+            if let [chunk] = chunks.as_slice() {
+                if chunks::send_alone(txn, dialect, chunk, &touched).await? {
                     return Ok(outcome);
                 }
                 mode = Mode::Settle;
@@ -542,61 +561,21 @@ impl DeltaBatch {
             };
             retry::run_on(txn, label, &tables, || async {
                 let own = pool.begin().await?;
-                write_chunks(&own, dialect, &chunks, mode).await?;
+                chunks::write(&own, dialect, &chunks, mode).await?;
                 own.commit().await
             })
             .await?;
             touched.wrote(true).await;
             return Ok(outcome);
         }
-        let savepoint = dialect == Dialect::Postgres && mode == Mode::Fast && !chunks.is_empty();
-        if savepoint {
-            retry::run_on(txn, label, &tables, || {
-                txn.execute_unprepared("SAVEPOINT counter_cap")
-            })
-            .await?;
-        }
         // Deltas first, sketches after: the lock order of `apply` too.
-        let mut from = 0;
-        if mode == Mode::Fast {
-            from = chunks.len();
-            for (i, chunk) in chunks.iter().enumerate() {
-                let sent = retry::run(txn, &chunk.table, || {
-                    detach::execute(txn, chunk.statement.clone())
-                })
-                .await;
-                match sent {
-                    Ok(_) => {}
-                    Err(e) if settle::met_cap_typed(&e) => {
-                        // PostgreSQL: back to before the batch; the others
-                        // undid the one statement.
-                        from = if savepoint { 0 } else { i };
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if from == 0 && savepoint && !chunks.is_empty() {
-                retry::run_on(txn, label, &tables, || {
-                    txn.execute_unprepared("ROLLBACK TO SAVEPOINT counter_cap")
-                })
-                .await?;
-            }
-        }
-        if from < chunks.len() {
-            retry::run_on(txn, label, &tables, || {
-                settle_chunks(txn, dialect, &chunks[from..])
-            })
-            .await?;
-        }
-        if savepoint {
-            retry::run_on(txn, label, &tables, || {
-                txn.execute_unprepared("RELEASE SAVEPOINT counter_cap")
-            })
-            .await?;
-        }
         if !chunks.is_empty() {
+            let written = retry::run_on(txn, label, &tables, || {
+                chunks::write(txn, dialect, &chunks, Mode::Fast)
+            })
+            .await;
             std::mem::take(&mut touched).wrote(false).await;
+            written?;
         }
         if !merges.is_empty() {
             let tables = merges.tables();
@@ -631,7 +610,6 @@ impl DeltaBatch {
                 outcome.statements += 1;
                 chunks.push(Chunk {
                     table: name.to_owned(),
-                    statement: sql::add_rows(dialect, name, rows.to_vec()),
                     rows: rows.to_vec(),
                 });
             }
@@ -671,100 +649,6 @@ impl DeltaBatch {
     }
 }
 
-/// One statement of a batch: its table, the rows it adds to and their
-/// guarded upsert.
-#[derive(Debug, Clone)]
-pub(crate) struct Chunk {
-    pub table: String,
-    pub rows: Vec<UpsertRow>,
-    pub statement: Statement,
-}
-
-/// How a batch's rows are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// The guarded upserts: one statement per chunk.
-    Fast,
-    /// Every counter settled (`crate::settle`): a slot met the cap, or a
-    /// delta is beyond it.
-    Settle,
-}
-
-impl Mode {
-    /// `Settle` when a delta alone is beyond the slot cap, else `Fast`.
-    pub(crate) fn of(chunks: &[Chunk]) -> Self {
-        let beyond = chunks
-            .iter()
-            .flat_map(|c| &c.rows)
-            .any(|r| settle::beyond_cap(r.delta));
-        if beyond { Self::Settle } else { Self::Fast }
-    }
-}
-
-/// Sends `chunk` alone, its statement atomic by itself: `true` once
-/// written, `false` if a slot met the cap (nothing written: settle it).
-async fn send_alone<C: ConnectionTrait>(db: &C, chunk: &Chunk, touched: &Touched) -> Result<bool> {
-    let sent = retry::run(db, &chunk.table, || {
-        detach::execute_observed(db, chunk.statement.clone(), touched)
-    })
-    .await;
-    match sent {
-        Ok(_) => Ok(true),
-        Err(e) if settle::met_cap_typed(&e) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Writes `chunks` on `txn`, an open transaction, as `mode` says.
-pub(crate) async fn write_chunks<C: ConnectionTrait>(
-    txn: &C,
-    dialect: Dialect,
-    chunks: &[Chunk],
-    mode: Mode,
-) -> Result<(), sea_orm::DbErr> {
-    match mode {
-        Mode::Fast => {
-            for chunk in chunks {
-                txn.execute_raw(chunk.statement.clone()).await?;
-            }
-            Ok(())
-        }
-        Mode::Settle => settle_chunks(txn, dialect, chunks).await,
-    }
-}
-
-/// Settles `chunks` on `txn`, an open transaction: each chunk sent fast
-/// under a savepoint first, and only a chunk that meets the cap settled row
-/// by row, so a large batch with one counter near the limit costs one
-/// chunk's settling, not the whole batch's.
-async fn settle_chunks<C: ConnectionTrait>(
-    txn: &C,
-    dialect: Dialect,
-    chunks: &[Chunk],
-) -> Result<(), sea_orm::DbErr> {
-    for chunk in chunks {
-        if Mode::of(std::slice::from_ref(chunk)) == Mode::Fast {
-            txn.execute_unprepared("SAVEPOINT counter_chunk").await?;
-            match txn.execute_raw(chunk.statement.clone()).await {
-                Ok(_) => {
-                    txn.execute_unprepared("RELEASE SAVEPOINT counter_chunk")
-                        .await?;
-                    continue;
-                }
-                Err(e) if sql::classify(&e) == sql::Classified::Overflow => {
-                    txn.execute_unprepared("ROLLBACK TO SAVEPOINT counter_chunk")
-                        .await?;
-                    txn.execute_unprepared("RELEASE SAVEPOINT counter_chunk")
-                        .await?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        settle::rows(txn, dialect, &chunk.table, &chunk.rows).await?;
-    }
-    Ok(())
-}
-
 /// `total + delta`, checked.
 fn fold(total: i64, delta: i64, key: &str) -> Result<i64> {
     total
@@ -787,7 +671,7 @@ where
     C: TransactionTrait,
 {
     let txn = db.begin().await?;
-    write_chunks(&txn, dialect, chunks, mode).await?;
+    chunks::write(&txn, dialect, chunks, mode).await?;
     merges.apply(&txn).await?;
     txn.commit().await
 }

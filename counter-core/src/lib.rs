@@ -68,6 +68,7 @@ mod buckets;
 #[cfg(feature = "buffer")]
 mod buffer;
 mod cache;
+mod chunks;
 mod cluster;
 mod compact;
 mod declaration;

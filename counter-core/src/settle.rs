@@ -46,30 +46,33 @@ pub(crate) fn met_cap_typed(err: &CounterError) -> bool {
 /// is what a fast write meeting the cap raises (see `met_cap_typed`).
 pub(crate) const FAST_WRITE: &str = "a slot value or total";
 
-/// Settles `rows` of `table` on `txn`, an open transaction, one counter at
-/// a time in the order given (the batch's lock order).
-pub(crate) async fn rows<C: ConnectionTrait>(
+/// Settles `row` of `table` on `txn`, an open transaction, recording in
+/// `written` the rows it adds to. Every refusal (a total that would leave
+/// `i64`, a counter that kept growing) comes before its write, as the
+/// crate's own error (carried in the `DbErr`), so a caller can take back
+/// what it wrote before (see `crate::chunks`).
+pub(crate) async fn row<C: ConnectionTrait>(
     txn: &C,
     dialect: Dialect,
     table: &str,
-    rows: &[UpsertRow],
+    row: &UpsertRow,
+    written: &mut Vec<UpsertRow>,
 ) -> Result<(), DbErr> {
-    for row in rows {
-        one(txn, dialect, table, row).await?;
-    }
-    Ok(())
+    let deltas = plan(txn, dialect, table, row).await?;
+    write(txn, dialect, table, row, deltas, written).await
 }
 
 /// Rounds of "create the slots, lock and sum again" before giving up (more
 /// than one only if concurrent adds grew the total meanwhile).
 const ROUNDS: usize = 3;
 
-async fn one<C: ConnectionTrait>(
+/// The `(slot, delta)` writes that settle `row`, its counter's rows locked.
+async fn plan<C: ConnectionTrait>(
     txn: &C,
     dialect: Dialect,
     table: &str,
     row: &UpsertRow,
-) -> Result<(), DbErr> {
+) -> Result<Vec<(i16, i64)>, DbErr> {
     let cell = Cell {
         table,
         owner: &row.owner,
@@ -88,7 +91,7 @@ async fn one<C: ConnectionTrait>(
         .find(|(slot, value)| *slot == row.slot && room(*value))
         .or_else(|| slots.iter().find(|(_, value)| room(*value)));
     if let Some(&(slot, _)) = fit {
-        return write(txn, dialect, table, row, vec![(slot, row.delta)]).await;
+        return Ok(vec![(slot, row.delta)]);
     }
     let mut spread = slots_for(total);
     for _ in 0..ROUNDS {
@@ -98,16 +101,21 @@ async fn one<C: ConnectionTrait>(
         let total = new_total(&slots, row.delta, &cell)?;
         let needed = slots_for(total);
         if needed <= spread {
-            let deltas = layout(total, spread, &slots).ok_or_else(|| overflow(&cell))?;
-            return write(txn, dialect, table, row, deltas).await;
+            return layout(total, spread, &slots).ok_or_else(|| overflow(&cell));
         }
         spread = needed;
     }
-    Err(DbErr::Custom(format!(
-        "counter `{}` of owner {} in `{table}` kept growing while it was settled; try again",
-        row.key,
-        owner_text(&row.owner)
-    )))
+    Err(CounterError::Conflict {
+        table: table.to_owned(),
+        attempts: ROUNDS as u32,
+        in_transaction: true,
+        source: DbErr::Custom(format!(
+            "counter `{}` of owner {} kept growing while it was settled; try again",
+            row.key,
+            owner_text(&row.owner)
+        )),
+    }
+    .carry())
 }
 
 /// The cell's `(slot, value)` rows, locked.
@@ -169,13 +177,15 @@ fn layout(total: i128, spread: i16, slots: &[(i16, i64)]) -> Option<Vec<(i16, i6
         .collect()
 }
 
-/// Adds `deltas` (to locked rows, by slot) in one statement.
+/// Adds `deltas` (to locked rows, by slot) in one statement, recorded in
+/// `written`.
 async fn write<C: ConnectionTrait>(
     txn: &C,
     dialect: Dialect,
     table: &str,
     row: &UpsertRow,
     deltas: Vec<(i16, i64)>,
+    written: &mut Vec<UpsertRow>,
 ) -> Result<(), DbErr> {
     let rows: Vec<UpsertRow> = deltas
         .into_iter()
@@ -188,9 +198,15 @@ async fn write<C: ConnectionTrait>(
     if rows.is_empty() {
         return Ok(());
     }
-    txn.execute_raw(sql::add_rows_with(dialect, table, rows, Guard::Unguarded))
-        .await
-        .map(drop)
+    txn.execute_raw(sql::add_rows_with(
+        dialect,
+        table,
+        rows.clone(),
+        Guard::Unguarded,
+    ))
+    .await?;
+    written.extend(rows);
+    Ok(())
 }
 
 /// An owner as a person reads it in an error.

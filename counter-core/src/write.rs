@@ -10,7 +10,7 @@ use crate::{
     observe::Touched,
     owner::{OwnerId, SortOwner},
     retry, settle,
-    sql::{self, Dialect, UpsertRow},
+    sql::{self, Dialect, Guard, UpsertRow},
     typed::{KeyOf, KeySpace},
 };
 
@@ -37,11 +37,11 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// PostgreSQL, aborted: roll it back).
     ///
     /// A windowed key (see [`Window`](crate::Window)) is also counted in the
-    /// bucket of now: two upserts, in a transaction of their own (a
-    /// savepoint inside the caller's, rolled back to on failure), so the
-    /// total and the buckets never disagree. That is why `C` must be able to
-    /// open a transaction; inside a SeaORM hook, whose connection cannot,
-    /// use [`DeltaBatch::apply_in`](crate::DeltaBatch::apply_in).
+    /// bucket of now: two upserts, all or nothing (see
+    /// [`DeltaBatch::apply`](crate::DeltaBatch::apply)), so the total and
+    /// the buckets never disagree. That is why `C` must be able to open a
+    /// transaction; inside a SeaORM hook, whose connection cannot, use
+    /// [`DeltaBatch::apply_in`](crate::DeltaBatch::apply_in).
     pub async fn add<C, K>(&self, db: &C, owner: I, key: K, delta: i64) -> Result<()>
     where
         C: ConnectionTrait + TransactionTrait,
@@ -75,13 +75,8 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         }
         let dialect = Dialect::of(db)?;
         // A windowed key writes two tables, all or nothing; a delta beyond
-        // the slot cap is settled; and on PostgreSQL inside the caller's
-        // transaction, the guard's error would abort it, so the batch's
-        // savepoint takes the write (see `DeltaBatch::apply`).
-        if self.table().window_for(key).is_some()
-            || settle::beyond_cap(delta)
-            || (dialect == Dialect::Postgres && !retry::is_pool::<C>())
-        {
+        // the slot cap is settled.
+        if self.table().window_for(key).is_some() || settle::beyond_cap(delta) {
             let mut batch = DeltaBatch::new();
             batch.fold_in(self, owner, key, delta, Some(at))?;
             return batch.apply(db).await.map(drop);
@@ -89,6 +84,10 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let table = self.table().name();
         let owner = owner.into();
         let touched = Touched::of(table, [owner.clone()]);
+        // One statement wherever it runs: on PostgreSQL inside a
+        // transaction, a refusal at the cap affects no row instead of
+        // raising and aborting it (see `crate::chunks`).
+        let guard = Guard::for_add(dialect, !retry::is_pool::<C>());
         let counter = SortOwner::of(&owner);
         // Followed while in flight when the key is adaptive (see `heat`).
         let flight = self.table().begin_write(dialect, &counter, key);
@@ -106,22 +105,24 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 bucket: None,
                 delta,
             };
-            detach::execute_observed(db, sql::add_one(dialect, table, row), &touched)
+            detach::execute_observed(db, sql::add_one(dialect, table, row, guard), &touched)
         })
         .await;
         if let Some(flight) = flight {
             flight.land(attempts > 1);
         }
-        match written {
-            // Its slot met the cap: settled, with the counter's rows locked
-            // and summed (`crate::settle`).
-            Err(e) if settle::met_cap_typed(&e) => {
-                let mut batch = DeltaBatch::new();
-                batch.fold_checked(self.table(), owner, key, delta, &[])?;
-                batch.apply_settled(db).await.map(drop)
-            }
-            written => written.map(drop),
+        let refused = match &written {
+            Ok(done) => guard == Guard::Skip && done.rows_affected() == 0,
+            Err(e) => settle::met_cap_typed(e),
+        };
+        if !refused {
+            return written.map(drop);
         }
+        // Its slot met the cap: settled, with the counter's rows locked and
+        // summed (`crate::settle`).
+        let mut batch = DeltaBatch::new();
+        batch.fold_checked(self.table(), owner, key, delta, &[])?;
+        batch.apply_settled(db).await.map(drop)
     }
 
     /// Adds 1.
@@ -152,9 +153,9 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// concurrent batches lock in the same order and cannot deadlock on each
     /// other; then one multi-row upsert is sent per chunk of
     /// [`UPSERT_ROWS_PER_STATEMENT`](crate::limits::UPSERT_ROWS_PER_STATEMENT) rows.
-    /// Several chunks run in a transaction of their own (a savepoint inside
-    /// the caller's), so a batch is never half applied; a single chunk is one
-    /// statement, atomic by itself.
+    /// Several chunks are all or nothing (see [`DeltaBatch::apply`]), so a
+    /// batch is never half applied; a single chunk is one statement, atomic
+    /// by itself.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

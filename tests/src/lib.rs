@@ -31,6 +31,7 @@ use counter_core::{CounterTable, Counters, OwnerId};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 
 pub mod child;
+pub mod counting;
 pub mod galera;
 pub mod mq;
 pub mod proxy;

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     BatchReport, CounterError, DeltaBatch,
-    batch::{Chunk, Mode, write_chunks},
+    chunks::{self, Chunk, Mode},
     error::Result,
     observe::Touched,
     owner::SortOwner,
@@ -430,18 +430,13 @@ async fn apply(
     drained: &Drained,
 ) -> Result<(), DbErr> {
     let mut attempt = 0u32;
-    // Settled once a slot met its cap (see `crate::settle`).
-    let mut mode = match &built {
-        Ok((_, chunks, _)) => Mode::of(chunks),
-        Err(_) => Mode::Fast,
-    };
     loop {
         attempt += 1;
         let mut sent = 0u64;
         let result = match &built {
             Ok((_, chunks, _)) if chunks.is_empty() => Ok(Applied::Nothing),
             Ok((_, chunks, _)) => {
-                let attempt = apply_once(shared, seq, chunks, mode, &mut sent);
+                let attempt = apply_once(shared, seq, chunks, &mut sent);
                 // A connection that hangs is an attempt whose outcome is
                 // unknown: the ledger settles it on the next one.
                 tokio::time::timeout(ATTEMPT_TIMEOUT, attempt)
@@ -478,12 +473,6 @@ async fn apply(
                 return Ok(());
             }
             Err(error) => {
-                // A slot met its cap (an overflow of any kind: settling
-                // finds out whether the total itself would leave i64).
-                if mode == Mode::Fast && classify(&error) == Classified::Overflow {
-                    mode = Mode::Settle;
-                    continue;
-                }
                 meter.failed(error.to_string());
                 let refused = CounterError::from_hook_error(&error)
                     .is_some_and(|e| e.kind() == crate::ErrorKind::Overflow);
@@ -553,7 +542,6 @@ async fn apply_once(
     shared: &Shared,
     seq: u64,
     chunks: &[Chunk],
-    mode: Mode,
     sent: &mut u64,
 ) -> Result<Applied, DbErr> {
     let (dialect, ledger, writer) = (shared.dialect, shared.config.ledger.name(), &shared.writer);
@@ -590,7 +578,8 @@ async fn apply_once(
         }
     }
     *sent += chunks.len() as u64;
-    write_chunks(&txn, dialect, chunks, mode).await?;
+    // A slot that meets its cap is settled in the same transaction.
+    chunks::write(&txn, dialect, chunks, Mode::Fast).await?;
     // From here until `in_flight` is cleared, a read may see the rows both
     // in the table and in flight.
     shared.unsettle();

@@ -15,7 +15,7 @@ use counter_tests::{Backend, TestDb, backend_test, raw};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
-    IntoActiveModel, QueryFilter, QuerySelect, Schema, Set, TransactionTrait,
+    IntoActiveModel, PaginatorTrait, QueryFilter, QuerySelect, Schema, Set, TransactionTrait,
     sea_query::{Expr, ExprTrait},
 };
 use tokio::sync::Barrier;
@@ -968,4 +968,52 @@ async fn blocked_by(t: &TestDb, id: i64) -> bool {
         .unwrap()
         .unwrap();
     row.try_get::<i64>("", "n").unwrap() > 0
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "cache_slot_cap"]
+    async fn a_counted_write_at_the_slot_cap_is_settled_or_refused_whole(t: TestDb) {
+        // Every slot of a shelf's `items` at the slot cap (2^53 - 1): the
+        // next counted insert meets it on whichever slot it picks.
+        const SLOT_CAP: i64 = (1 << 53) - 1;
+        setup(&t).await;
+        let (db, b) = (&t.db, t.backend);
+        let shelves = shelf::Entity::counters();
+        for slot in 0..8 {
+            raw::insert_slot(db, "shelf_counters", 1i64, "items", slot, SLOT_CAP).await;
+        }
+        let full = 8 * SLOT_CAP;
+        item::Entity::insert_counted(db, new_item(Some(1), true, 1)).await.unwrap();
+        let txn = db.begin().await.unwrap();
+        item::Entity::insert_counted(&txn, new_item(Some(1), false, 1)).await.unwrap();
+        txn.commit().await.unwrap();
+        assert_eq!(shelves.get(db, 1, Key::Items).await.unwrap(), full + 2, "[{b}] settled");
+
+        // A shelf whose `items` is i64::MAX: a counted insert is refused with
+        // Overflow, and neither the item nor any of its counts is written,
+        // alone or inside the caller's transaction, which stays usable.
+        shelves.add(db, 2, Key::Items, i64::MAX).await.unwrap();
+        let refused = item::Entity::insert_counted(db, new_item(Some(2), true, 3)).await;
+        assert!(matches!(&refused, Err(CounterError::Overflow { .. })), "[{b}] {refused:?}");
+        let txn = db.begin().await.unwrap();
+        let refused = item::Entity::insert_counted(&txn, new_item(Some(2), true, 3)).await;
+        assert!(matches!(&refused, Err(CounterError::Overflow { .. })), "[{b}] {refused:?}");
+        item::Entity::insert_counted(&txn, new_item(Some(3), true, 4)).await.unwrap();
+        txn.commit().await.unwrap();
+        let two = shelves.counts(db, 2).await.unwrap();
+        assert_eq!(
+            (two.items, two.published_items, two.weight),
+            (i64::MAX, 0, 0),
+            "[{b}] nothing of the refused inserts"
+        );
+        let on_two = item::Entity::find()
+            .filter(item::Column::ShelfId.eq(2))
+            .count(db)
+            .await
+            .unwrap();
+        assert_eq!(on_two, 0, "[{b}] no item row of the refused inserts");
+        assert_eq!(shelves.get(db, 3, Key::Items).await.unwrap(), 1, "[{b}] the rest committed");
+        t.finish().await;
+    }
 }

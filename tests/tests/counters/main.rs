@@ -17,6 +17,7 @@ mod owners;
 mod ranking;
 mod reads;
 mod resets;
+mod round_trips;
 mod transactions;
 mod unique;
 mod windows;

@@ -88,8 +88,9 @@ pub(crate) enum Ratio {
     SlottedVsHot,
     /// slotted (64) / uncontended: target at least 0.9.
     SlottedVsCeiling,
-    /// slotted (16) / slotted_raw (16), the crate's overhead: at least 0.9.
-    CrateVsRaw,
+    /// slotted / slotted_raw at the same slot count (16 or 64), the crate's
+    /// overhead: at least 0.9.
+    CrateVsRaw(u64),
     /// deferred (16) / hot_row: no target.
     DeferredVsHot,
 }
@@ -107,9 +108,9 @@ pub(crate) fn ratio(run: &Value, which: Ratio) -> Option<(f64, bool)> {
             tx(run, "uncontended", None, None)?,
             0.9,
         ),
-        Ratio::CrateVsRaw => (
-            tx(run, "slotted", Some(16), ROTATING)?,
-            tx(run, "slotted_raw", Some(16), ROTATING)?,
+        Ratio::CrateVsRaw(slots) => (
+            tx(run, "slotted", Some(slots), ROTATING)?,
+            tx(run, "slotted_raw", Some(slots), ROTATING)?,
             0.9,
         ),
         Ratio::DeferredVsHot => (
@@ -224,7 +225,11 @@ fn ratios(bench: &Path) -> Result<String, BoxError> {
                 "slotted (16) / slotted_raw (16): the crate's overhead",
                 ">= 0.9",
             ]),
-            target(Ratio::CrateVsRaw, 2),
+            target(Ratio::CrateVsRaw(16), 2),
+        ),
+        (
+            labels(["slotted (64) / slotted_raw (64)", ">= 0.9"]),
+            target(Ratio::CrateVsRaw(64), 2),
         ),
         (
             labels([
@@ -261,12 +266,13 @@ fn strategy(bench: &Path) -> Result<String, BoxError> {
     ))
 }
 
-/// The quiet rerun: hot row, slotted and deferred, with p99.
+/// The quiet rerun: hot row, slotted, the same upsert by hand and deferred,
+/// with p99.
 fn business(bench: &Path) -> Result<String, BoxError> {
     let runs = backends(bench, "business", "")?;
-    let with_p99 = |design: &'static str| -> Figure {
+    let with_p99 = |design: &'static str, slots: u64| -> Figure {
         Box::new(move |run| {
-            let cell = cell(run, design, Some(16), ROTATING)?;
+            let cell = cell(run, design, Some(slots), ROTATING)?;
             Some(format!(
                 "{}, {} ms",
                 number(cell["tx_per_s"].as_f64()?, 0),
@@ -276,8 +282,26 @@ fn business(bench: &Path) -> Result<String, BoxError> {
     };
     let rows: Vec<(Vec<String>, Figure)> = vec![
         (labels(["`hot_row`, tx/s"]), rate("hot_row", None, None)),
-        (labels(["`slotted` (16), tx/s, p99"]), with_p99("slotted")),
-        (labels(["`deferred` (16), tx/s, p99"]), with_p99("deferred")),
+        (
+            labels(["`slotted` (16), tx/s, p99"]),
+            with_p99("slotted", 16),
+        ),
+        (
+            labels(["`slotted_raw` (16), tx/s, p99"]),
+            with_p99("slotted_raw", 16),
+        ),
+        (
+            labels(["`slotted` (64), tx/s, p99"]),
+            with_p99("slotted", 64),
+        ),
+        (
+            labels(["`slotted_raw` (64), tx/s, p99"]),
+            with_p99("slotted_raw", 64),
+        ),
+        (
+            labels(["`deferred` (16), tx/s, p99"]),
+            with_p99("deferred", 16),
+        ),
         (
             labels(["slotted (16) / hot_row (target >= 10)"]),
             target(Ratio::SlottedVsHot, 2),
@@ -285,6 +309,14 @@ fn business(bench: &Path) -> Result<String, BoxError> {
         (
             labels(["deferred (16) / hot_row"]),
             target(Ratio::DeferredVsHot, 2),
+        ),
+        (
+            labels(["slotted (16) / slotted_raw (16) (target >= 0.9)"]),
+            target(Ratio::CrateVsRaw(16), 2),
+        ),
+        (
+            labels(["slotted (64) / slotted_raw (64) (target >= 0.9)"]),
+            target(Ratio::CrateVsRaw(64), 2),
         ),
     ];
     Ok(columns(&["64 clients, business"], &runs, &rows))

@@ -57,7 +57,7 @@ const ROWS: &[(&str, Row)] = &[
         "the crate / the same upsert written by hand",
         |bench, file| {
             from(bench, &format!("{file}-grid"), |run| {
-                Some(number(ratio(run, Ratio::CrateVsRaw)?.0, 2))
+                Some(number(ratio(run, Ratio::CrateVsRaw(16))?.0, 2))
             })
         },
     ),

@@ -37,8 +37,7 @@
 //!
 //! Figures (`mq.mq_consume` in the JSON): messages a second each way
 //! (medians of the rounds), batches per round and statements per batch:
-//! the consumer's from its stats (`BEGIN` and `COMMIT` included; on
-//! PostgreSQL the savepoint around its upsert is not counted), the raw
+//! the consumer's from its stats (`BEGIN` and `COMMIT` included), the raw
 //! loop's 4.
 //!
 //! Checked, not only timed: after each phase every owner's total in its
