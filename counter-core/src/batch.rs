@@ -455,27 +455,13 @@ impl DeltaBatch {
         let alone = chunks.len() == 1 || dialect == Dialect::Postgres;
         if !pool && merges.is_empty() && alone && mode == Mode::Fast {
             // The caller's connection, where these statements need no
-            // savepoint (see above and `crate::chunks`). A row the guard
-            // refused, rare, is settled in a transaction of this call's own
-            // (a savepoint inside the caller's; a real one on a connection
-            // that is not in a transaction), where locking reads hold.
+            // savepoint (see above and `crate::chunks`); a row the guard
+            // refused, rare, is settled apart.
             let written = retry::run_on(db, tables[0], &tables, || async {
                 let sent = chunks::send(db, dialect, &chunks, mode).await?;
-                if sent.is_done() {
-                    return Ok(());
-                }
-                let own = db.begin().await?;
-                match chunks::settle(&own, dialect, sent).await {
-                    Ok(()) => own.commit().await,
-                    // Taken back inside `own`: committed, so it holds.
-                    Err(refused) if CounterError::from_hook_error(&refused).is_some() => {
-                        own.commit().await?;
-                        Err(refused)
-                    }
-                    Err(e) => {
-                        let _ = own.rollback().await;
-                        Err(e)
-                    }
+                match sent.is_done() {
+                    true => Ok(()),
+                    false => chunks::settle_apart(db, dialect, sent).await,
                 }
             })
             .await;

@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 
-use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
 
 use crate::{
     detach,
@@ -136,18 +136,17 @@ pub(crate) async fn send<C: ConnectionTrait>(
                 .partition(|r| !settle::beyond_cap(r.delta)),
             Mode::Settle => (Vec::new(), chunk.rows.iter().collect()),
         };
-        let unsettled = &mut sent.unsettled;
-        unsettled.extend(beyond.into_iter().map(|r| (table.to_owned(), r.clone())));
+        sent.unsettled
+            .extend(beyond.into_iter().map(|r| (table.to_owned(), r.clone())));
         if fast.is_empty() {
             continue;
         }
         let fast: Vec<UpsertRow> = fast.into_iter().cloned().collect();
-        let mut refused = send_guarded(txn, dialect, table, &fast).await?;
-        refused.sort_unstable();
-        for (i, row) in fast.into_iter().enumerate() {
-            match refused.binary_search(&i) {
-                Ok(_) => sent.unsettled.push((table.to_owned(), row)),
-                Err(_) => sent.written.add(table, row),
+        let refused = send_guarded(txn, dialect, table, &fast).await?;
+        for (row, refused) in fast.into_iter().zip(refused) {
+            match refused {
+                true => sent.unsettled.push((table.to_owned(), row)),
+                false => sent.written.add(table, row),
             }
         }
     }
@@ -175,10 +174,10 @@ pub(crate) async fn settle<C: ConnectionTrait>(
         }
     }
     match settled {
-        // The crate's own refusal, decided before the database was asked
-        // to write anything more: the transaction is sound, so what this
-        // write added can be taken back in it.
-        Err(refused) if CounterError::from_hook_error(&refused).is_some() => {
+        // Decided before the database was asked to write anything more: the
+        // transaction is sound, so what this write added can be taken back
+        // in it.
+        Err(refused) if is_refusal(&refused) => {
             if let Err(e) = written.take_back(txn, dialect).await {
                 tracing::warn!(
                     error = %e,
@@ -193,43 +192,74 @@ pub(crate) async fn settle<C: ConnectionTrait>(
     }
 }
 
+/// [`settle`] in a transaction of its own on `db`, the caller's
+/// connection that [`send`] wrote on: a savepoint inside the caller's
+/// transaction (a real transaction on a connection outside one), so the
+/// settlement's locking reads hold. A refusal's take-back is committed with
+/// it: it undoes [`send`]'s rows, which the caller's connection holds.
+pub(crate) async fn settle_apart<C: TransactionTrait>(
+    db: &C,
+    dialect: Dialect,
+    sent: Sent,
+) -> Result<(), DbErr> {
+    let own = db.begin().await?;
+    match settle(&own, dialect, sent).await {
+        Ok(()) => own.commit().await,
+        Err(refused) if is_refusal(&refused) => {
+            own.commit().await?;
+            Err(refused)
+        }
+        Err(e) => {
+            let _ = own.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+/// Whether `err` is the crate's own refusal (carried in the `DbErr`: a
+/// total that would leave `i64`, a counter that kept growing), rather than
+/// the database's error.
+fn is_refusal(err: &DbErr) -> bool {
+    CounterError::from_hook_error(err).is_some()
+}
+
 /// Sends `rows` of `table` in one upsert guarded as a transaction allows
-/// ([`Guard::for_add`]): the 0-based positions of the rows it refused at
-/// the cap, which it did not write.
+/// ([`Guard::for_add`]): for each row, whether it was refused at the cap
+/// (and not written).
 async fn send_guarded<C: ConnectionTrait>(
     txn: &C,
     dialect: Dialect,
     table: &str,
     rows: &[UpsertRow],
-) -> Result<Vec<usize>, DbErr> {
+) -> Result<Vec<bool>, DbErr> {
     let guard = Guard::for_add(dialect, true);
     let statement = sql::add_rows_with(dialect, table, rows.to_vec(), guard);
-    match guard {
-        Guard::Skip => txn
-            .query_all_raw(statement)
-            .await?
-            .iter()
-            .map(|found| {
-                let position: i64 = found.try_get_by_index(0)?;
-                usize::try_from(position)
-                    .ok()
-                    .and_then(|p| p.checked_sub(1))
-                    .filter(|&i| i < rows.len())
-                    .ok_or_else(|| {
-                        DbErr::Type(format!(
-                            "`{table}`: the upsert of {} rows refused row {position}",
-                            rows.len()
-                        ))
-                    })
-            })
-            .collect(),
-        Guard::Raise | Guard::Unguarded => match txn.execute_raw(statement).await {
-            Ok(_) => Ok(Vec::new()),
+    if guard != Guard::Skip {
+        return match txn.execute_raw(statement).await {
+            Ok(_) => Ok(vec![false; rows.len()]),
             // MySQL and SQLite undid the statement: every row is refused.
-            Err(e) if sql::classify(&e) == Classified::Overflow => Ok((0..rows.len()).collect()),
+            Err(e) if sql::classify(&e) == Classified::Overflow => Ok(vec![true; rows.len()]),
             Err(e) => Err(e),
-        },
+        };
     }
+    // PostgreSQL: the statement returns the 1-based position of each row
+    // it left.
+    let mut refused = vec![false; rows.len()];
+    for found in txn.query_all_raw(statement).await? {
+        let position: i64 = found.try_get_by_index(0)?;
+        let at = usize::try_from(position)
+            .ok()
+            .and_then(|p| p.checked_sub(1))
+            .and_then(|i| refused.get_mut(i))
+            .ok_or_else(|| {
+                DbErr::Type(format!(
+                    "`{table}`: the upsert of {} rows refused row {position}",
+                    rows.len()
+                ))
+            })?;
+        *at = true;
+    }
+    Ok(refused)
 }
 
 /// The rows one write added to, by table: what it takes back when a later

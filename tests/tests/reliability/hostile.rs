@@ -100,6 +100,13 @@ fn payloads() -> Vec<String> {
         "\u{e9}",
         "🚀",
         "\u{7f}",
+        // PostgreSQL array-literal syntax (string owners travel in one).
+        "a,b",
+        "{",
+        "}",
+        "{a,b}",
+        "\"a\",\"b\"",
+        "a\\,b",
     ]
     .map(str::to_owned)
     .to_vec();
