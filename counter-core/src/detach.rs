@@ -34,7 +34,7 @@ use std::future::Future;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, ExecResult, QueryResult, Statement};
 use tracing::Instrument;
 
-use crate::{observe::Touched, retry::is_pool};
+use crate::{observe::Touched, pooling, retry::is_pool};
 
 /// `db` as the pool it is, if it is one (a `DatabaseConnection`; sea-orm's
 /// `RestrictedConnection` and other wrappers are used as they are).
@@ -101,7 +101,7 @@ pub(crate) async fn query_all<C: ConnectionTrait>(
 ) -> Result<Vec<QueryResult>, DbErr> {
     match detached(db) {
         Some(pool) => {
-            pool.run(|p| async move { p.query_all_raw(stmt).await })
+            pool.run(|p| async move { pooling::query_all_alone(&p, stmt).await })
                 .await
         }
         None => db.query_all_raw(stmt).await,
@@ -115,7 +115,7 @@ pub(crate) async fn query_one<C: ConnectionTrait>(
 ) -> Result<Option<QueryResult>, DbErr> {
     match detached(db) {
         Some(pool) => {
-            pool.run(|p| async move { p.query_one_raw(stmt).await })
+            pool.run(|p| async move { pooling::query_one_alone(&p, stmt).await })
                 .await
         }
         None => db.query_one_raw(stmt).await,
@@ -128,7 +128,10 @@ pub(crate) async fn execute<C: ConnectionTrait>(
     stmt: Statement,
 ) -> Result<ExecResult, DbErr> {
     match detached(db) {
-        Some(pool) => pool.run(|p| async move { p.execute_raw(stmt).await }).await,
+        Some(pool) => {
+            pool.run(|p| async move { pooling::execute_alone(&p, stmt).await })
+                .await
+        }
         None => db.execute_raw(stmt).await,
     }
 }
@@ -148,7 +151,7 @@ pub(crate) async fn execute_observed<C: ConnectionTrait>(
         Some(pool) => {
             let touched = touched.clone();
             pool.run(|p| async move {
-                let done = p.execute_raw(stmt).await;
+                let done = pooling::execute_alone(&p, stmt).await;
                 touched.committed().await;
                 done
             })

@@ -35,7 +35,9 @@ pub enum ErrorKind {
     /// that happened in the caller's transaction (retry the transaction),
     /// a busy recount, a full buffer, an unresolved flush, a database that
     /// could not be reached or a connection lost (reset, closed, a server
-    /// shutting down, a Galera node leaving its cluster), whichever call met
+    /// shutting down, a Galera node leaving its cluster), a server that
+    /// takes no writes now (a standby, a primary demoted in a failover), a
+    /// transaction pooler that lost a prepared statement, whichever call met
     /// it and wherever in the call.
     ///
     /// A write whose connection was lost mid-statement or at its `COMMIT`
@@ -499,8 +501,11 @@ impl CounterError {
             // timed out, SQLite busy): the same kind from every path,
             // whether the crate's own retries ran out (`Conflict`) or the
             // error came from a transaction the crate does not retry.
+            // A standby refusing a write mid-failover, a pooler's lost
+            // statement: nothing applied, the next connection succeeds.
             Self::Database(e)
                 if crate::sql::is_connection_fault(e)
+                    || crate::sql::is_misrouted(e)
                     || crate::sql::classify(e) == crate::sql::Classified::Conflict =>
             {
                 ErrorKind::Transient

@@ -82,6 +82,7 @@ pub mod limits;
 mod loco;
 pub mod observe;
 mod owner;
+pub mod pooling;
 mod purge;
 mod rank;
 mod read;
@@ -100,6 +101,7 @@ mod typed;
 pub mod unique;
 mod walk;
 mod window;
+mod writable;
 mod write;
 
 pub use batch::DeltaBatch;
@@ -133,6 +135,7 @@ pub use table::{CounterTable, Counters, OwnerTable, validate_table_name};
 pub use table_check::TableDrift;
 pub use typed::{CountSet, KeyOf, KeySet, KeySpace, UniqueKeyOf, Untyped};
 pub use window::Window;
+pub use writable::accepts_writes;
 pub use write::BatchReport;
 
 /// ```

@@ -147,8 +147,7 @@ async fn name_overflow<C: ConnectionTrait, I: OwnerId>(
     keys: Option<Vec<String>>,
 ) -> Option<CounterError> {
     let ids = owners.iter().cloned().map(Into::into).collect();
-    let rows = db
-        .query_all_raw(sql::slot_values(dialect, table, ids, keys))
+    let rows = detach::query_all(db, sql::slot_values(dialect, table, ids, keys))
         .await
         .ok()?;
     let mut sums: HashMap<(I, String), i128> = HashMap::new();

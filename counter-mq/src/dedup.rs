@@ -87,6 +87,9 @@ pub(crate) async fn probe(db: &DatabaseConnection, source: &str) -> Result<(), M
     let probed = record_new(&txn, source, &["counter-mq:probe"]).await;
     txn.rollback().await?;
     let Err(error) = probed else { return Ok(()) };
+    if table_readable_where_unwritable(db, &error).await {
+        return Ok(());
+    }
     if db.get_database_backend() == DbBackend::MySql && !is_mariadb(db).await {
         return Err(MqError::Counter(
             counter_core::CounterError::UnsupportedBackend(
@@ -103,10 +106,29 @@ pub(crate) async fn probe(db: &DatabaseConnection, source: &str) -> Result<(), M
     })
 }
 
+/// Whether the probe's write failed only because the server takes no
+/// writes now (a standby or a demoted primary in a failover, a connection
+/// lost), while the table is there to read: a consumer or a service that
+/// starts mid-failover starts, and says it is not ready until the primary
+/// is back, rather than calling a table that exists missing.
+async fn table_readable_where_unwritable(db: &DatabaseConnection, error: &DbErr) -> bool {
+    let kind = counter_core::CounterError::Database(error.clone()).kind();
+    if kind != counter_core::ErrorKind::Transient {
+        return false;
+    }
+    let read = Statement::from_string(
+        db.get_database_backend(),
+        format!("SELECT 1 FROM {APPLIED_MESSAGES} WHERE 1 = 0"),
+    );
+    counter_core::pooling::query_all(db, read).await.is_ok()
+}
+
 async fn is_mariadb(db: &DatabaseConnection) -> bool {
-    let version = db
-        .query_one_raw(Statement::from_string(DbBackend::MySql, "SELECT VERSION()"))
-        .await;
+    let version = counter_core::pooling::query_one(
+        db,
+        Statement::from_string(DbBackend::MySql, "SELECT VERSION()"),
+    )
+    .await;
     matches!(version, Ok(Some(row)) if row.try_get_by_index::<String>(0).is_ok_and(|v| v.contains("MariaDB")))
 }
 
@@ -146,9 +168,9 @@ pub(crate) async fn record_new<C: ConnectionTrait>(
     } else {
         rows_insert(backend, source, &sorted)
     };
-    let rows = db
-        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?;
+    let rows =
+        counter_core::pooling::query_all(db, Statement::from_sql_and_values(backend, sql, values))
+            .await?;
     rows.iter()
         .map(|row| row.try_get_by_index::<String>(0))
         .collect()
@@ -217,7 +239,7 @@ pub(crate) async fn touch<C: ConnectionTrait>(
         placeholder(backend, 1),
         list.join(",")
     );
-    db.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+    counter_core::pooling::execute(db, Statement::from_sql_and_values(backend, sql, values))
         .await
         .map(drop)
 }
@@ -254,9 +276,9 @@ pub(crate) async fn prune_once<C: ConnectionTrait>(
     if backend != DbBackend::MySql {
         values.push(Value::from(source));
     }
-    let result = db
-        .execute_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?;
+    let result =
+        counter_core::pooling::execute(db, Statement::from_sql_and_values(backend, sql, values))
+            .await?;
     Ok(result.rows_affected())
 }
 
@@ -267,14 +289,12 @@ pub async fn applied_count<C: ConnectionTrait>(db: &C, source: &str) -> Result<u
         "SELECT COUNT(*) FROM {APPLIED_MESSAGES} WHERE source = {}",
         placeholder(backend, 1)
     );
-    let row = db
-        .query_one_raw(Statement::from_sql_and_values(
-            backend,
-            sql,
-            [Value::from(source)],
-        ))
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound("COUNT(*) returned no row".into()))?;
+    let row = counter_core::pooling::query_one(
+        db,
+        Statement::from_sql_and_values(backend, sql, [Value::from(source)]),
+    )
+    .await?
+    .ok_or_else(|| DbErr::RecordNotFound("COUNT(*) returned no row".into()))?;
     row.try_get_by_index::<i64>(0).map(|n| n.max(0) as u64)
 }
 

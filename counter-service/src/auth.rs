@@ -123,6 +123,8 @@ impl Tokens {
 
     /// The tokens of the configuration, their secrets read from the
     /// environment where they say so; `namespaces` are the declared ones.
+    /// Every refusal of every token at once ([`ConfigError::Several`]),
+    /// as `check-config` lists them.
     pub fn build(
         open: bool,
         configs: &[TokenConfig],
@@ -137,39 +139,49 @@ impl Tokens {
         }
         let mut names = BTreeSet::new();
         let mut tokens = Vec::new();
+        let mut errors = Vec::new();
         for (i, config) in configs.iter().enumerate() {
             let at = format!("tokens.{i}");
+            let before = errors.len();
             if config.name.is_empty() || !names.insert(config.name.clone()) {
-                return Err(ConfigError::invalid(
+                errors.push(ConfigError::invalid(
                     format!("{at}.name"),
                     "each token has a name of its own",
                 ));
             }
             let secret = match (&config.secret, &config.secret_env) {
-                (Some(secret), None) => secret.clone(),
-                (None, Some(var)) => env(var).ok_or_else(|| {
-                    ConfigError::invalid(
-                        format!("{at}.secret_env"),
-                        format!("the environment variable `{var}` is not set"),
-                    )
-                })?,
+                (Some(secret), None) => Some(secret.clone()),
+                (None, Some(var)) => {
+                    let value = env(var);
+                    if value.is_none() {
+                        errors.push(ConfigError::invalid(
+                            format!("{at}.secret_env"),
+                            format!(
+                                "the environment variable `{var}` is not set (in the environment, or in `env_file`)"
+                            ),
+                        ));
+                    }
+                    value
+                }
                 _ => {
-                    return Err(ConfigError::invalid(
-                        at,
+                    errors.push(ConfigError::invalid(
+                        at.clone(),
                         "a token has exactly one of `secret` and `secret_env`",
                     ));
+                    None
                 }
             };
-            if secret.chars().count() < MIN_SECRET_LEN
-                || secret.chars().any(|c| c.is_whitespace() || c.is_control())
+            if let Some(secret) = &secret
+                && (secret.chars().count() < MIN_SECRET_LEN
+                    || secret.chars().any(|c| c.is_whitespace() || c.is_control()))
             {
-                return Err(ConfigError::invalid(
+                errors.push(ConfigError::invalid(
                     format!("{at}.secret"),
                     format!("a secret is at least {MIN_SECRET_LEN} characters, without spaces"),
                 ));
             }
             if config.scopes.is_empty() {
-                return Err(ConfigError::invalid(
+                errors.push(ConfigError::invalid(
                     format!("{at}.scopes"),
                     "name at least one of read, write, admin",
                 ));
@@ -177,7 +189,7 @@ impl Tokens {
             let all = config.namespaces.iter().any(|n| n == "*");
             for namespace in config.namespaces.iter().filter(|n| *n != "*") {
                 if !namespaces.contains_key(namespace) {
-                    return Err(ConfigError::invalid(
+                    errors.push(ConfigError::invalid(
                         format!("{at}.namespaces"),
                         format!("no namespace `{namespace}`"),
                     ));
@@ -187,18 +199,25 @@ impl Tokens {
                 None => None,
                 Some(rate) if rate > 0.0 && rate.is_finite() => {
                     let burst = config.burst.unwrap_or(rate.max(1.0));
-                    if !(burst >= 1.0 && burst.is_finite()) {
-                        return Err(ConfigError::invalid(format!("{at}.burst"), "at least 1"));
+                    if burst >= 1.0 && burst.is_finite() {
+                        Some(RateLimit::new(rate, burst))
+                    } else {
+                        errors.push(ConfigError::invalid(format!("{at}.burst"), "at least 1"));
+                        None
                     }
-                    Some(RateLimit::new(rate, burst))
                 }
                 Some(_) => {
-                    return Err(ConfigError::invalid(
+                    errors.push(ConfigError::invalid(
                         format!("{at}.rate_per_second"),
                         "a positive number",
                     ));
+                    None
                 }
             };
+            let Some(secret) = secret else { continue };
+            if errors.len() > before {
+                continue;
+            }
             tokens.push(Arc::new(Token {
                 name: config.name.clone(),
                 secret: Secret(secret.into_bytes()),
@@ -207,6 +226,7 @@ impl Tokens {
                 limit,
             }));
         }
+        ConfigError::all(errors)?;
         Ok(Self {
             open: open && tokens.is_empty(),
             tokens,

@@ -57,9 +57,9 @@ pub(crate) async fn run(
     for (key, check) in &namespace.checks {
         let report =
             dispatch!(&namespace.table, h => one(state, &h.counters, key, check, dry_run).await?);
-        metrics::counter!("counter_service_check_owners_drifted_total", "namespace" => namespace.name.clone(), "key" => key.clone())
+        metrics::counter!(crate::metrics::CHECK_OWNERS_DRIFTED, "namespace" => namespace.name.clone(), "key" => key.clone())
             .increment(report.owners_drifted);
-        metrics::counter!("counter_service_check_drift_total", "namespace" => namespace.name.clone(), "key" => key.clone())
+        metrics::counter!(crate::metrics::CHECK_DRIFT, "namespace" => namespace.name.clone(), "key" => key.clone())
             .increment(report.total_abs_drift);
         if report.owners_drifted > 0 {
             tracing::warn!(namespace = %namespace.name, key, owners = report.owners_drifted, drift = report.total_abs_drift, fixed = report.fixed, "check found drift");

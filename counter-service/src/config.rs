@@ -93,6 +93,24 @@ impl ConfigError {
             reason: reason.into(),
         }
     }
+
+    /// `errors` as one result: `Ok` for none, the error itself for one,
+    /// [`ConfigError::Several`] for more (nested lists flattened, so that
+    /// `check-config` prints one line per refusal).
+    pub(crate) fn all(errors: Vec<ConfigError>) -> Result<(), ConfigError> {
+        let mut flat = Vec::with_capacity(errors.len());
+        for error in errors {
+            match error {
+                ConfigError::Several(inner) => flat.extend(inner),
+                one => flat.push(one),
+            }
+        }
+        match flat.len() {
+            0 => Ok(()),
+            1 => Err(flat.remove(0)),
+            _ => Err(ConfigError::Several(flat)),
+        }
+    }
 }
 
 /// The whole configuration.
@@ -118,6 +136,16 @@ pub struct Config {
     /// The namespaces, by name.
     #[serde(default)]
     pub namespaces: BTreeMap<String, NamespaceConfig>,
+    /// A file of `KEY=value` lines (`#` comments, optional quotes) read as
+    /// if they were in the environment, the process's own environment
+    /// winning: the variables tokens' `secret_env` name, and
+    /// `COUNTER_SERVICE__*` overrides. Every command that reads this
+    /// configuration reads it, so `check-config` and `migrate` run by hand
+    /// as the service's user see the secrets `serve` sees under its unit
+    /// (the Debian package names `/etc/default/counter-service`, the file
+    /// its unit's `EnvironmentFile` reads, readable by the service's group).
+    /// A top-level key: in the file, before any `[section]`.
+    pub env_file: Option<PathBuf>,
 }
 
 /// `[server]`.
@@ -208,15 +236,12 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// `Ok` if the values a type cannot bound are in range.
+    /// `Ok` if the values a type cannot bound are in range; otherwise
+    /// every value out of range, not only the first (an operator fixing a
+    /// file should not meet its mistakes one run at a time).
     pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        if !(1..=64).contains(&self.add_workers) {
-            return Err(ConfigError::invalid(
-                "server.add_workers",
-                format!("{} is not 1 to 64", self.add_workers),
-            ));
-        }
         let bounded = [
+            ("server.add_workers", self.add_workers as u64, 1, 64),
             (
                 "server.request_timeout_ms",
                 self.request_timeout_ms,
@@ -284,15 +309,14 @@ impl ServerConfig {
                 10_000_000,
             ),
         ];
-        for (path, value, min, max) in bounded {
-            if !(min..=max).contains(&value) {
-                return Err(ConfigError::invalid(
-                    path,
-                    format!("{value} is not {min} to {max}"),
-                ));
-            }
-        }
-        Ok(())
+        let errors = bounded
+            .into_iter()
+            .filter(|&(_, value, min, max)| !(min..=max).contains(&value))
+            .map(|(path, value, min, max)| {
+                ConfigError::invalid(path, format!("{value} is not {min} to {max}"))
+            })
+            .collect();
+        ConfigError::all(errors)
     }
 
     /// `request_timeout_ms` as a duration.
@@ -322,6 +346,24 @@ pub struct DatabaseConfig {
     pub schema: Option<String>,
     /// Pool size (default 32; SQLite uses one connection, its one writer).
     pub max_connections: u32,
+    /// What stands between the service and PostgreSQL: `none` (default: a
+    /// server, or a pooler in session mode) or `transaction` (PgBouncer's
+    /// `pool_mode = transaction`: no prepared statement kept between
+    /// transactions, each of the service's statements in a transaction of
+    /// its own; see `counter_core::pooling`). `schema` needs a session, so
+    /// it is refused with `transaction`: set the role's `search_path`.
+    pub pooler: Pooler,
+}
+
+/// `database.pooler`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooler {
+    /// Direct, or a pooler that keeps sessions.
+    #[default]
+    None,
+    /// A pooler that hands each transaction any server connection.
+    Transaction,
 }
 
 impl Default for DatabaseConfig {
@@ -330,6 +372,7 @@ impl Default for DatabaseConfig {
             url: "sqlite://counter-service.db?mode=rwc".into(),
             schema: None,
             max_connections: 32,
+            pooler: Pooler::None,
         }
     }
 }
@@ -646,6 +689,7 @@ impl fmt::Debug for DatabaseConfig {
             .field("url", &redact_url(&self.url))
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
+            .field("pooler", &self.pooler)
             .finish()
     }
 }
@@ -715,6 +759,21 @@ impl Config {
                 format!("{} is not 1 to 10000", self.database.max_connections),
             ));
         }
+        if self.database.pooler == Pooler::Transaction {
+            if !self.database.url.starts_with("postgres") {
+                errors.push(ConfigError::invalid(
+                    "database.pooler",
+                    "`transaction` is for a pooler in front of PostgreSQL (PgBouncer)",
+                ));
+            }
+            if self.database.schema.is_some() {
+                errors.push(ConfigError::invalid(
+                    "database.schema",
+                    "a transaction pooler keeps no session's search_path: \
+                     set the role's (ALTER ROLE ... SET search_path) and leave this out",
+                ));
+            }
+        }
         if !(1..=24 * 365).contains(&self.idempotency.retention_hours) {
             errors.push(ConfigError::invalid(
                 "idempotency.retention_hours",
@@ -735,11 +794,7 @@ impl Config {
                 "name at least one subject (default `counters.>`)",
             ));
         }
-        match errors.len() {
-            0 => Ok(()),
-            1 => Err(errors.remove(0)),
-            _ => Err(ConfigError::Several(errors)),
-        }
+        ConfigError::all(errors)
     }
 
     /// The configuration in `path` with the process's overrides applied:
@@ -769,10 +824,43 @@ impl Config {
 
     /// A configuration from TOML text, `origin` naming it in errors, with
     /// `env`'s `COUNTER_SERVICE__*` variables and then `overrides` applied.
+    /// With `env_file`, that file's variables are read too (`env`'s win),
+    /// and a token's `secret_env` found only there becomes its secret.
     pub fn from_text(
         text: &str,
         origin: &str,
         env: impl IntoIterator<Item = (String, String)>,
+        overrides: &[String],
+    ) -> Result<Self, ConfigError> {
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        let config = Self::from_text_once(text, origin, env.clone(), overrides)?;
+        let Some(path) = config.env_file.clone() else {
+            return Ok(config);
+        };
+        let from_file = read_env_file(&path)?;
+        let mut merged = from_file.clone();
+        merged.extend(env.clone());
+        let mut config = Self::from_text_once(text, origin, merged, overrides)?;
+        config.env_file = Some(path);
+        // The service reads `secret_env` from its process's environment
+        // when it starts; a variable only the file holds is given to the
+        // token as its secret here (still redacted in `Debug`).
+        for token in &mut config.tokens {
+            if let (None, Some(var)) = (&token.secret, &token.secret_env)
+                && !env.contains_key(var)
+                && let Some(value) = from_file.get(var)
+            {
+                token.secret = Some(value.clone());
+                token.secret_env = None;
+            }
+        }
+        Ok(config)
+    }
+
+    fn from_text_once(
+        text: &str,
+        origin: &str,
+        env: BTreeMap<String, String>,
         overrides: &[String],
     ) -> Result<Self, ConfigError> {
         // Parsed typed first, so that a mistake in the file itself (a typo
@@ -825,6 +913,54 @@ impl Config {
                 })?;
         Ok(config)
     }
+}
+
+/// The variables of an environment file, as systemd's `EnvironmentFile`
+/// reads the simple form: `KEY=value` lines, blank lines and lines starting
+/// with `#` or `;` skipped, a value in matching single or double quotes
+/// unquoted. A line of another shape is refused with its number, not
+/// skipped: a secret that silently went missing would surface later as a
+/// 401 nobody can explain.
+fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut vars = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let parsed = line.split_once('=').and_then(|(name, value)| {
+            let name = name.trim();
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            valid.then(|| (name.to_owned(), unquote(value.trim()).to_owned()))
+        });
+        let Some((name, value)) = parsed else {
+            return Err(ConfigError::Parse {
+                origin: format!("{}, line {}", path.display(), i + 1),
+                message: "not a `NAME=value` line".into(),
+            });
+        };
+        vars.insert(name, value);
+    }
+    Ok(vars)
+}
+
+/// `value` without one pair of matching surrounding quotes.
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value
+            .strip_prefix(quote)
+            .and_then(|v| v.strip_suffix(quote))
+        {
+            return inner;
+        }
+    }
+    value
 }
 
 /// Sets `path` (`a.b.0.c`) in `table` to `value`, read as TOML when it is.
@@ -922,18 +1058,50 @@ mod tests {
             panic!("one error only: {error}");
         };
         let message = error.to_string();
+        // Two of the server's bounds: a section's refusals are all listed
+        // too, not its first.
         for path in [
+            "server.max_connections",
             "server.max_batch_items",
             "tokens.0.secret",
             "idempotency.retention_hours",
         ] {
             assert!(message.contains(path), "{path} missing from: {message}");
         }
-        assert_eq!(errors.len(), 3, "{message}");
+        assert_eq!(errors.len(), 4, "{message}");
         Config::from_text(DEMO, "demo", env(&[]), &[])
             .unwrap()
             .check()
             .unwrap();
+    }
+
+    #[test]
+    fn an_env_file_is_read_as_systemd_reads_one() {
+        let dir = std::env::temp_dir().join(format!("counter-env-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secrets");
+        std::fs::write(
+            &file,
+            "# comment\n; comment\n\nA=plain\nB = \"double quoted\"\nC='single'\nD=\n",
+        )
+        .unwrap();
+        let vars = read_env_file(&file).unwrap();
+        let expected: BTreeMap<String, String> = [
+            ("A", "plain"),
+            ("B", "double quoted"),
+            ("C", "single"),
+            ("D", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(vars, expected);
+        for bad in ["export A=1\n", "=1\n", "1A=1\n", "no equals sign\n"] {
+            std::fs::write(&file, bad).unwrap();
+            let error = read_env_file(&file).unwrap_err().to_string();
+            assert!(error.contains("line 1"), "{bad:?}: {error}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

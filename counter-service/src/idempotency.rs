@@ -60,24 +60,32 @@ pub(crate) async fn create_tables<C: ConnectionTrait>(db: &C) -> Result<(), DbEr
 pub(crate) async fn check_tables<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
     let backend = db.get_database_backend();
     for table in [counter_mq::APPLIED_MESSAGES, REPLIES] {
-        db.query_all_raw(Statement::from_string(
-            backend,
-            format!("SELECT source FROM {table} WHERE 1 = 0"),
-        ))
+        counter_core::pooling::query_all(
+            db,
+            Statement::from_string(backend, format!("SELECT source FROM {table} WHERE 1 = 0")),
+        )
         .await?;
     }
     Ok(())
 }
 
-/// An id checked by the ledger's rule ([`counter_mq::message::is_valid_id`]).
-pub(crate) fn check_id(id: &str) -> Result<(), String> {
+/// An id checked by the ledger's rule ([`counter_mq::message::is_valid_id`]):
+/// a 400 that names the bound (`bound`, `max`) when the id is only too
+/// long, as every bound refusal does.
+pub(crate) fn check_id(id: &str) -> Result<(), crate::problem::Problem> {
     if counter_mq::message::is_valid_id(id) {
-        Ok(())
-    } else {
-        Err(format!(
-            "an idempotency key or item id is 1 to {MAX_ID_LEN} printable ASCII characters without spaces"
-        ))
+        return Ok(());
     }
+    if id.len() > MAX_ID_LEN {
+        return Err(crate::problem::Problem::over_bound(
+            "idempotency key length",
+            MAX_ID_LEN,
+            id.len(),
+        ));
+    }
+    Err(crate::problem::Problem::bad_request(format!(
+        "an idempotency key or item id is 1 to {MAX_ID_LEN} printable ASCII characters without spaces"
+    )))
 }
 
 /// Records `ids` of `source` on `txn` and returns the new ones.
@@ -183,9 +191,9 @@ pub(crate) async fn stored<C: ConnectionTrait>(
         placeholder(backend, 1),
         marks.join(",")
     );
-    let rows = db
-        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?;
+    let rows =
+        counter_core::pooling::query_all(db, Statement::from_sql_and_values(backend, sql, values))
+            .await?;
     rows.iter()
         .map(|row| {
             Ok((
@@ -273,13 +281,11 @@ pub(crate) async fn prune<C: ConnectionTrait>(
         _ => vec![source.into()],
     };
     loop {
-        let done = db
-            .execute_raw(Statement::from_sql_and_values(
-                backend,
-                sql.clone(),
-                values.clone(),
-            ))
-            .await?;
+        let done = counter_core::pooling::execute(
+            db,
+            Statement::from_sql_and_values(backend, sql.clone(), values.clone()),
+        )
+        .await?;
         if done.rows_affected() < 10_000 {
             break;
         }

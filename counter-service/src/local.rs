@@ -66,7 +66,7 @@ impl Local {
             return Err(Problem::over_bound("batch items", max, items.len()).with("min", 1));
         }
         if let Some(key) = idempotency_key {
-            idempotency::check_id(key).map_err(Problem::bad_request)?;
+            idempotency::check_id(key)?;
         }
         let outcome = write::apply(
             ns,

@@ -126,7 +126,12 @@ async fn serve(
             .filter(|(_, key)| !key.unique)
             .min_by_key(|(_, key)| key.check.is_some())
             .map(|(key, _)| key.clone())?;
-        Some((name.clone(), key, ns.owner.example()))
+        Some((
+            name.clone(),
+            key,
+            ns.owner.example(),
+            ns.owner.other_example(),
+        ))
     });
     let service = Service::start(config).await?;
     let listener = listen_on(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -138,7 +143,11 @@ async fn serve(
     if console {
         say.say(&format!("console: http://{address}/ui"));
     }
-    if let Some((namespace, key, owner)) = first {
+    // The guide's first steps show these two lines and their answers
+    // (`{"applied":true,"total":1}`, then the owner's 1 beside another's
+    // zero); the HTTP test `guide::the_printed_curl_lines_answer_as_the_guide_shows`
+    // runs them.
+    if let Some((namespace, key, owner, other)) = first {
         let auth = if open {
             ""
         } else {
@@ -150,7 +159,7 @@ async fn serve(
              -d '{{\"owner\": \"{owner}\", \"key\": \"{key}\", \"delta\": 1}}'"
         ));
         say.say(&format!(
-            "then: curl -s 'http://{address}/v1/{namespace}/counts:batchGet?owners={owner}&keys={key}'{auth}"
+            "then: curl -s 'http://{address}/v1/{namespace}/counts:batchGet?owners={owner},{other}&keys={key}'{auth}"
         ));
     }
     if demo {

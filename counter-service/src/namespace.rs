@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use counter_core::{CounterTable, Counters, SlotPolicy, Window, validate_key};
+use counter_core::{CounterTable, Counters, SlotPolicy, Window, limits::MAX_KEY_LEN, validate_key};
 use counter_redis::{CachedCounters, CountCache};
 
 use crate::{adds::AddQueue, observes::ObserveQueue};
@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::{
     config::{
-        CheckConfig, Config, ConfigError, NamespaceConfig, OwnerType, ServerConfig, SlotsName,
-        SlotsSetting, WindowSetting,
+        CheckConfig, Config, ConfigError, KeyConfig, NamespaceConfig, OwnerType, ServerConfig,
+        SlotsName, SlotsSetting, WindowSetting,
     },
     problem::{Problem, preview},
 };
@@ -112,30 +112,39 @@ const MAX_NAMESPACE_LEN: usize = 32;
 
 impl Namespace {
     /// The configured namespaces, built and checked (a table is one
-    /// namespace's only).
+    /// namespace's only), with every refusal of every namespace at once.
     pub fn build_all(config: &Config) -> Result<BTreeMap<String, Namespace>, ConfigError> {
         let mut namespaces = BTreeMap::new();
         let mut tables = BTreeMap::new();
+        let mut errors = Vec::new();
         for (name, ns) in &config.namespaces {
-            let namespace = Namespace::build(name, ns)?;
+            let namespace = match Namespace::build(name, ns) {
+                Ok(namespace) => namespace,
+                Err(error) => {
+                    errors.push(error);
+                    continue;
+                }
+            };
             if let Some(other) = tables.insert(namespace.table_name().to_owned(), name.clone()) {
-                return Err(ConfigError::invalid(
+                errors.push(ConfigError::invalid(
                     format!("namespaces.{name}.table"),
                     format!("the table is namespace `{other}`'s already"),
                 ));
             }
             namespaces.insert(name.clone(), namespace);
         }
-        if namespaces.is_empty() {
-            return Err(ConfigError::invalid(
+        if config.namespaces.is_empty() {
+            errors.push(ConfigError::invalid(
                 "namespaces",
                 "declare at least one namespace",
             ));
         }
+        ConfigError::all(errors)?;
         Ok(namespaces)
     }
 
-    /// Builds and validates `config`, naming the bad value's path.
+    /// Builds and validates `config`, naming each bad value's path (all of
+    /// them: a refused key does not hide the next one's mistake).
     pub fn build(name: &str, config: &NamespaceConfig) -> Result<Self, ConfigError> {
         let path = format!("namespaces.{name}");
         let valid_name = !name.is_empty()
@@ -152,52 +161,28 @@ impl Namespace {
                 ),
             ));
         }
-        let invalid =
-            |at: String, e: counter_core::CounterError| ConfigError::invalid(at, e.to_string());
+        let mut errors = Vec::new();
         let mut table = CounterTable::new(config.table.clone())
             .map_err(|e| invalid(format!("{path}.table"), e))?;
         if let Some(slots) = config.slots {
-            table = table
-                .with_slot_policy(policy(slots).map_err(|e| invalid(format!("{path}.slots"), e))?);
+            match policy(slots) {
+                Ok(slots) => table = table.with_slot_policy(slots),
+                Err(e) => errors.push(invalid(format!("{path}.slots"), e)),
+            }
         }
         let mut keys = BTreeMap::new();
         let mut checks = BTreeMap::new();
         for (key, key_config) in &config.keys {
             let at = format!("{path}.keys.{key}");
-            validate_key(key).map_err(|e| invalid(at.clone(), e))?;
-            if let Some(slots) = key_config.slots {
-                let slots = policy(slots).map_err(|e| invalid(format!("{at}.slots"), e))?;
-                table = table
-                    .with_key_slot_policy(key, slots)
-                    .map_err(|e| invalid(at.clone(), e))?;
-            }
-            if let Some(window) = key_config.window {
-                let window = match window {
-                    WindowSetting::Hour => Window::Hour,
-                    WindowSetting::Day => Window::Day,
-                };
-                table = table
-                    .with_key_window(key, window)
-                    .map_err(|e| invalid(format!("{at}.window"), e))?;
-            }
-            if key_config.unique {
-                if key_config.check.is_some() {
-                    return Err(ConfigError::invalid(
-                        format!("{at}.check"),
-                        "a unique key has no check: its truth is a set of members, not a count",
-                    ));
+            // On a clone: a refused key leaves the table as it was.
+            match declare_key(table.clone(), key, key_config, &at) {
+                Ok(declared) => table = declared,
+                Err(e) => {
+                    errors.extend(e);
+                    continue;
                 }
-                table = table
-                    .with_unique_key(key)
-                    .map_err(|e| invalid(at.clone(), e))?;
             }
             if let Some(check) = &key_config.check {
-                if check.every_seconds == Some(0) {
-                    return Err(ConfigError::invalid(
-                        format!("{at}.check.every_seconds"),
-                        "at least 1",
-                    ));
-                }
                 checks.insert(key.clone(), check.clone());
             }
             keys.insert(
@@ -220,25 +205,26 @@ impl Namespace {
         let mut prefixes = Vec::new();
         for (i, pattern) in config.key_patterns.iter().enumerate() {
             let at = format!("{path}.key_patterns.{i}");
-            let prefix = pattern
-                .strip_suffix('*')
-                .filter(|p| !p.contains('*'))
-                .ok_or_else(|| {
-                    ConfigError::invalid(
-                        at.clone(),
-                        "a key pattern is a prefix and one `*` at its end, e.g. `reaction:*`",
-                    )
-                })?;
+            let Some(prefix) = pattern.strip_suffix('*').filter(|p| !p.contains('*')) else {
+                errors.push(ConfigError::invalid(
+                    at,
+                    "a key pattern is a prefix and one `*` at its end, e.g. `reaction:*`",
+                ));
+                continue;
+            };
             // The prefix followed by one more character must be a valid key.
-            validate_key(&format!("{prefix}a")).map_err(|e| invalid(at, e))?;
-            prefixes.push(prefix.to_owned());
+            match validate_key(&format!("{prefix}a")) {
+                Ok(()) => prefixes.push(prefix.to_owned()),
+                Err(e) => errors.push(invalid(at, e)),
+            }
         }
-        if keys.is_empty() && prefixes.is_empty() {
-            return Err(ConfigError::invalid(
+        if config.keys.is_empty() && config.key_patterns.is_empty() {
+            errors.push(ConfigError::invalid(
                 path,
                 "a namespace declares `keys` or `key_patterns`",
             ));
         }
+        ConfigError::all(errors)?;
         let table = match config.owner {
             OwnerType::Integer => Table::Integer(Handle::new(table)),
             OwnerType::Uuid => Table::Uuid(Handle::new(table)),
@@ -259,6 +245,10 @@ impl Namespace {
     pub fn key<'k>(&self, key: &'k str) -> Result<&'k str, Problem> {
         if self.keys.contains_key(key) {
             return Ok(key);
+        }
+        // The one rule of a key that is a bound: named, with its `max`.
+        if key.len() > MAX_KEY_LEN {
+            return Err(Problem::over_bound("key length", MAX_KEY_LEN, key.len()));
         }
         if self
             .prefixes
@@ -367,6 +357,67 @@ impl Namespace {
             }
             Some(name) => format!("{base}/#{:016x}", fnv1a(name)),
         }
+    }
+}
+
+/// A configuration refusal at `at`, for the library's error `e`.
+fn invalid(at: String, e: counter_core::CounterError) -> ConfigError {
+    ConfigError::invalid(at, e.to_string())
+}
+
+/// `table` with `key` declared as `config` says (slots, window, unique),
+/// or every refusal of the key's settings (`at` is its path).
+fn declare_key(
+    mut table: CounterTable,
+    key: &str,
+    config: &KeyConfig,
+    at: &str,
+) -> Result<CounterTable, Vec<ConfigError>> {
+    validate_key(key).map_err(|e| vec![invalid(at.to_owned(), e)])?;
+    let mut errors = Vec::new();
+    if let Some(slots) = config.slots {
+        match policy(slots).map_err(|e| invalid(format!("{at}.slots"), e)) {
+            Ok(slots) => match table.clone().with_key_slot_policy(key, slots) {
+                Ok(with) => table = with,
+                Err(e) => errors.push(invalid(at.to_owned(), e)),
+            },
+            Err(e) => errors.push(e),
+        }
+    }
+    if let Some(window) = config.window {
+        let window = match window {
+            WindowSetting::Hour => Window::Hour,
+            WindowSetting::Day => Window::Day,
+        };
+        match table.clone().with_key_window(key, window) {
+            Ok(with) => table = with,
+            Err(e) => errors.push(invalid(format!("{at}.window"), e)),
+        }
+    }
+    if config.unique {
+        if config.check.is_some() {
+            errors.push(ConfigError::invalid(
+                format!("{at}.check"),
+                "a unique key has no check: its truth is a set of members, not a count",
+            ));
+        }
+        match table.clone().with_unique_key(key) {
+            Ok(with) => table = with,
+            Err(e) => errors.push(invalid(at.to_owned(), e)),
+        }
+    }
+    if let Some(check) = &config.check
+        && check.every_seconds == Some(0)
+    {
+        errors.push(ConfigError::invalid(
+            format!("{at}.check.every_seconds"),
+            "at least 1",
+        ));
+    }
+    if errors.is_empty() {
+        Ok(table)
+    } else {
+        Err(errors)
     }
 }
 

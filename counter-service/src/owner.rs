@@ -125,4 +125,17 @@ impl crate::config::OwnerType {
             Self::String => String::example(),
         }
     }
+
+    /// Another owner of this type, never added to by the start lines: the
+    /// second owner of their batch get, whose 0 shows the zero fill (what
+    /// the guide's first steps show).
+    pub fn other_example(self) -> String {
+        match self {
+            Self::Integer => 2.to_string(),
+            Self::Uuid => uuid::Uuid::from_u128(0x0192_3f4e_7a1b_7c3d_8e5f_0a1b_2c3d_4e60)
+                .hyphenated()
+                .to_string(),
+            Self::String => "post-2".to_owned(),
+        }
+    }
 }

@@ -99,6 +99,9 @@ async fn connect(config: &Config) -> Result<DatabaseConnection, StartError> {
     if let Some(schema) = &config.database.schema {
         options.set_schema_search_path(schema.clone());
     }
+    if config.database.pooler == crate::config::Pooler::Transaction {
+        counter_core::pooling::transaction_pooled(&mut options);
+    }
     let db = Database::connect(options)
         .await
         .map_err(|e| StartError::Database(e.to_string()))?;

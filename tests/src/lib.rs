@@ -34,6 +34,7 @@ pub mod child;
 pub mod counting;
 pub mod galera;
 pub mod mq;
+pub mod pgbouncer;
 pub mod proxy;
 pub mod redis;
 pub mod servers;
@@ -325,6 +326,9 @@ async fn postgres(url: &str, test: &str) -> TestDb {
     let admin = connect(url, 1, None)
         .await
         .unwrap_or_else(|e| panic!("{POSTGRES_URL_VAR} is set but PostgreSQL is unreachable: {e}"));
+    if counter_core::pooling::is_transaction_pooled(&admin) {
+        return postgres_pooled(admin, url, test).await;
+    }
     let schema = scratch_name("ct", test);
     admin
         .execute_unprepared(&format!("CREATE SCHEMA \"{schema}\""))
@@ -341,6 +345,32 @@ async fn postgres(url: &str, test: &str) -> TestDb {
         location: Some(Location {
             url: url.to_owned(),
             schema: Some(schema),
+        }),
+    }
+}
+
+/// [`postgres`] through a transaction pooler (PgBouncer, the URL's
+/// statement cache 0): a database per test, since a schema is a session's
+/// `search_path`, which a transaction pooler does not keep. Named after
+/// the URL's own database, as MySQL's are, so CI drops leftovers by prefix.
+async fn postgres_pooled(admin: DatabaseConnection, url: &str, test: &str) -> TestDb {
+    let database = scratch_name(database_of(url).unwrap_or("ct"), test);
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE \"{database}\""))
+        .await
+        .expect("create the test database");
+    let scratch_url = with_database(url, &database);
+    let db = connect(&scratch_url, POOL_SIZE, None)
+        .await
+        .expect("connect to the test database");
+    TestDb {
+        backend: Backend::Postgres,
+        label: test.to_owned(),
+        db,
+        admin: Some((admin, format!("DROP DATABASE \"{database}\" WITH (FORCE)"))),
+        location: Some(Location {
+            url: scratch_url,
+            schema: None,
         }),
     }
 }
@@ -419,7 +449,7 @@ fn database_of(url: &str) -> Option<&str> {
     (!db.is_empty()).then_some(db)
 }
 
-/// Replaces the database in a `mysql://user@host:port/db?params` URL.
+/// Replaces the database in a `mysql://` or `postgres://user@host:port/db?params` URL.
 fn with_database(url: &str, database: &str) -> String {
     let (base, query) = url
         .split_once('?')

@@ -598,7 +598,7 @@ async fn prune(shared: &Shared) {
         retention,
         &shared.writer,
     );
-    match shared.db.execute_raw(stmt).await {
+    match crate::detach::execute(&shared.db, stmt).await {
         Ok(done) => tracing::debug!(
             pruned = done.rows_affected(),
             "counter buffer: ledger rows of idle writers pruned"
@@ -611,7 +611,7 @@ async fn prune(shared: &Shared) {
 /// to flush: no retry of it can happen any more.
 async fn forget(shared: &Shared) {
     let stmt = sql::ledger::forget(shared.dialect, shared.config.ledger.name(), &shared.writer);
-    if let Err(error) = shared.db.execute_raw(stmt).await {
+    if let Err(error) = crate::detach::execute(&shared.db, stmt).await {
         tracing::warn!(%error, "counter buffer: removing this writer's ledger row failed");
     }
 }

@@ -37,6 +37,38 @@ pub(crate) fn classify(err: &DbErr) -> Classified {
     }
 }
 
+/// Whether the server refused `err`'s statement because of where the
+/// connection landed, not because of the statement: a standby or a demoted
+/// primary that takes no writes (PostgreSQL's 25006 "cannot execute ... in
+/// a read-only transaction", MariaDB's `--read-only` and 1792), or a
+/// transaction pooler that moved the session between server connections
+/// so that a prepared statement is missing (26000) or left behind by
+/// another client (42P05). Nothing was applied, and the same statement
+/// succeeds once the connection reaches a primary (after a failover, the
+/// next pooled connection), so it is
+/// [`ErrorKind::Transient`](crate::ErrorKind::Transient), never a
+/// permanent database error.
+pub(crate) fn is_misrouted(err: &DbErr) -> bool {
+    if !matches!(err, DbErr::Exec(_) | DbErr::Query(_)) {
+        return false;
+    }
+    match database_code(err).as_deref() {
+        Some("25006" | "26000" | "42P05") => true,
+        // MariaDB/MySQL report `--read-only` (1290, 1836) as HY000.
+        Some("HY000") | None => {
+            let message = err.to_string();
+            [
+                "--read-only option",
+                "read-only transaction",
+                "read-only mode",
+            ]
+            .iter()
+            .any(|needle| message.contains(needle))
+        }
+        Some(_) => false,
+    }
+}
+
 /// Whether `err` is the connection failing rather than the statement: the
 /// pool could not give one, the server could not be reached or closed it
 /// (a reset, a broken pipe, a server shutting down, a Galera node that left

@@ -215,11 +215,16 @@ pub(crate) fn router(state: AppState) -> Router {
                         caller = tracing::field::Empty,
                     )
                 })
-                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO))
-                // Every answer is logged above with its status; a 5xx's
-                // cause is logged where it is known (`Problem`). A line
-                // per failure at ERROR would add one per shed request,
-                // the moment the service can least afford it.
+                // Every answer is logged with its status at DEBUG, below
+                // the default filter (`info`): at INFO each scrape, probe
+                // and add would be a line, thousands a second under load,
+                // burying what an operator must see. `/metrics` counts
+                // every answer; `RUST_LOG=info,tower_http=debug` shows the
+                // lines. A 5xx's cause is logged at WARN or ERROR where it
+                // is known (`Problem`), inside this span, with its id. A
+                // line per failure at ERROR would add one per shed
+                // request, the moment the service can least afford it.
+                .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG))
                 .on_failure(()),
         )
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))

@@ -44,8 +44,8 @@ pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
-/// Ready: the database answers (and the consumer runs, if configured); the
-/// cache is reported but not required.
+/// Ready: the database answers and takes writes (and the consumer runs, if
+/// configured); the cache is reported but not required.
 #[utoipa::path(
     operation_id = "readyz",
     get,
@@ -69,10 +69,17 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
 /// Each dependency asked once, with its timeout: what `/readyz` answers
 /// and each scrape of `/metrics` records.
 pub(crate) async fn readiness(state: &AppState) -> Readiness {
-    let database = match tokio::time::timeout(Duration::from_secs(2), state.db.ping()).await {
-        Ok(Ok(())) => Dependency {
+    // A standby answers pings: ask whether it takes writes, which every
+    // add needs (a demoted primary in a failover, a replica's address).
+    let writable = counter_core::accepts_writes(&state.db);
+    let database = match tokio::time::timeout(Duration::from_secs(2), writable).await {
+        Ok(Ok(true)) => Dependency {
             ok: true,
             detail: None,
+        },
+        Ok(Ok(false)) => Dependency {
+            ok: false,
+            detail: Some("the server takes no writes (a standby, or read-only)".into()),
         },
         Ok(Err(e)) => Dependency {
             ok: false,

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use counter_core::{Window, limits::MAX_SERIES_BUCKETS};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -329,6 +330,16 @@ pub(crate) async fn series(
 ) -> Result<axum::Json<SeriesReply>, Problem> {
     let namespace = target.namespace(&state);
     let key = namespace.counted_key(&query.key)?;
+    // The library refuses a series past its bound too, but as a plain
+    // invalid range: checked here first, the refusal names the bound and
+    // its `max` as every other bound's does (a reversed range, or a key
+    // without a window, is still the library's to refuse).
+    if let Some(window) = dispatch!(&namespace.table, h => h.counters.table().window_for(key)) {
+        let buckets = buckets_in(window, query.from, query.to);
+        if buckets > MAX_SERIES_BUCKETS as u64 {
+            return Err(over_bound(SERIES_BUCKETS, MAX_SERIES_BUCKETS, buckets));
+        }
+    }
     let buckets = dispatch!(&namespace.table, h => {
         let owner = ServiceOwner::from_text(&query.owner)?;
         h.counters.series(&state.db, owner, key, query.from, query.to).await?
@@ -346,6 +357,34 @@ pub(crate) async fn series(
             })
         })?;
     Ok(axum::Json(SeriesReply { buckets, sum }))
+}
+
+/// The bound a series longer than [`MAX_SERIES_BUCKETS`] is refused by.
+const SERIES_BUCKETS: &str = "series buckets";
+
+/// How many buckets of `window` start in `[from, to)`, counted as the
+/// library's `Window::starts` counts them (whole seconds, a bucket
+/// starting at `to` left out) without listing them: a range of a million
+/// years is counted, not allocated. 0 for a reversed range, which the
+/// library refuses by its own name.
+pub(super) fn buckets_in(window: Window, from: DateTime<Utc>, to: DateTime<Utc>) -> u64 {
+    let ceil = |at: DateTime<Utc>| at.timestamp() + i64::from(at.timestamp_subsec_nanos() > 0);
+    let width = window.seconds();
+    let start = ceil(from);
+    let first = match start.rem_euclid(width) {
+        0 => start,
+        past => start - past + width,
+    };
+    let end = ceil(to);
+    if first >= end {
+        return 0;
+    }
+    u64::try_from((end - first - 1) / width + 1).unwrap_or(u64::MAX)
+}
+
+/// [`Problem::over_bound`] for a count that may not fit a `usize`.
+pub(super) fn over_bound(bound: &'static str, max: usize, got: u64) -> Problem {
+    Problem::over_bound(bound, max, usize::try_from(got).unwrap_or(usize::MAX))
 }
 
 /// A namespace's keys.
@@ -460,10 +499,7 @@ pub(crate) async fn namespaces(
 /// The distinct keys of the table that match a pattern, through the key
 /// index `(count_key, owner_id)`; the table name is the configuration's.
 async fn keys_in_use(state: &AppState, namespace: &Namespace) -> Result<Vec<String>, Problem> {
-    use sea_orm::{
-        ConnectionTrait,
-        sea_query::{Alias, Expr, ExprTrait, Order, Query},
-    };
+    use sea_orm::sea_query::{Alias, Expr, ExprTrait, Order, Query};
     let mut query = Query::select();
     query
         .distinct()
@@ -479,7 +515,7 @@ async fn keys_in_use(state: &AppState, namespace: &Namespace) -> Result<Vec<Stri
     }
     query.cond_where(any);
     let backend = state.db.get_database_backend();
-    let rows = state.db.query_all_raw(backend.build(&query)).await?;
+    let rows = counter_core::pooling::query_all(&state.db, backend.build(&query)).await?;
     let mut keys = Vec::with_capacity(rows.len());
     for row in rows {
         let key: String = row.try_get_by_index(0)?;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use counter_core::DeltaBatch;
+use counter_core::{DeltaBatch, limits::MAX_UNIQUE_RANGE_SKETCHES};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -282,6 +282,23 @@ async fn read_uniques<I: ServiceOwner>(
 ) -> Result<BTreeMap<String, BTreeMap<String, u64>>, Problem> {
     let owners: Vec<I> = owners.iter().map(I::from_json).collect::<Result<_, _>>()?;
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    // owners x buckets sketches at most per key, refused here with the
+    // bound named (the library refuses it too, as a plain invalid range).
+    if let Some((from, to)) = range {
+        for key in &keys {
+            if let Some(window) = handle.counters.table().window_for(key) {
+                let sketches =
+                    (owners.len() as u64).saturating_mul(super::read::buckets_in(window, from, to));
+                if sketches > MAX_UNIQUE_RANGE_SKETCHES as u64 {
+                    return Err(super::read::over_bound(
+                        "unique range sketches",
+                        MAX_UNIQUE_RANGE_SKETCHES,
+                        sketches,
+                    ));
+                }
+            }
+        }
+    }
     let estimates = match (range, &handle.cached) {
         // The cache keeps all-time estimates; a range is read from the sketches.
         (Some((from, to)), _) => {

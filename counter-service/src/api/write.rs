@@ -268,7 +268,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
         .strip_prefix('"')
         .and_then(|k| k.strip_suffix('"'))
         .unwrap_or(key);
-    idempotency::check_id(key).map_err(Problem::bad_request)?;
+    idempotency::check_id(key)?;
     Ok(Some(key.to_owned()))
 }
 
@@ -294,7 +294,7 @@ fn check<I: ServiceOwner>(
             .map_err(at_item)?
             .to_owned();
         if let Some(id) = &item.id {
-            idempotency::check_id(id).map_err(|e| at_item(Problem::bad_request(e)))?;
+            idempotency::check_id(id).map_err(at_item)?;
             if key.as_deref() == Some(id.as_str()) {
                 return Err(at_item(Problem::bad_request(
                     "an item id cannot be the request's Idempotency-Key",

@@ -12,6 +12,11 @@ const TOP_PAGE = 20;
 const HEALTH_EVERY_MS = 3000;
 /** Intervals the health page's requests/s line spans (3 minutes). */
 const SPARK_INTERVALS = 60;
+/** The cache hit ratio's window: the page's scrapes of the last 5 minutes
+ *  (since the page opened, while it is younger), as the dashboard's rate()
+ *  over a window. Never since the service started: that ratio hides a
+ *  cache that stopped serving behind the hours it served. */
+const CACHE_WINDOW_MS = 5 * 60 * 1000;
 const HOUR_MS = 3600 * 1000;
 const DAY_MS = 24 * HOUR_MS;
 
@@ -577,9 +582,8 @@ function figures(samples) {
     buckets,
     groupSum: total(samples, 'counter_service_add_group_requests_sum'),
     groupCount: total(samples, 'counter_service_add_group_requests_count'),
-    hits: total(samples, 'counter_service_cache_hits'),
-    misses: total(samples, 'counter_service_cache_misses'),
-    hitRatio: total(samples, 'counter_service_cache_hit_ratio'),
+    hits: total(samples, 'counter_service_cache_hits_total'),
+    misses: total(samples, 'counter_service_cache_misses_total'),
     lag: total(samples, 'counter_service_consumer_lag'),
   };
 }
@@ -608,19 +612,34 @@ function rates(now, before) {
   const per = (a, b) => (a !== null && b !== null && a >= b && seconds > 0 ? (a - b) / seconds : null);
   const p99 = quantile(0.99, now.buckets, before.buckets);
   const groups = now.groupCount !== null && before.groupCount !== null ? now.groupCount - before.groupCount : 0;
-  let hitRatio = now.hitRatio;
-  if (now.hits !== null && before.hits !== null) {
-    const reads = now.hits - before.hits + (now.misses - before.misses);
-    if (reads > 0) hitRatio = (now.hits - before.hits) / reads;
-  }
   return {
     requests: per(now.requests, before.requests),
     adds: per(now.adds, before.adds),
     p99: p99 === null ? null : p99 * 1000,
     group: groups > 0 ? (now.groupSum - before.groupSum) / groups : null,
-    cache: hitRatio,
     lag: now.lag,
   };
+}
+
+/** Keeps `now` in `scrapes` (the cache's counters of each scrape), and the
+ *  oldest scrape still at or before the window's start as its base. A
+ *  counter that went down (the service restarted) starts a new window. */
+function keepCacheScrape(scrapes, now) {
+  if (now.hits === null) return;
+  const last = scrapes[scrapes.length - 1];
+  if (last && (now.hits < last.hits || now.misses < last.misses)) scrapes.length = 0;
+  scrapes.push({ at: now.at, hits: now.hits, misses: now.misses });
+  while (scrapes.length > 2 && scrapes[1].at <= now.at - CACHE_WINDOW_MS) scrapes.shift();
+}
+
+/** Hits over reads between the window's base and its last scrape; null
+ *  without a cache or without a read in the window. */
+function cacheRatio(scrapes) {
+  if (scrapes.length < 2) return null;
+  const [base, last] = [scrapes[0], scrapes[scrapes.length - 1]];
+  const hits = last.hits - base.hits;
+  const reads = hits + (last.misses - base.misses);
+  return reads > 0 ? hits / reads : null;
 }
 
 const RATES = [
@@ -628,7 +647,7 @@ const RATES = [
   ['adds', 'adds/s (items, HTTP and queue)', (v) => v.toFixed(1), 'no add'],
   ['p99', 'p99 latency of API requests', (v) => `${v.toFixed(v < 10 ? 2 : 0)} ms`, 'no request'],
   ['group', 'add group size (requests per commit)', (v) => v.toFixed(1), 'no add group'],
-  ['cache', 'cache hit ratio', (v) => `${(v * 100).toFixed(1)} %`, 'no cache, or no read yet'],
+  ['cache', 'cache hit ratio, last 5 min', (v) => `${(v * 100).toFixed(1)} %`, 'no cache, or no read in the last 5 min'],
   ['lag', 'consumer lag (messages)', (v) => formatNumber(v), 'no broker'],
 ];
 
@@ -649,12 +668,14 @@ async function healthPage(view) {
     components,
     el('h2', {}, 'Live rates'),
     el('p', { class: 'note' },
-      `From successive /metrics scrapes, every ${HEALTH_EVERY_MS / 1000} s: each figure is over the last interval.`),
+      `From successive /metrics scrapes, every ${HEALTH_EVERY_MS / 1000} s: each figure is over the last interval, ` +
+      'the cache hit ratio over the last 5 minutes (since this page opened, until then).'),
     el('table', { id: 'rates', class: 'rates', 'data-test': 'rates' }, el('tbody', {}, rows)),
     el('h3', {}, 'API requests/s'),
     spark);
 
   let before = null;
+  const cacheScrapes = [];
   const tick = async () => {
     if (!view.isConnected) return;
     try {
@@ -672,8 +693,9 @@ async function healthPage(view) {
       components.replaceChildren(...items);
       const metrics = await fetch('/metrics', { cache: 'no-store', credentials: 'omit' });
       const now = figures(parseMetrics(await metrics.text()));
+      keepCacheScrape(cacheScrapes, now);
       if (before) {
-        const r = rates(now, before);
+        const r = { ...rates(now, before), cache: cacheRatio(cacheScrapes) };
         for (const [id, , format, none] of RATES) {
           cells.get(id).textContent = r[id] === null || r[id] === undefined ? none : format(r[id]);
         }

@@ -4,8 +4,10 @@
 //! against the API: every owner's counts and unique estimates, paging
 //! through a ranking, a chart's range sum; a hostile owner name shown as
 //! text; a reader without the admin buttons (and refused when it forges
-//! the call), an admin's dry-run check. It saves screenshots of the main
-//! pages on the way (`COUNTER_TEST_SCREENSHOTS`, for the guide).
+//! the call), an admin's dry-run check; with Redis configured, the health
+//! page's cache hit ratio over its window (not the last interval, not
+//! since start). It saves screenshots of the main pages on the way
+//! (`COUNTER_TEST_SCREENSHOTS`, for the guide).
 //!
 //! Runs where `COUNTER_TEST_CHROMEDRIVER` names the `chromedriver` binary
 //! (Debian's `chromium-driver`, with `chromium` at `/usr/bin/chromium`).
@@ -26,7 +28,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ADMIN, Api, NAMESPACES, READER, Running, Scratch, TOKENS, WRITER, config_text,
+    ADMIN, Api, NAMESPACES, READER, Running, Scratch, TOKENS, WRITER, cache_section, config_text,
 };
 
 const CHROMEDRIVER_VAR: &str = "COUNTER_TEST_CHROMEDRIVER";
@@ -35,13 +37,15 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 /// The longest any page may take to show what it loads.
 const WAIT: Duration = Duration::from_secs(10);
 /// The longest the whole browsing part may take.
-const WHOLE: Duration = Duration::from_secs(60);
+const WHOLE: Duration = Duration::from_secs(90);
 /// Where console.js keeps the token (`TOKEN_KEY`).
 const TOKEN_KEY: &str = "counter-service.token";
 /// Owners of `posts` with `likes`: more than two pages of 20.
 const OWNERS: i64 = 45;
 /// Owners of `posts` with every kind of key.
 const FULL_OWNERS: [i64; 4] = [1, 2, 3, 4];
+/// Owners no seed or page reads but the cache part of the health page.
+const CACHE_OWNERS: &str = "/v1/posts/counts:batchGet?owners=2001,2002,2003,2004,2005&keys=likes";
 /// Owner names that are markup.
 const HOSTILE: [&str; 2] = [
     "<img src=x onerror=alert(1)>",
@@ -71,7 +75,9 @@ backend_test! {
         };
         let b = t.backend.to_string();
         let scratch = Scratch::of(&t).await;
-        let service = Running::start(&config_text("", &scratch, &format!("{NAMESPACES}\n{TOKENS}"))).await;
+        // A cache where Redis is configured: the health page's hit ratio.
+        let cache = cache_section(&t).unwrap_or_default();
+        let service = Running::start(&config_text("", &scratch, &format!("{NAMESPACES}\n{TOKENS}\n{cache}"))).await;
         let seeded = seed(&service.api, &b).await;
 
         let started = Instant::now();
@@ -270,6 +276,13 @@ async fn browse(page: &Page, api: &Api, seeded: &Seeded, shots: &Shots) {
     shots.save(page, "checks").await;
 
     // Health: `/readyz`'s components (and the rates, for a kept screenshot).
+    // With a cache, owners never read are read first, before the page
+    // opens: misses its window must not count.
+    let cached = api.get("/readyz", None).await.json.get("cache").is_some();
+    if cached {
+        api.get(CACHE_OWNERS, Some(READER)).await.ok();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     page.navigate("#/health").await;
     let health = page
         .wait(
@@ -284,6 +297,9 @@ async fn browse(page: &Page, api: &Api, seeded: &Seeded, shots: &Shots) {
         json!({"ok": "true", "status": "Status: ready"}),
         "[{b}] the health page"
     );
+    if cached {
+        cache_ratio_over_its_window(page, api).await;
+    }
     if shots.keep {
         // For the guide: traffic, and two intervals of rates (6 s).
         let traffic = {
@@ -317,6 +333,40 @@ async fn browse(page: &Page, api: &Api, seeded: &Seeded, shots: &Shots) {
 
     page.assert_no_alert("the end").await;
     shots.check(b);
+}
+
+/// The health page's cache hit ratio is the window's: reads that missed
+/// before the page opened do not count, and an interval without a read
+/// keeps the ratio of the window's reads (the last interval alone would
+/// have none, and the service's ratio since start is far below 100 %).
+async fn cache_ratio_over_its_window(page: &Page, api: &Api) {
+    let b = &page.backend;
+    // Hits only (the owners were read, so filled, before the page opened),
+    // through the page's first interval; then nothing.
+    let until = Instant::now() + Duration::from_millis(1_500);
+    while Instant::now() < until {
+        api.get(CACHE_OWNERS, Some(READER)).await.ok();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two intervals computed: the one with the hits, one with no read.
+    page.wait(
+        "two intervals of rates",
+        "const line = view.querySelector('[data-test=requests-spark] polyline');
+         return line !== null && line.getAttribute('points').split(' ').length >= 2;",
+    )
+    .await;
+    let shown = page
+        .wait(
+            "the cache hit ratio",
+            "const cell = view.querySelector('[data-test=rate][data-rate=cache]');
+             return cell && cell.innerText;",
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!("100.0 %"),
+        "[{b}] the cache hit ratio of the page's window"
+    );
 }
 
 // ---------------------------------------------------------------- pages

@@ -124,7 +124,7 @@ backend_test! {
         let mut hits = 0;
         for api in &apis {
             failures += metric(api, "counter_service_cache_invalidation_failures").await;
-            hits += metric(api, "counter_service_cache_hits").await;
+            hits += metric(api, "counter_service_cache_hits_total").await;
         }
         let (checked, stale) = (checked.load(Ordering::Relaxed), stale.load(Ordering::Relaxed));
         figures(

@@ -84,6 +84,11 @@ backend_test! {
                     assert!(!reply.text.contains(sink), "{path} uses {sink}");
                 }
                 assert!(reply.text.contains("textContent") && reply.text.contains("encodeURIComponent"));
+                // The health page's cache hit ratio comes from the hit and
+                // miss counters over a window of scrapes (the browser test
+                // checks the figure), never a ratio since start.
+                assert!(reply.text.contains("counter_service_cache_hits_total") && reply.text.contains("CACHE_WINDOW_MS"));
+                assert!(!reply.text.contains("counter_service_cache_hit_ratio"), "a ratio since start");
             }
         }
         kinds.sort();

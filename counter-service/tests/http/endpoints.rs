@@ -275,7 +275,7 @@ backend_test! {
         let metrics = service.get("/metrics", None).await.text;
         let hits = metrics
             .lines()
-            .find_map(|l| l.strip_prefix("counter_service_cache_hits "))
+            .find_map(|l| l.strip_prefix("counter_service_cache_hits_total "))
             .and_then(|v| v.trim().parse::<f64>().ok())
             .unwrap_or(0.0);
         counter_tests::figures("service_cached_reads", b, &[("reads", 202), ("owner_hits", hits as u64), ("stale_reads", stale)]);

@@ -139,3 +139,57 @@ backend_test! {
         t.finish().await;
     }
 }
+
+backend_test! {
+    /// Every refusal by a bound names it, as the guide's error table says:
+    /// `bound` and `max` members in the problem body, on each route that
+    /// has one, the range reads of series and unique keys included (whose
+    /// refusals once came from the library as plain invalid ranges).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_bound_refusal_names_its_bound_and_max(t: TestDb) {
+        let b = t.backend;
+        let scratch = Scratch::of(&t).await;
+        let server = "open = true\nmax_batch_items = 100\nmax_batch_owners = 50\nmax_batch_keys = 4";
+        let service = Running::start(&config_text(server, &scratch, NAMESPACES)).await;
+        let items: Vec<_> = (0..101).map(|i| json!({"owner": i, "key": "likes"})).collect();
+        let observations: Vec<_> = (0..101).map(|i| json!({"owner": 1, "key": "viewers", "member": i})).collect();
+        let owners: Vec<String> = (0..51).map(|i| i.to_string()).collect();
+        let long_key = format!("reaction:{}", "k".repeat(60));
+        let centuries = "from=1800-01-01T00:00:00Z&to=2200-01-01T00:00:00Z";
+        let refusals = [
+            ("batch items", 100, service.post("/v1/posts/counters:batchAdd", None, json!({"items": items})).await),
+            ("batch items", 100, service.post("/v1/posts/counters:observe", None, json!({"observations": observations})).await),
+            ("batch owners", 50, service.get(&format!("/v1/posts/counts:batchGet?owners={}&keys=likes", owners.join(",")), None).await),
+            ("batch keys", 4, service.get("/v1/posts/counts:batchGet?owners=1&keys=likes,views,comments,reaction:a,reaction:b", None).await),
+            ("limit", 1_000, service.get("/v1/posts/top?key=likes&limit=1000000", None).await),
+            ("owner length", 255, service.post("/v1/tags/counters:add", None, json!({"owner": "o".repeat(256), "key": "uses"})).await),
+            ("member bytes", 1_024, service.post("/v1/posts/counters:observe", None, json!({"observations": [{"owner": 1, "key": "viewers", "member": "m".repeat(1_025)}]})).await),
+            ("key length", 64, service.post("/v1/posts/counters:add", None, json!({"owner": 1, "key": long_key})).await),
+            ("idempotency key length", 128, service.post_keyed("/v1/posts/counters:add", None, &"k".repeat(129), json!({"owner": 1, "key": "likes"})).await),
+            // 146,097 day buckets in four centuries; a series has at most 100,000.
+            ("series buckets", 100_000, service.get(&format!("/v1/posts/series?owner=1&key=views&{centuries}"), None).await),
+            // 2 owners x 146,097 days of sketches; a range read merges at most 100,000.
+            ("unique range sketches", 100_000, service.get(&format!("/v1/posts/uniques:batchGet?owners=1,2&keys=viewers&{centuries}"), None).await),
+            ("unique range sketches", 100_000, service.post("/v1/posts/uniques:batchGet", None, json!({"owners": [1, 2], "keys": ["viewers"], "from": "1800-01-01T00:00:00Z", "to": "2200-01-01T00:00:00Z"})).await),
+        ];
+        for (bound, max, reply) in refusals {
+            reply.assert_problem(400, "invalid_input");
+            assert_eq!(
+                (reply.json["bound"].clone(), reply.json["max"].clone()),
+                (json!(bound), json!(max)),
+                "[{b}] {reply:?}"
+            );
+        }
+        // At the bounds the same reads answer: a series of 100,000 day
+        // buckets, and 1 owner x 100,000 days of sketches; a day more is over.
+        let inside = "from=2000-01-01T00:00:00Z&to=2273-10-16T00:00:00Z";
+        let series = service.get(&format!("/v1/posts/series?owner=1&key=views&{inside}"), None).await.ok();
+        assert_eq!(series["buckets"].as_array().map(Vec::len), Some(100_000), "[{b}]");
+        service.get(&format!("/v1/posts/uniques:batchGet?owners=1&keys=viewers&{inside}"), None).await.ok();
+        let over = "from=2000-01-01T00:00:00Z&to=2273-10-17T00:00:00Z";
+        let reply = service.get(&format!("/v1/posts/series?owner=1&key=views&{over}"), None).await;
+        assert_eq!(reply.json["bound"], "series buckets", "[{b}] 100,001 buckets: {reply:?}");
+        service.stop().await;
+        t.finish().await;
+    }
+}

@@ -1,6 +1,8 @@
 //! Log lines name the requests they serve: an add's group logs inside a
 //! span carrying the `X-Request-Id`s of its requests, although it runs in
 //! a worker task of its own, and the request's own lines carry its id.
+//! Those lines are DEBUG: under the default filter (`info`) a request or a
+//! scrape writes no line, and `RUST_LOG=info,tower_http=debug` shows them.
 //!
 //! A layer installed once for this test binary records events inside
 //! spans named `request` or `add_group` with their id fields; everything
@@ -23,9 +25,10 @@ use tracing_subscriber::{
 
 use crate::support::{NAMESPACES, Running, Scratch, config_text};
 
-/// Events seen: (the span's name, its ids field, the event's message).
+/// Events seen: (the span's name, its ids field, the event's message, its
+/// level).
 #[derive(Default)]
-struct Seen(Mutex<Vec<(String, String, String)>>);
+struct Seen(Mutex<Vec<(String, String, String, tracing::Level)>>);
 
 /// A span's id field (`request_id` or `request_ids`), kept in its extensions.
 struct Ids(String);
@@ -73,6 +76,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for SeenLayer {
                     span.name().to_owned(),
                     ids.clone(),
                     fields.message.unwrap_or_default(),
+                    *event.metadata().level(),
                 ));
                 return;
             }
@@ -104,10 +108,14 @@ backend_test! {
             .await;
         assert_eq!((reply.status, reply.header("x-request-id")), (200, Some(id.as_str())), "{reply:?}");
         let lines = seen.0.lock().unwrap().clone();
-        let group = lines.iter().any(|(span, ids, message)| span == "add_group" && ids.split(',').any(|i| i == id) && message == "add group committed");
-        let request = lines.iter().any(|(span, ids, message)| span == "request" && *ids == id && message.contains("finished processing request"));
+        let group = lines.iter().any(|(span, ids, message, _)| span == "add_group" && ids.split(',').any(|i| i == id) && message == "add group committed");
+        let request: Vec<_> = lines.iter().filter(|(span, ids, message, _)| span == "request" && *ids == id && message.contains("finished processing request")).collect();
         assert!(group, "[{}] no add group line names {id}: {lines:?}", t.backend);
-        assert!(request, "[{}] no request line names {id}", t.backend);
+        assert!(!request.is_empty(), "[{}] no request line names {id}", t.backend);
+        // Below the default filter: a request is not an INFO line.
+        for (.., level) in &request {
+            assert_eq!(*level, tracing::Level::DEBUG, "[{}] the request line of {id}", t.backend);
+        }
         service.stop().await;
         t.finish().await;
     }
@@ -116,10 +124,13 @@ backend_test! {
 /// The real binary's output as a collector sees it: with `log_format =
 /// "json"` every line it writes, the start lines included, is a JSON
 /// object; with text logs into a pipe (a file, a journal), no colour codes.
+/// Under the default filter (no `RUST_LOG`, the JSON run) an add, a
+/// refused read and scrapes of `/metrics` write no line at all; with
+/// `RUST_LOG=info,tower_http=debug` (the text run) each is a line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    for format in ["json", "text"] {
+    for (format, filter) in [("json", None), ("text", Some("info,tower_http=debug"))] {
         let dir = std::env::temp_dir().join(format!(
             "counter-service-logs-{format}-{}",
             std::process::id()
@@ -136,7 +147,12 @@ async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
         )
         .unwrap();
         let port = counter_tests::servers::free_port();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_counter-service"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_counter-service"));
+        match filter {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut child = command
             .args([
                 "--config",
                 config.to_str().unwrap(),
@@ -145,7 +161,6 @@ async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
                 "serve",
                 "--migrate",
             ])
-            .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -188,11 +203,49 @@ async fn json_logs_are_json_from_the_first_line_and_text_has_no_colour_codes() {
         api.get("/v1/posts/counts:batchGet?owners=x&keys=likes", None)
             .await
             .assert_problem(400, "invalid_input");
+        for _ in 0..3 {
+            assert_eq!(api.get("/metrics", None).await.status, 200);
+        }
+        // Lines still coming in would be lost to the kill: wait for the
+        // text run's, and give the JSON run's (none) the same time.
+        let settle = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while filter.is_some()
+            && lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains("/metrics"))
+                .count()
+                < 3
+            && std::time::Instant::now() < settle
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         child.start_kill().unwrap();
         child.wait().await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         let lines = lines.lock().unwrap().clone();
         assert!(lines.len() >= 4, "[{format}] {lines:?}");
+        let request_lines: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("finished processing request"))
+            .collect();
+        match filter {
+            None => assert!(
+                request_lines.is_empty(),
+                "[{format}] request lines under the default filter: {request_lines:?}"
+            ),
+            // The add, the refused read and the three scrapes.
+            Some(_) => {
+                assert!(request_lines.len() >= 5, "[{format}] {lines:?}");
+                let scrapes = request_lines
+                    .iter()
+                    .filter(|l| l.contains("/metrics"))
+                    .count();
+                assert_eq!(scrapes, 3, "[{format}] {request_lines:?}");
+            }
+        }
         for line in &lines {
             match format {
                 "json" => {

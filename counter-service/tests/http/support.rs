@@ -146,12 +146,19 @@ impl Scratch {
                     file: Some(file),
                 }
             }
+            // A schema of its own, or (through a transaction pooler, which
+            // keeps no session's search_path) a database of its own.
             Backend::Postgres => Self {
-                database: format!(
-                    "[database]\nurl = \"{}\"\nschema = \"{}\"\n",
-                    t.url().unwrap(),
-                    t.schema().unwrap()
-                ),
+                database: match t.schema() {
+                    Some(schema) => format!(
+                        "[database]\nurl = \"{}\"\nschema = \"{schema}\"\n",
+                        t.url().unwrap()
+                    ),
+                    None => format!(
+                        "[database]\nurl = \"{}\"\npooler = \"transaction\"\n",
+                        t.url().unwrap()
+                    ),
+                },
                 file: None,
             },
             Backend::MySql => Self {

@@ -142,11 +142,12 @@ backend_test! {
             ("/v1/posts/uniques:batchGet", json!({"owners": [1], "keys": ["viewers"], "from": MONDAY}), "both `from` and `to`"),
             ("/v1/posts/uniques:batchGet", json!({"owners": [1], "keys": ["viewers"], "from": TUESDAY, "to": MONDAY}), ""),
             ("/v1/tags/uniques:batchGet", json!({"owners": ["a"], "keys": ["visitors"], "from": MONDAY, "to": TUESDAY}), "window"),
-            // 1,000 owners over 101 days: more sketches than one read merges.
+            // 1,000 owners over 101 days: more sketches than one read
+            // merges, the bound named (`bound`, `max`: hostile.rs).
             (
                 "/v1/posts/uniques:batchGet",
                 json!({"owners": (1..=1_000).collect::<Vec<i64>>(), "keys": ["viewers"], "from": "2026-01-01T00:00:00Z", "to": "2026-04-12T00:00:00Z"}),
-                "at most 100000",
+                "unique range sketches: 101000 is over the limit of 100000",
             ),
         ];
         for (path, body, says) in cases {

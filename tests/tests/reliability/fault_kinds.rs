@@ -120,3 +120,58 @@ backend_test! {
         t.finish().await;
     }
 }
+
+/// A PostgreSQL pool whose every session refuses writes, as a standby (or
+/// a primary Patroni just demoted, which HAProxy still routes to) does.
+async fn read_only_pool(t: &TestDb) -> DatabaseConnection {
+    let mut options = ConnectOptions::new(t.url().expect("a server"));
+    options.max_connections(2).sqlx_logging(false);
+    if let Some(schema) = t.schema() {
+        options.set_schema_search_path(schema);
+    }
+    options.map_sqlx_postgres_opts(|o| o.options([("default_transaction_read_only", "on")]));
+    Database::connect(options).await.expect("a read-only pool")
+}
+
+backend_test! {
+    // A hot standby's sessions are read-only transactions that refuse every
+    // write with 25006, as here. (MariaDB's session access mode is no such
+    // model: a transaction the crate opens is not refused by it, and its
+    // server-wide `read_only` spares the privileged users tests run as.)
+    #[backends(postgres)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[label = "read_only_kinds"]
+    /// Every write refused by a server that takes no writes (PostgreSQL's
+    /// 25006) is `Transient`, as a
+    /// failover's demoted primary is: the same write succeeds on the new
+    /// primary. Reads still answer, and nothing was written.
+    async fn a_read_only_server_is_transient_on_every_write(t: TestDb) {
+        let table = "read_only_counters";
+        let c = counters::<i64>(table, 4);
+        c.create_table(&t.db).await.expect("create the table");
+        // Rows in several slots (4^-39 that 40 adds share one): work for
+        // the compaction to refuse.
+        for _ in 0..40 {
+            c.add(&t.db, 1, "likes", 1).await.expect("a row");
+        }
+        let standby = read_only_pool(&t).await;
+        let mut transient = 0u64;
+        for name in ["increment", "batch", "compact"] {
+            let Err(error) = call(name, &c, &standby).await else {
+                panic!("[{}] {name} wrote on a read-only server", t.backend);
+            };
+            assert_eq!(
+                error.kind(),
+                ErrorKind::Transient,
+                "[{}] {name}: {error} ({error:?})",
+                t.backend
+            );
+            transient += 1;
+        }
+        call("read", &c, &standby).await.expect("a read on a read-only server");
+        assert_eq!(c.get(&t.db, 1, "likes").await.expect("read"), 40, "[{}]", t.backend);
+        let _ = standby.close().await;
+        figures("read_only_kinds", t.backend, &[("writes", 3), ("transient", transient)]);
+        t.finish().await;
+    }
+}

@@ -10,4 +10,5 @@ mod faults;
 mod galera;
 mod hostile;
 mod model;
+mod pooler;
 mod soak;

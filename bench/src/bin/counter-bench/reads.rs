@@ -5,7 +5,7 @@ use std::{collections::HashMap, time::Instant};
 
 use counter_core::{CounterTable, Counters};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, Statement, Value,
+    DatabaseConnection, DbBackend, Statement, Value,
     sea_query::{Alias, Query},
 };
 
@@ -104,7 +104,7 @@ async fn populate(db: &DatabaseConnection, ids: &[i64]) -> Result<Totals, BoxErr
             insert.values([owner.into(), key.into(), slot.into(), value.into()])?;
             *expected.entry((owner, key.to_owned())).or_insert(0) += value;
         }
-        db.execute(&insert).await?;
+        counter_core::pooling::execute(db, db.get_database_backend().build(&insert)).await?;
     }
     Ok(expected)
 }
@@ -132,9 +132,9 @@ async fn hand_written(db: &DatabaseConnection, ids: &[i64]) -> Result<Totals, Bo
         .map(|&id| id.into())
         .chain(KEYS.iter().map(|&k| k.into()))
         .collect();
-    let rows = db
-        .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?;
+    let rows =
+        counter_core::pooling::query_all(db, Statement::from_sql_and_values(backend, sql, values))
+            .await?;
     let mut totals = Totals::with_capacity(rows.len());
     for row in rows {
         totals.insert(

@@ -295,7 +295,8 @@ async fn prepare(
     counters.create_table(db).await?;
 
     for table in [HOT_TABLE, CHILD_TABLE] {
-        db.execute(
+        through_pooler(
+            db,
             &Table::drop()
                 .table(Alias::new(table))
                 .if_exists()
@@ -303,7 +304,8 @@ async fn prepare(
         )
         .await?;
     }
-    db.execute(
+    through_pooler(
+        db,
         &Table::create()
             .table(Alias::new(HOT_TABLE))
             .col(
@@ -316,7 +318,8 @@ async fn prepare(
             .to_owned(),
     )
     .await?;
-    db.execute(
+    through_pooler(
+        db,
         &Query::insert()
             .into_table(Alias::new(HOT_TABLE))
             .columns([Alias::new("id"), Alias::new("n")])
@@ -324,7 +327,8 @@ async fn prepare(
             .to_owned(),
     )
     .await?;
-    db.execute(
+    through_pooler(
+        db,
         &Table::create()
             .table(Alias::new(CHILD_TABLE))
             .col(
@@ -480,7 +484,7 @@ async fn increment<C: ConnectionTrait + TransactionTrait>(
 ) -> Result<(), BoxError> {
     match setup.cell.design {
         Design::HotRow => {
-            db.execute_raw(setup.hot_update.clone()).await?;
+            counter_core::pooling::execute(db, setup.hot_update.clone()).await?;
         }
         Design::Buffered => return Err("buffered cells are driven by buffered::run".into()),
         Design::Slotted | Design::Uncontended | Design::Deferred | Design::Adaptive => {
@@ -490,8 +494,11 @@ async fn increment<C: ConnectionTrait + TransactionTrait>(
             let slot = counters.table().next_slot(&owner, KEY);
             let values: [Value; 3] = [owner.into(), KEY.into(), slot.into()];
             let sql = setup.raw_upsert.clone();
-            db.execute_raw(Statement::from_sql_and_values(setup.backend, sql, values))
-                .await?;
+            counter_core::pooling::execute(
+                db,
+                Statement::from_sql_and_values(setup.backend, sql, values),
+            )
+            .await?;
         }
     }
     Ok(())
@@ -558,10 +565,12 @@ pub async fn observe(
 
 /// The first column of a one-row query, as an i64.
 pub async fn scalar(db: &DatabaseConnection, sql: &str) -> Result<i64, BoxError> {
-    let row = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound(sql.to_owned()))?;
+    let row = counter_core::pooling::query_one(
+        db,
+        Statement::from_string(db.get_database_backend(), sql),
+    )
+    .await?
+    .ok_or_else(|| DbErr::RecordNotFound(sql.to_owned()))?;
     Ok(row.try_get_by_index::<i64>(0)?)
 }
 
@@ -575,6 +584,15 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A setup statement sent as the crate sends its own (in a transaction of
+/// its own behind a transaction pooler: see `counter_core::pooling`).
+async fn through_pooler<S: sea_orm::StatementBuilder>(
+    db: &DatabaseConnection,
+    stmt: &S,
+) -> Result<sea_orm::ExecResult, DbErr> {
+    counter_core::pooling::execute(db, db.get_database_backend().build(stmt)).await
+}
 
 #[cfg(test)]
 mod tests {

@@ -35,7 +35,7 @@ use std::{
 use counter_core::{Counters, DeltaBatch};
 use indicatif::ProgressBar;
 use rand::{SeedableRng, rngs::SmallRng};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, Statement};
 
 use crate::{
     nodes::Nodes,
@@ -228,10 +228,12 @@ async fn rows_per_counter(db: &DatabaseConnection, above: i64) -> Result<f64, Bo
     let sql = format!(
         "SELECT COUNT(*), COUNT(DISTINCT owner_id) FROM {COUNTER_TABLE} WHERE owner_id > {above}"
     );
-    let row = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), &sql))
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound(sql.clone()))?;
+    let row = counter_core::pooling::query_one(
+        db,
+        Statement::from_string(db.get_database_backend(), &sql),
+    )
+    .await?
+    .ok_or_else(|| DbErr::RecordNotFound(sql.clone()))?;
     let (rows, owners) = (
         row.try_get_by_index::<i64>(0)?,
         row.try_get_by_index::<i64>(1)?,
