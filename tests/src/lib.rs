@@ -350,38 +350,41 @@ async fn postgres(url: &str, test: &str) -> TestDb {
 }
 
 /// [`postgres`] through a transaction pooler (PgBouncer, the URL's
-/// statement cache 0): a database per test, since a schema is a session's
-/// `search_path`, which a transaction pooler does not keep. Named after
-/// the URL's own database, as MySQL's are, so CI drops leftovers by prefix.
+/// statement cache 0): a database per test, as on MySQL, since a schema is
+/// a session's `search_path`, which a transaction pooler does not keep.
 async fn postgres_pooled(admin: DatabaseConnection, url: &str, test: &str) -> TestDb {
-    let database = scratch_name(database_of(url).unwrap_or("ct"), test);
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE \"{database}\""))
-        .await
-        .expect("create the test database");
-    let scratch_url = with_database(url, &database);
-    let db = connect(&scratch_url, POOL_SIZE, None)
-        .await
-        .expect("connect to the test database");
-    TestDb {
-        backend: Backend::Postgres,
-        label: test.to_owned(),
-        db,
-        admin: Some((admin, format!("DROP DATABASE \"{database}\" WITH (FORCE)"))),
-        location: Some(Location {
-            url: scratch_url,
-            schema: None,
-        }),
-    }
+    own_database(Backend::Postgres, admin, url, test).await
 }
 
 async fn mysql(url: &str, test: &str) -> TestDb {
     let admin = connect(url, 1, None)
         .await
         .unwrap_or_else(|e| panic!("{MYSQL_URL_VAR} is set but MySQL/MariaDB is unreachable: {e}"));
+    own_database(Backend::MySql, admin, url, test).await
+}
+
+/// A scratch database of the test's own, made and later dropped by
+/// `admin`, named after the URL's own database so CI drops a run's
+/// leftovers by prefix.
+async fn own_database(
+    backend: Backend,
+    admin: DatabaseConnection,
+    url: &str,
+    test: &str,
+) -> TestDb {
     let database = scratch_name(database_of(url).unwrap_or("ct"), test);
+    let (create, drop) = match backend {
+        Backend::Postgres => (
+            format!("CREATE DATABASE \"{database}\""),
+            format!("DROP DATABASE \"{database}\" WITH (FORCE)"),
+        ),
+        _ => (
+            format!("CREATE DATABASE `{database}`"),
+            format!("DROP DATABASE `{database}`"),
+        ),
+    };
     admin
-        .execute_unprepared(&format!("CREATE DATABASE `{database}`"))
+        .execute_unprepared(&create)
         .await
         .expect("create the test database");
     let scratch_url = with_database(url, &database);
@@ -389,10 +392,10 @@ async fn mysql(url: &str, test: &str) -> TestDb {
         .await
         .expect("connect to the test database");
     TestDb {
-        backend: Backend::MySql,
+        backend,
         label: test.to_owned(),
         db,
-        admin: Some((admin, format!("DROP DATABASE `{database}`"))),
+        admin: Some((admin, drop)),
         location: Some(Location {
             url: scratch_url,
             schema: None,

@@ -32,17 +32,21 @@ async fn call(
     }
 }
 
-/// One connection of its own that holds `table` locked against readers
-/// and writers until [`release`].
-async fn lock_table(t: &TestDb, table: &str) -> DatabaseConnection {
+/// Options for a pool of `max` of the test's own to its scratch space.
+fn scratch_options(t: &TestDb, max: u32) -> ConnectOptions {
     let mut options = ConnectOptions::new(t.url().expect("a server"));
-    options
-        .max_connections(1)
-        .min_connections(1)
-        .sqlx_logging(false);
+    options.max_connections(max).sqlx_logging(false);
     if let Some(schema) = t.schema() {
         options.set_schema_search_path(schema);
     }
+    options
+}
+
+/// One connection of its own that holds `table` locked against readers
+/// and writers until [`release`].
+async fn lock_table(t: &TestDb, table: &str) -> DatabaseConnection {
+    let mut options = scratch_options(t, 1);
+    options.min_connections(1);
     let holder = Database::connect(options)
         .await
         .expect("the lock's connection");
@@ -124,11 +128,7 @@ backend_test! {
 /// A PostgreSQL pool whose every session refuses writes, as a standby (or
 /// a primary Patroni just demoted, which HAProxy still routes to) does.
 async fn read_only_pool(t: &TestDb) -> DatabaseConnection {
-    let mut options = ConnectOptions::new(t.url().expect("a server"));
-    options.max_connections(2).sqlx_logging(false);
-    if let Some(schema) = t.schema() {
-        options.set_schema_search_path(schema);
-    }
+    let mut options = scratch_options(t, 2);
     options.map_sqlx_postgres_opts(|o| o.options([("default_transaction_read_only", "on")]));
     Database::connect(options).await.expect("a read-only pool")
 }
