@@ -171,6 +171,14 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// How long a shutdown waits for requests in flight (default 10,000 ms).
     pub shutdown_grace_ms: u64,
+    /// How long a stopping instance drains before it stops taking
+    /// connections (default 0): `/readyz` answers 503 `draining`, every
+    /// request is still served, and each answer closes its connection, so a
+    /// load balancer that checks `/readyz` moves its traffic away before a
+    /// connection is refused or an idle one closed under a request. Set it
+    /// to the balancer's time to mark an instance down (HAProxy's
+    /// `inter` × `fall`) and a little more; 0 when nothing balances.
+    pub drain_ms: u64,
     /// Add groups of a namespace committed at once, 1 to 64 (default 2),
     /// and as many observe groups. Each takes every add (observe) waiting
     /// and commits it as one transaction, so
@@ -224,6 +232,7 @@ impl Default for ServerConfig {
             max_batch_keys: 32,
             log_format: LogFormat::Text,
             shutdown_grace_ms: 10_000,
+            drain_ms: 0,
             add_workers: 2,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
@@ -278,6 +287,7 @@ impl ServerConfig {
                 0,
                 3_600_000,
             ),
+            ("server.drain_ms", self.drain_ms, 0, 600_000),
             (
                 "server.header_read_timeout_ms",
                 self.header_read_timeout_ms,

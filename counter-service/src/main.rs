@@ -205,11 +205,11 @@ async fn shutdown_signal() {
     };
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-    tracing::info!("shutting down: finishing requests in flight");
+    let signal = tokio::select! {
+        _ = ctrl_c => "SIGINT",
+        _ = term => "SIGTERM",
+    };
+    tracing::info!(signal, "shutting down");
 }
 
 fn init_logs(format: LogFormat) {

@@ -223,6 +223,7 @@ impl Service {
             retention: Duration::from_secs(config.idempotency.retention_hours * 3_600),
             jobs: Default::default(),
             openapi: Default::default(),
+            draining: Default::default(),
         });
         background.push(tokio::spawn(check::schedule(
             state.clone(),
@@ -252,10 +253,12 @@ impl Service {
     }
 
     /// Serves on `listener` until `shutdown` completes, then stops
-    /// gracefully: no new connections, requests in flight finished (for at
-    /// most `shutdown_grace_ms`), the
-    /// queue consumer stopped after its batch (committed and acknowledged),
-    /// owed cache deletions flushed.
+    /// gracefully: it drains for `drain_ms` (still serving, `/readyz` 503,
+    /// every answer closing its connection), then takes no new
+    /// connections, lets requests in flight finish (for at most
+    /// `shutdown_grace_ms`), stops the queue consumer after its batch
+    /// (committed and acknowledged) and flushes owed cache deletions. Each
+    /// step is logged at INFO.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -269,8 +272,32 @@ impl Service {
             idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
             "serving"
         );
-        let served = connections::serve(listener, router, limits, shutdown).await;
+        let state = self.state.clone();
+        let began = std::sync::Arc::new(std::sync::OnceLock::new());
+        let drained = {
+            let began = began.clone();
+            async move {
+                shutdown.await;
+                let _ = began.set(std::time::Instant::now());
+                state
+                    .draining
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                let drain = Duration::from_millis(state.server.drain_ms);
+                tracing::info!(
+                    drain_ms = drain.as_millis() as u64,
+                    "shutting down: draining (/readyz answers 503, every answer closes its connection)"
+                );
+                tokio::time::sleep(drain).await;
+                tracing::info!(
+                    grace_ms = state.server.shutdown_grace_ms,
+                    "shutting down: no new connections; requests in flight finish"
+                );
+            }
+        };
+        let served = connections::serve(listener, router, limits, drained).await;
         self.stop().await;
+        let took = began.get().map(|at| at.elapsed().as_millis() as u64);
+        tracing::info!(took_ms = took, "stopped");
         served
     }
 

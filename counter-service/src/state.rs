@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub jobs: Arc<crate::jobs::Jobs>,
     /// The OpenAPI document, set once the router is built.
     pub openapi: std::sync::OnceLock<String>,
+    /// Set when a shutdown begins: `/readyz` answers 503 `draining` and
+    /// every answer closes its connection (`server.drain_ms`).
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -53,6 +56,13 @@ impl AppState {
             .ok_or_else(|| Problem::unknown_namespace(name))?;
         caller.allow(&namespace.name, scope)?;
         Ok(namespace)
+    }
+}
+
+impl AppState {
+    /// Whether a shutdown has begun.
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -198,6 +198,10 @@ pub(crate) fn router(state: AppState) -> Router {
             shed,
         ))
         .layer(middleware::from_fn(crate::metrics::track))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            close_when_draining,
+        ))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(
             TraceLayer::new_for_http()
@@ -270,6 +274,25 @@ impl Drop for Serving {
     fn drop(&mut self) {
         self.0.decrement(1);
     }
+}
+
+/// While the instance drains (`server.drain_ms`), every answer closes its
+/// connection: a load balancer's pooled connection is never left idle on
+/// an instance about to stop, where a request sent on it as it closes
+/// would get no answer at all.
+async fn close_when_draining(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    if state.draining() {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 /// Answers 503 when a request outlives `server.request_timeout_ms`. A

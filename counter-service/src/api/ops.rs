@@ -26,7 +26,9 @@ pub struct Dependency {
 /// Readiness, per dependency.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Readiness {
-    /// `ready` or `unready`.
+    /// `ready`; `unready` (a dependency it needs is down, or the database
+    /// takes no writes); `draining` (the instance is shutting down: send
+    /// requests elsewhere).
     pub status: String,
     /// The database: needed.
     pub database: Dependency,
@@ -109,8 +111,15 @@ pub(crate) async fn readiness(state: &AppState) -> Readiness {
         }
     });
     let ready = database.ok && broker.as_ref().is_none_or(|b| b.ok);
+    let status = if state.draining() {
+        "draining"
+    } else if ready {
+        "ready"
+    } else {
+        "unready"
+    };
     Readiness {
-        status: if ready { "ready" } else { "unready" }.into(),
+        status: status.into(),
         database,
         cache,
         broker,
