@@ -10,12 +10,24 @@ use redis::{
 
 use crate::{CountCache, link::Link};
 
-/// Where the cache lives: one Redis server, or a Redis Cluster (its seed
-/// nodes; the client discovers the rest).
+/// Where the cache lives: one Redis server, the master Redis Sentinel names
+/// (followed across failovers), or a Redis Cluster (its seed nodes; the
+/// client discovers the rest).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RedisTarget {
     /// A standalone server, e.g. `redis://127.0.0.1:6379`.
     Standalone(String),
+    /// The master named `master` by the Sentinels at `sentinels`
+    /// (`redis://host:26379` each). Every key carries the master's epoch,
+    /// so a promoted replica's copy of a value the old master had deleted
+    /// is never read: see the cache guide's "Redis Sentinel".
+    Sentinel {
+        /// The Sentinels, any of which may answer.
+        sentinels: Vec<String>,
+        /// The master's name in their configuration (`sentinel monitor`).
+        master: String,
+    },
     /// A cluster's seed nodes.
     Cluster(Vec<String>),
 }
@@ -29,6 +41,17 @@ impl RedisTarget {
     /// A cluster, from any of its nodes.
     pub fn cluster<U: Into<String>>(nodes: impl IntoIterator<Item = U>) -> Self {
         Self::Cluster(nodes.into_iter().map(Into::into).collect())
+    }
+
+    /// The master `master` of the Sentinels at `sentinels`.
+    pub fn sentinel<U: Into<String>>(
+        sentinels: impl IntoIterator<Item = U>,
+        master: impl Into<String>,
+    ) -> Self {
+        Self::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+        }
     }
 }
 
@@ -220,6 +243,18 @@ impl CacheBuilder {
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
                 Link::Standalone(ConnectionManager::new_lazy_with_config(client, manager)?)
+            }
+            RedisTarget::Sentinel { sentinels, master } => {
+                if sentinels.is_empty() || master.is_empty() {
+                    return Err(CacheError::InvalidSetting(
+                        "a Sentinel target needs at least one Sentinel and the master's name",
+                    ));
+                }
+                Link::Sentinel(std::sync::Arc::new(crate::sentinel::Followed::new(
+                    sentinels,
+                    &master,
+                    config.timeout,
+                )?))
             }
             RedisTarget::Cluster(nodes) => {
                 let client = ClusterClientBuilder::new(nodes)

@@ -54,6 +54,7 @@ mod keys;
 mod link;
 mod read;
 mod scripts;
+mod sentinel;
 mod stats;
 mod value;
 mod verify;

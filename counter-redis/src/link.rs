@@ -1,5 +1,6 @@
-//! The connection to Redis, standalone or cluster, and the few batched
-//! operations the cache needs.
+//! The connection to Redis, standalone, a master followed through its
+//! Sentinels (`sentinel.rs`: every key in the master's epoch) or a cluster,
+//! and the few batched operations the cache needs.
 //!
 //! On a standalone server every batch is one round trip: one `MGET`, or one
 //! pipeline. On a cluster, keys are grouped by the node that serves their
@@ -21,7 +22,7 @@ use redis::{
     cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr},
 };
 
-use crate::{scripts, value};
+use crate::{scripts, sentinel::Followed, value};
 
 /// One owner's complete value, to store if its lease still holds.
 #[derive(Debug)]
@@ -34,6 +35,7 @@ pub(crate) struct Fill {
 #[derive(Clone)]
 pub(crate) enum Link {
     Standalone(ConnectionManager),
+    Sentinel(Arc<Followed>),
     Cluster(Arc<Cluster>),
 }
 
@@ -69,6 +71,27 @@ impl Link {
                 }
                 values
             }
+            Link::Sentinel(followed) => {
+                let master = followed.master().await?;
+                let mut con = master.con.clone();
+                let read = async {
+                    let mut values = Vec::with_capacity(keys.len());
+                    for chunk in keys.chunks(5_000) {
+                        let chunk: Vec<Vec<u8>> = chunk.iter().map(|key| master.key(key)).collect();
+                        // Read only from a server that is still the master.
+                        let (role, part): (Value, Vec<Option<Vec<u8>>>) = redis::pipe()
+                            .cmd("ROLE")
+                            .cmd("MGET")
+                            .arg(chunk)
+                            .query_async(&mut con)
+                            .await?;
+                        crate::sentinel::ensure_master(&role)?;
+                        values.extend(part);
+                    }
+                    Ok(values)
+                };
+                followed.settle(read.await)?
+            }
             Link::Cluster(cluster) => {
                 let commands = keys
                     .iter()
@@ -93,15 +116,13 @@ impl Link {
         lease_ms: u64,
     ) -> RedisResult<Vec<bool>> {
         let lease = value::lease(token);
-        let commands = keys
-            .iter()
-            .map(|key| {
+        let taken: Vec<Option<String>> = self
+            .run_each(keys, |_, key| {
                 let mut cmd = redis::cmd("SET");
                 cmd.arg(key).arg(&lease).arg("NX").arg("PX").arg(lease_ms);
                 cmd
             })
-            .collect();
-        let taken: Vec<Option<String>> = self.run_all(keys, commands).await?;
+            .await?;
         Ok(taken.into_iter().map(|reply| reply.is_some()).collect())
     }
 
@@ -109,24 +130,22 @@ impl Link {
     /// whether each landed, in order.
     pub(crate) async fn fill(&self, fills: Vec<Fill>, token: &str) -> RedisResult<Vec<bool>> {
         let lease = value::lease(token);
-        let keys: Vec<Vec<u8>> = fills.iter().map(|f| f.key.clone()).collect();
-        let commands = fills
-            .into_iter()
-            .map(|fill| {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(scripts::FILL.get_hash())
-                    .arg(1)
-                    .arg(fill.key)
-                    .arg(&lease)
-                    .arg(fill.value)
-                    .arg(fill.ttl_secs);
-                cmd
-            })
-            .collect::<Vec<Cmd>>();
-        let landed: Vec<i64> = match self.run_all(&keys, commands.clone()).await {
+        let keys: Vec<&[u8]> = fills.iter().map(|f| f.key.as_slice()).collect();
+        let command = |i: usize, key: &[u8]| {
+            let fill = &fills[i];
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(scripts::FILL.get_hash())
+                .arg(1)
+                .arg(key)
+                .arg(&lease)
+                .arg(&fill.value)
+                .arg(fill.ttl_secs);
+            cmd
+        };
+        let landed: Vec<i64> = match self.run_each(&keys, command).await {
             Err(e) if is_no_script(&e) => {
                 self.load(&scripts::FILL).await?;
-                self.run_all(&keys, commands).await?
+                self.run_each(&keys, command).await?
             }
             done => done?,
         };
@@ -140,6 +159,13 @@ impl Link {
                 .query_async::<String>(&mut con.clone())
                 .await
                 .map(drop),
+            Link::Sentinel(followed) => {
+                let master = followed.master().await?;
+                let role = redis::cmd("ROLE")
+                    .query_async::<Value>(&mut master.con.clone())
+                    .await;
+                followed.settle(role.and_then(|role| crate::sentinel::ensure_master(&role)))
+            }
             Link::Cluster(cluster) => cluster.ping_masters().await,
         }
     }
@@ -155,6 +181,18 @@ impl Link {
                         .await?;
                 }
                 Ok(())
+            }
+            Link::Sentinel(followed) => {
+                if keys.is_empty() {
+                    return Ok(());
+                }
+                let master = followed.master().await?;
+                let keys: Vec<Vec<u8>> = keys.iter().map(|key| master.key(key)).collect();
+                let unlinked = redis::cmd("UNLINK")
+                    .arg(keys)
+                    .query_async::<i64>(&mut master.con.clone())
+                    .await;
+                followed.settle(unlinked).map(drop)
             }
             Link::Cluster(cluster) => {
                 // One command per key, each routed (and redirected through
@@ -182,17 +220,30 @@ impl Link {
         pattern: &str,
         cursor: u64,
     ) -> RedisResult<(u64, Vec<Vec<u8>>)> {
-        let Link::Standalone(con) = self else {
-            return Ok((0, Vec::new()));
+        let scan = |pattern: &[u8]| {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1_000);
+            cmd
         };
-        redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1_000)
-            .query_async(&mut con.clone())
-            .await
+        match self {
+            Link::Standalone(con) => scan(pattern.as_bytes()).query_async(&mut con.clone()).await,
+            Link::Sentinel(followed) => {
+                let master = followed.master().await?;
+                let found = scan(&master.key(pattern.as_bytes()))
+                    .query_async::<(u64, Vec<Vec<u8>>)>(&mut master.con.clone())
+                    .await;
+                let (next, keys) = followed.settle(found)?;
+                Ok((
+                    next,
+                    keys.into_iter().map(|key| master.unprefixed(key)).collect(),
+                ))
+            }
+            Link::Cluster(_) => Ok((0, Vec::new())),
+        }
     }
 
     /// Loads `script` (on every master of a cluster).
@@ -203,6 +254,14 @@ impl Link {
                 .load_async(&mut con.clone())
                 .await
                 .map(drop),
+            Link::Sentinel(followed) => {
+                let master = followed.master().await?;
+                let loaded = script
+                    .prepare_invoke()
+                    .load_async(&mut master.con.clone())
+                    .await;
+                followed.settle(loaded).map(drop)
+            }
             Link::Cluster(cluster) => script
                 .prepare_invoke()
                 .load_async(&mut cluster.con.clone())
@@ -211,25 +270,44 @@ impl Link {
         }
     }
 
-    /// `commands` (one per key of `keys`, in order), replies in order: one
-    /// pipeline on a standalone server, one per node on a cluster.
-    async fn run_all<T: FromRedisValue, K: AsRef<[u8]>>(
+    /// `command(i, key)` for each key of `keys` (the key as sent: in the
+    /// master's epoch under Sentinel), replies in order: one pipeline on a
+    /// standalone server or a Sentinel's master, one per node on a cluster.
+    async fn run_each<T: FromRedisValue, K: AsRef<[u8]>>(
         &self,
         keys: &[K],
-        commands: Vec<Cmd>,
+        command: impl Fn(usize, &[u8]) -> Cmd,
     ) -> RedisResult<Vec<T>> {
-        if commands.is_empty() {
+        if keys.is_empty() {
             return Ok(Vec::new());
         }
+        let pipeline = |commands: Vec<Cmd>| {
+            let mut pipe = redis::pipe();
+            for cmd in commands {
+                pipe.add_command(cmd);
+            }
+            pipe
+        };
+        let each = |key: &dyn Fn(&[u8]) -> Vec<u8>| -> Vec<Cmd> {
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| command(i, &key(k.as_ref())))
+                .collect()
+        };
         match self {
             Link::Standalone(con) => {
-                let mut pipe = redis::pipe();
-                for cmd in commands {
-                    pipe.add_command(cmd);
-                }
-                pipe.query_async(&mut con.clone()).await
+                pipeline(each(&|k| k.to_vec()))
+                    .query_async(&mut con.clone())
+                    .await
             }
-            Link::Cluster(cluster) => cluster.run(keys, commands).await,
+            Link::Sentinel(followed) => {
+                let master = followed.master().await?;
+                let replies = pipeline(each(&|k| master.key(k)))
+                    .query_async(&mut master.con.clone())
+                    .await;
+                followed.settle(replies)
+            }
+            Link::Cluster(cluster) => cluster.run(keys, each(&|k| k.to_vec())).await,
         }
     }
 }
@@ -384,7 +462,7 @@ impl Cluster {
     }
 }
 
-fn is_no_script(error: &RedisError) -> bool {
+pub(crate) fn is_no_script(error: &RedisError) -> bool {
     error.code() == Some("NOSCRIPT") || error.to_string().contains("NOSCRIPT")
 }
 

@@ -398,6 +398,16 @@ pub struct CacheConfig {
     /// which the rest are learned. Either this or `redis_url`.
     #[serde(default)]
     pub cluster_urls: Vec<String>,
+    /// Redis under Sentinel: the Sentinels (`redis://host:26379` each),
+    /// with `sentinel_master`. The master they name is followed across
+    /// failovers, and no value a failed master had deleted is read from
+    /// the replica promoted in its place (the cache guide's "Redis
+    /// Sentinel").
+    #[serde(default)]
+    pub sentinel_urls: Vec<String>,
+    /// The master's name in the Sentinels' configuration.
+    #[serde(default)]
+    pub sentinel_master: Option<String>,
     /// The key prefix of this service's entries (default `counter-service`).
     #[serde(default = "default_cache_namespace")]
     pub namespace: String,
@@ -407,20 +417,39 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
-    /// Where the cache is: `redis_url` or `cluster_urls`, exactly one.
+    /// Where the cache is: `redis_url`, `sentinel_urls` (with
+    /// `sentinel_master`) or `cluster_urls`, exactly one.
     pub fn target(&self) -> Result<counter_redis::RedisTarget, ConfigError> {
-        match (&self.redis_url, self.cluster_urls.as_slice()) {
-            (Some(url), []) => Ok(counter_redis::RedisTarget::standalone(url.clone())),
-            (None, [_, ..]) => Ok(counter_redis::RedisTarget::cluster(
+        const CHOICES: &str = "`redis_url` (a standalone server), `sentinel_urls` with \
+                               `sentinel_master` (Redis under Sentinel) or `cluster_urls` (a Redis \
+                               Cluster's nodes)";
+        let chosen = usize::from(self.redis_url.is_some())
+            + usize::from(!self.sentinel_urls.is_empty())
+            + usize::from(!self.cluster_urls.is_empty());
+        if chosen != 1 {
+            let how = if chosen == 0 {
+                "set one of"
+            } else {
+                "set only one of"
+            };
+            return Err(ConfigError::invalid("cache", format!("{how} {CHOICES}")));
+        }
+        if let Some(url) = &self.redis_url {
+            return Ok(counter_redis::RedisTarget::standalone(url.clone()));
+        }
+        if !self.cluster_urls.is_empty() {
+            return Ok(counter_redis::RedisTarget::cluster(
                 self.cluster_urls.clone(),
+            ));
+        }
+        match self.sentinel_master.as_deref() {
+            Some(master) if !master.is_empty() => Ok(counter_redis::RedisTarget::sentinel(
+                self.sentinel_urls.clone(),
+                master,
             )),
-            (Some(_), [_, ..]) => Err(ConfigError::invalid(
+            _ => Err(ConfigError::invalid(
                 "cache",
-                "set `redis_url` (a standalone server) or `cluster_urls` (a Redis Cluster), not both",
-            )),
-            (None, []) => Err(ConfigError::invalid(
-                "cache",
-                "set `redis_url` (a standalone server) or `cluster_urls` (a Redis Cluster's nodes)",
+                "`sentinel_urls` needs `sentinel_master`: the master's name in the Sentinels' configuration",
             )),
         }
     }
@@ -716,6 +745,15 @@ impl fmt::Debug for CacheConfig {
                     .map(|u| redact_url(u))
                     .collect::<Vec<_>>(),
             )
+            .field(
+                "sentinel_urls",
+                &self
+                    .sentinel_urls
+                    .iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
+            .field("sentinel_master", &self.sentinel_master)
             .field("namespace", &self.namespace)
             .field("ttl_seconds", &self.ttl_seconds)
             .finish()
@@ -1235,11 +1273,23 @@ mod tests {
         assert!(matches!(nodes, Ok(counter_redis::RedisTarget::Cluster(ref n)) if n.len() == 2));
         let both = cache("redis_url = \"redis://a\"\ncluster_urls = [\"redis://b\"]").unwrap_err();
         assert!(
-            both.contains("not both") && both.contains("`cache`"),
+            both.contains("only one of") && both.contains("`cache`"),
             "{both}"
         );
+        let sentinel = cache(
+            "sentinel_urls = [\"redis://s1:26379\", \"redis://s2:26379\"]\nsentinel_master = \"cache\"",
+        );
+        assert!(
+            matches!(sentinel, Ok(counter_redis::RedisTarget::Sentinel { ref sentinels, ref master }) if sentinels.len() == 2 && master == "cache"),
+            "{sentinel:?}"
+        );
+        let nameless = cache("sentinel_urls = [\"redis://s1:26379\"]").unwrap_err();
+        assert!(nameless.contains("sentinel_master"), "{nameless}");
         let neither = cache("ttl_seconds = 5").unwrap_err();
-        assert!(neither.contains("cluster_urls"), "{neither}");
+        assert!(
+            neither.contains("cluster_urls") && neither.contains("sentinel_urls"),
+            "{neither}"
+        );
         let text = "[database]\nurl = \"sqlite::memory:\"\n[cache]\ncluster_urls = [\"redis://:pw@b:7001\"]\n";
         let shown = format!("{:?}", Config::from_text(text, "t", env(&[]), &[]).unwrap());
         assert!(!shown.contains(":pw@"), "{shown}");

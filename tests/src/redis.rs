@@ -167,6 +167,161 @@ impl PrivateRedis {
     pub fn cut_connections(&self) {
         self.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
     }
+
+    /// A replica of the server on `master_port`, started and answering.
+    pub fn start_replica_of(master_port: u16) -> Self {
+        Self::start_with(
+            free_port(),
+            vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                master_port.to_string(),
+            ],
+        )
+    }
+
+    /// SIGSTOP (`false`) or SIGCONT (`true`): a stopped server takes
+    /// nothing, replication included, and its peers see it alive.
+    pub fn run(&self, running: bool) {
+        if let Some(child) = &*self.child.lock().unwrap() {
+            let signal = if running { "-CONT" } else { "-STOP" };
+            let _ = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status();
+        }
+    }
+}
+
+/// A master, two replicas and three Sentinels monitoring them as
+/// [`RedisSentinels::MASTER`] (quorum 2, a master down after 1 s), each a
+/// process of the test's own on a free loopback port, all killed on drop.
+pub struct RedisSentinels {
+    /// The first master, then its replicas; after a failover any may lead.
+    pub servers: Vec<PrivateRedis>,
+    sentinels: Vec<(u16, Child)>,
+    dir: PathBuf,
+}
+
+impl RedisSentinels {
+    /// The monitored master's name.
+    pub const MASTER: &'static str = "counter";
+
+    /// Starts them and waits until every Sentinel knows both replicas and
+    /// the other two Sentinels (a failover needs both).
+    pub fn start() -> Self {
+        let master = PrivateRedis::start();
+        let port = master.port();
+        let servers = vec![
+            master,
+            PrivateRedis::start_replica_of(port),
+            PrivateRedis::start_replica_of(port),
+        ];
+        let dir =
+            std::env::temp_dir().join(format!("counter-sentinels-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for the Sentinels");
+        let mut set = Self {
+            servers,
+            sentinels: Vec::new(),
+            dir,
+        };
+        for i in 0..3 {
+            let sentinel_port = free_port();
+            let conf = set.dir.join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {sentinel_port}\nbind 127.0.0.1\ndir {dir}\nlogfile sentinel-{i}.log\n\
+                     sentinel monitor {name} 127.0.0.1 {port} 2\n\
+                     sentinel down-after-milliseconds {name} 1000\n\
+                     sentinel failover-timeout {name} 5000\n\
+                     sentinel parallel-syncs {name} 1\n",
+                    dir = set.dir.display(),
+                    name = Self::MASTER,
+                ),
+            )
+            .expect("a Sentinel's configuration");
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server --sentinel");
+            set.sentinels.push((sentinel_port, child));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = set.sentinels.iter().all(|(p, _)| {
+                let count = |what: &str| {
+                    sentinel_cli(*p, &["SENTINEL", what, Self::MASTER])
+                        .map(|out| out.lines().filter(|l| *l == "name").count())
+                        .unwrap_or(0)
+                };
+                count("replicas") == 2 && count("sentinels") == 2
+            });
+            if ready {
+                return set;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinels did not find the replicas and each other within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The Sentinels' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|(port, _)| format!("redis://127.0.0.1:{port}"))
+            .collect()
+    }
+
+    /// The master's port as the first Sentinel that answers names it.
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|(port, _)| {
+            let out = sentinel_cli(
+                *port,
+                &["SENTINEL", "get-master-addr-by-name", Self::MASTER],
+            )?;
+            out.lines().nth(1)?.trim().parse().ok()
+        })
+    }
+
+    /// The server on `port`.
+    pub fn server(&self, port: u16) -> &PrivateRedis {
+        self.servers
+            .iter()
+            .find(|s| s.port() == port)
+            .expect("one of the set's servers")
+    }
+}
+
+fn sentinel_cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+impl Drop for RedisSentinels {
+    fn drop(&mut self) {
+        for server in &self.servers {
+            server.run(true);
+        }
+        for (_, child) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Drop for PrivateRedis {

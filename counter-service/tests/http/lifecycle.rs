@@ -450,7 +450,8 @@ backend_test! {
 /// connection is never left on it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_draining_instance_says_so_and_still_serves() {
-    let file = std::env::temp_dir().join(format!("counter-service-drain-{}.db", std::process::id()));
+    let file =
+        std::env::temp_dir().join(format!("counter-service-drain-{}.db", std::process::id()));
     let text = format!(
         "[server]\nopen = true\ndrain_ms = 1000\n[database]\nurl = \"sqlite://{}?mode=rwc\"\n\
          [namespaces.posts]\ntable = \"post_counters\"\nowner = \"integer\"\nkeys.likes = {{}}\n",
@@ -459,25 +460,53 @@ async fn a_draining_instance_says_so_and_still_serves() {
     let service = Running::start(&text).await;
     let api = service.api.clone();
     let ready = api.get("/readyz", None).await;
-    assert_eq!((ready.status, ready.json["status"].as_str()), (200, Some("ready")), "{ready:?}");
+    assert_eq!(
+        (ready.status, ready.json["status"].as_str()),
+        (200, Some("ready")),
+        "{ready:?}"
+    );
     let add = json!({"owner": 1, "key": "likes", "delta": 1});
-    assert_eq!(api.post("/v1/posts/counters:add", None, add.clone()).await.header("connection"), None);
+    assert_eq!(
+        api.post("/v1/posts/counters:add", None, add.clone())
+            .await
+            .header("connection"),
+        None
+    );
 
     let stopped = tokio::spawn(service.stop());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let ready = api.get("/readyz", None).await;
-    assert_eq!((ready.status, ready.json["status"].as_str()), (503, Some("draining")), "{ready:?}");
+    assert_eq!(
+        (ready.status, ready.json["status"].as_str()),
+        (503, Some("draining")),
+        "{ready:?}"
+    );
     let reply = api.post("/v1/posts/counters:add", None, add).await;
-    assert_eq!((reply.status, reply.header("connection")), (200, Some("close")), "{reply:?}");
-    assert!(!stopped.is_finished(), "still draining after 200 ms of 1,000");
+    assert_eq!(
+        (reply.status, reply.header("connection")),
+        (200, Some("close")),
+        "{reply:?}"
+    );
+    assert!(
+        !stopped.is_finished(),
+        "still draining after 200 ms of 1,000"
+    );
     stopped.await.unwrap();
     assert!(
-        api.try_call(hyper::Method::GET, "/healthz", None, &[], None).await.is_err(),
+        api.try_call(hyper::Method::GET, "/healthz", None, &[], None)
+            .await
+            .is_err(),
         "no connection taken once stopped"
     );
-    let db = sea_orm::Database::connect(format!("sqlite://{}?mode=rwc", file.display())).await.unwrap();
+    let db = sea_orm::Database::connect(format!("sqlite://{}?mode=rwc", file.display()))
+        .await
+        .unwrap();
     let posts = Counters::<i64>::new(CounterTable::new("post_counters").unwrap());
-    assert_eq!(posts.get(&db, 1, "likes").await.unwrap(), 2, "both adds counted");
+    assert_eq!(
+        posts.get(&db, 1, "likes").await.unwrap(),
+        2,
+        "both adds counted"
+    );
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }

@@ -9,6 +9,7 @@ mod faults;
 mod flush;
 mod races;
 mod reads;
+mod sentinel;
 mod soak;
 mod unique;
 mod writes;

@@ -1,0 +1,180 @@
+//! The cache on a master Redis Sentinel names, failed over at the worst
+//! moment: right after the master acknowledged a deletion its replicas
+//! never received (both were stopped), so the replica promoted holds the
+//! total from before an acknowledged add. The cache follows the new master
+//! and serves no read older than an acknowledged add: every key carries
+//! the master's epoch (`counter-redis/src/sentinel.rs`), and the promoted
+//! replica's stale copy, still there under the old epoch, is never read.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use counter_core::SlottedCounter;
+use counter_redis::RedisTarget;
+use counter_tests::{
+    TestDb, backend_test, figures,
+    redis::{RedisSentinels, namespace, settled, shared_url, test_cache},
+};
+use entity::post::{self, counters::Key};
+
+use super::blog;
+
+/// Owners written and read by the background tasks during the failover.
+const BUSY_OWNERS: std::ops::RangeInclusive<i64> = 2..=5;
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "cache_sentinel"]
+    async fn a_sentinel_failover_serves_no_stale_read(t: TestDb) {
+        // Runs where the shared Redis tests run (redis-server is installed).
+        if shared_url(t.backend, t.label()).is_none() {
+            return;
+        }
+        let b = t.backend;
+        blog(&t).await;
+        let db = &t.db;
+        let set = RedisSentinels::start();
+        let cache = test_cache(
+            RedisTarget::sentinel(set.urls(), RedisSentinels::MASTER),
+            &namespace(b, t.label()),
+        )
+        .build()
+        .await
+        .unwrap();
+        let posts = cache.table(post::Entity::counters());
+
+        // Owner 1's total cached, on the master and both replicas (read
+        // until both replicas hold its key: a write's second deletion may
+        // still be due).
+        posts.add(db, 1, Key::Likes, 5).await.unwrap();
+        let old = set.master_port().expect("a master");
+        let master = set.server(old);
+        let replicas: Vec<_> = set.servers.iter().filter(|s| s.port() != old).collect();
+        let cached_everywhere = Instant::now();
+        loop {
+            settled(&cache).await;
+            assert_eq!(posts.counts(db, 1).await.unwrap().likes, 5, "[{b}]");
+            settled(&cache).await;
+            assert_eq!(master.cli(&["WAIT", "2", "5000"]).as_deref(), Some("2"), "[{b}] both replicas caught up");
+            let held = |server: &&counter_tests::redis::PrivateRedis| {
+                server.cli(&["--scan"]).is_some_and(|keys| keys.lines().any(|k| k.ends_with(":1}")))
+            };
+            if held(&master) && replicas.iter().all(held) {
+                break;
+            }
+            assert!(cached_everywhere.elapsed() < Duration::from_secs(20), "[{b}] owner 1 never cached on every server");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // The window: the master acknowledges the add's deletion, which no
+        // replica receives, and dies. The replicas are stopped and their
+        // links cut first (a stopped process's socket would still take the
+        // bytes, and a live replica would fetch them again on reconnecting).
+        for server in &replicas {
+            server.run(false);
+        }
+        master.cli(&["CLIENT", "KILL", "TYPE", "replica"]);
+        posts.add(db, 1, Key::Likes, 1).await.unwrap();
+        cache
+            .flush_invalidations(Duration::from_secs(2))
+            .await
+            .expect("the master acknowledged the deletion");
+        master.kill();
+        let killed = Instant::now();
+        for server in &replicas {
+            server.run(true);
+        }
+
+        // Adds and reads of other owners meanwhile, each read checked
+        // against what its task had been acknowledged.
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks: Vec<_> = BUSY_OWNERS
+            .map(|owner| {
+                let (posts, db, stop) = (posts.clone(), db.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let (mut acked, mut stale, mut reads) = (0i64, 0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        posts.add(&db, owner, Key::Likes, 1).await.expect("an add never fails because of Redis");
+                        acked += 1;
+                        let read = posts.counts(&db, owner).await.expect("a read never fails because of Redis");
+                        reads += 1;
+                        stale += u64::from(read.likes < acked);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    (owner, acked, stale, reads)
+                })
+            })
+            .collect();
+
+        // Owner 1 read until the new master serves it from Redis again.
+        let (mut reads, mut stale) = (0u64, 0u64);
+        let mut promoted = None;
+        loop {
+            let before = cache.stats().hits;
+            let likes = posts.counts(db, 1).await.expect("a read never fails because of Redis").likes;
+            reads += 1;
+            stale += u64::from(likes < 6);
+            let now = set.master_port().filter(|port| *port != old);
+            if promoted.is_none() && now.is_some() {
+                promoted = Some(killed.elapsed());
+            }
+            if now.is_some() && cache.stats().hits > before {
+                break;
+            }
+            assert!(killed.elapsed() < Duration::from_secs(60), "[{b}] the cache did not serve from a new master within 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let serving_again = killed.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let mut busy_reads = 0;
+        for task in tasks {
+            let (owner, acked, task_stale, task_reads) = task.await.unwrap();
+            stale += task_stale;
+            busy_reads += task_reads;
+            let total = post::Entity::counters().get(db, owner, Key::Likes).await.unwrap();
+            assert_eq!(total, acked, "[{b}] owner {owner}: every add in the database");
+        }
+
+        // The window was real: the promoted replica still holds owner 1's
+        // old total under the old master's epoch, never read.
+        let new = set.master_port().expect("a new master");
+        let keys = set.server(new).cli(&["--scan"]).unwrap_or_default();
+        let mut epochs: Vec<&str> = keys
+            .lines()
+            .filter_map(|key| key.strip_prefix('e')?.split('|').next())
+            .collect();
+        epochs.sort_unstable();
+        epochs.dedup();
+        figures(
+            "cache_sentinel",
+            b,
+            &[
+                ("reads", reads + busy_reads),
+                ("stale_reads", stale),
+                ("promoted_ms", promoted.map_or(0, |d| d.as_millis() as u64)),
+                ("serving_again_ms", serving_again.as_millis() as u64),
+                ("epochs", epochs.len() as u64),
+            ],
+        );
+        assert_eq!(stale, 0, "[{b}] reads older than an acknowledged add");
+        let states: Vec<String> = set
+            .servers
+            .iter()
+            .map(|s| {
+                let info = s.cli(&["INFO", "replication"]).unwrap_or_default();
+                let role: Vec<&str> = info.lines().filter(|l| l.starts_with("role") || l.starts_with("master_replid") || l.starts_with("master_port")).collect();
+                format!("{} {:?} keys {:?}", s.port(), role, s.cli(&["--scan"]))
+            })
+            .collect();
+        assert!(
+            epochs.len() >= 2,
+            "[{b}] the promoted replica kept the old epoch's keys (the lost deletion's window): {keys}\nold {old} new {new}\n{states:#?}"
+        );
+        assert_eq!(posts.counts(db, 1).await.unwrap().likes, 6, "[{b}]");
+    }
+}
