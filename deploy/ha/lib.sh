@@ -8,11 +8,14 @@ die() { echo "deploy/ha/$(basename "$0"): $*" >&2; exit 1; }
 
 # Ports: etcd base+0/1, PostgreSQL base+10.., Patroni's REST API base+20..,
 # HAProxy's PostgreSQL fronts base+30/31, PgBouncer base+35, HAProxy's stats
-# base+39, the service front base+40, the instances base+70.. (all below
+# base+39, the service front base+40, Redis base+50.., its Sentinels
+# base+60.., the instances base+70.. (all below
 # base+100, and below the ephemeral range for any base up to 32600).
 pg_port() { echo $((HA_PORT_BASE + 10 + $1)); }
 rest_port() { echo $((HA_PORT_BASE + 20 + $1)); }
 service_port() { echo $((HA_PORT_BASE + 70 + $1)); }
+redis_port() { echo $((HA_PORT_BASE + 50 + $1)); }
+sentinel_port() { echo $((HA_PORT_BASE + 60 + $1)); }
 ha_stats_port() { echo $((HA_PORT_BASE + 39)); }
 
 # Starts "$@" in its own session, its output appended to log/$name, its pid

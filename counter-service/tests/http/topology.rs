@@ -210,6 +210,46 @@ impl Topology {
         (leader, candidate)
     }
 
+    /// The Redis master's port as the first Sentinel that answers names it.
+    pub fn redis_master(&self) -> Option<String> {
+        self.port("HA_SENTINELS")
+            .split_whitespace()
+            .find_map(|sentinel| {
+                let port = sentinel.rsplit(':').next()?;
+                let output = Command::new("redis-cli")
+                    .args([
+                        "-p",
+                        port,
+                        "SENTINEL",
+                        "get-master-addr-by-name",
+                        "counter-ha",
+                    ])
+                    .output()
+                    .ok()?;
+                let text = String::from_utf8_lossy(&output.stdout).into_owned();
+                text.lines().nth(1).map(|p| p.trim().to_owned())
+            })
+    }
+
+    /// SIGKILLs the Redis master (its replicas and the Sentinels live on);
+    /// returns its port.
+    pub fn kill_redis_master(&self) -> String {
+        let master = self.redis_master().expect("a Redis master");
+        let index = self
+            .port("HA_REDIS_SERVERS")
+            .split_whitespace()
+            .position(|server| server.ends_with(&format!(":{master}")))
+            .expect("the master is one of deploy/ha/'s Redis servers");
+        let file = self.dir.join("pids").join(format!("redis{index}"));
+        let pid = std::fs::read_to_string(&file).expect("the Redis master's pid");
+        let status = Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -KILL the Redis master");
+        master
+    }
+
     /// `deploy/ha/roll`: `migrate`, then each instance restarted in turn;
     /// returns what it printed.
     pub fn roll(&self) -> String {
