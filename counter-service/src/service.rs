@@ -1,6 +1,10 @@
 //! Starting, migrating and stopping the service.
 
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    sync::{Arc, OnceLock, atomic::Ordering},
+    time::{Duration, Instant},
+};
 
 use axum::Router;
 use counter_redis::CountCache;
@@ -272,31 +276,13 @@ impl Service {
             idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
             "serving"
         );
-        let state = self.state.clone();
-        let began = std::sync::Arc::new(std::sync::OnceLock::new());
-        let drained = {
-            let began = began.clone();
-            async move {
-                shutdown.await;
-                let _ = began.set(std::time::Instant::now());
-                state
-                    .draining
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                let drain = Duration::from_millis(state.server.drain_ms);
-                tracing::info!(
-                    drain_ms = drain.as_millis() as u64,
-                    "shutting down: draining (/readyz answers 503, every answer closes its connection)"
-                );
-                tokio::time::sleep(drain).await;
-                tracing::info!(
-                    grace_ms = state.server.shutdown_grace_ms,
-                    "shutting down: no new connections; requests in flight finish"
-                );
-            }
-        };
+        let began = Arc::new(OnceLock::new());
+        let drained = drain_after(shutdown, self.state.clone(), began.clone());
         let served = connections::serve(listener, router, limits, drained).await;
         self.stop().await;
-        let took = began.get().map(|at| at.elapsed().as_millis() as u64);
+        let took = began
+            .get()
+            .map(|at: &Instant| at.elapsed().as_millis() as u64);
         tracing::info!(took_ms = took, "stopped");
         served
     }
@@ -314,6 +300,30 @@ impl Service {
             tracing::warn!(error = %e, "cache deletions still owed at shutdown");
         }
     }
+}
+
+/// Waits for `shutdown`, then drains for `server.drain_ms`: `/readyz`
+/// answers 503 `draining` and every answer closes its connection, while
+/// everything is still served. When it returns the listener closes.
+/// `began` records when the shutdown began, for the last log line.
+async fn drain_after(
+    shutdown: impl Future<Output = ()>,
+    state: AppState,
+    began: Arc<OnceLock<Instant>>,
+) {
+    shutdown.await;
+    let _ = began.set(Instant::now());
+    state.draining.store(true, Ordering::Relaxed);
+    let drain = Duration::from_millis(state.server.drain_ms);
+    tracing::info!(
+        drain_ms = drain.as_millis() as u64,
+        "shutting down: draining (/readyz answers 503, every answer closes its connection)"
+    );
+    tokio::time::sleep(drain).await;
+    tracing::info!(
+        grace_ms = state.server.shutdown_grace_ms,
+        "shutting down: no new connections; requests in flight finish"
+    );
 }
 
 /// Forgets idempotency keys older than the retention, hourly.
