@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, Iterable, PrimaryKeyToColumn, QueryFilter,
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, Iterable, PrimaryKeyToColumn,
+    QueryFilter, QueryTrait,
 };
 
 use crate::{
@@ -147,14 +148,16 @@ impl<E: SlottedCounter> Counters<E::OwnerId, E> {
             return Ok(Vec::new());
         };
         let ids = ranked.iter().map(|r| r.owner.clone());
-        let find = E::find().filter(primary_key.into_column().is_in(ids));
-        let models = match crate::detach::detached(db) {
-            Some(pool) => {
-                pool.run(|pool| async move { find.all(&pool).await })
-                    .await?
-            }
-            None => find.all(db).await?,
-        };
+        // As one statement of the crate's own: detached on a pool, and in a
+        // transaction of its own behind a transaction pooler.
+        let find = E::find()
+            .filter(primary_key.into_column().is_in(ids))
+            .build(db.get_database_backend());
+        let models = crate::detach::query_all(db, find)
+            .await?
+            .iter()
+            .map(|row| E::Model::from_query_result(row, ""))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut by_id: HashMap<E::OwnerId, E::Model> =
             models.into_iter().map(|m| (E::owner_id(&m), m)).collect();
         Ok(ranked

@@ -38,6 +38,7 @@ pub mod pgbouncer;
 pub mod proxy;
 pub mod redis;
 pub mod servers;
+pub mod sql;
 
 /// The environment variable with a PostgreSQL URL to test against.
 pub const POSTGRES_URL_VAR: &str = "COUNTER_TEST_POSTGRES_URL";
@@ -242,6 +243,12 @@ impl TestDb {
     /// The name the test opened this scratch space with.
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// `db` for the test's own statements and entity queries, safe behind
+    /// a transaction pooler (see [`sql`]).
+    pub fn sql(&self) -> sql::Sql<'_> {
+        sql::Sql::new(&self.db)
     }
 
     /// Drops the scratch schema or database. Call it at the end of a test;
@@ -562,12 +569,15 @@ pub fn members_missing<'a>(
         .count() as u64
 }
 
-/// Helpers that look at or write the companion table behind the crate's back.
+/// Helpers that look at or write the companion table behind the crate's back
+/// (through [`sql::Sql`], so behind a transaction pooler too).
 pub mod raw {
     use sea_orm::{
         ConnectionTrait, DatabaseConnection, Value,
         sea_query::{Alias, Expr, ExprTrait, Query},
     };
+
+    use crate::sql::Sql;
 
     /// Writes one slot row directly, as a hand edit or a legacy import would.
     pub async fn insert_slot(
@@ -583,7 +593,10 @@ pub mod raw {
             .columns(["owner_id", "count_key", "slot", "value"].map(Alias::new))
             .values_panic([owner.into().into(), key.into(), slot.into(), value.into()])
             .to_owned();
-        db.execute(&insert).await.expect("insert a slot row");
+        Sql::new(db)
+            .execute(&insert)
+            .await
+            .expect("insert a slot row");
     }
 
     /// The `(slot, value)` rows of one counter, ordered by slot.
@@ -600,7 +613,8 @@ pub mod raw {
             .and_where(Expr::col(Alias::new("count_key")).eq(key))
             .order_by(Alias::new("slot"), sea_orm::Order::Asc)
             .to_owned();
-        db.query_all(&select)
+        Sql::new(db)
+            .query_all(&select)
             .await
             .expect("read slot rows")
             .iter()
@@ -626,7 +640,8 @@ pub mod raw {
             .order_by(Alias::new("count_key"), sea_orm::Order::Asc)
             .order_by(Alias::new("slot"), sea_orm::Order::Asc)
             .to_owned();
-        db.query_all(&select)
+        Sql::new(db)
+            .query_all(&select)
             .await
             .expect("read rows")
             .iter()
@@ -667,7 +682,8 @@ pub mod raw {
             .and_where(Expr::col(Alias::new("bucket")).eq(i64::MIN))
             .order_by(Alias::new("slot"), sea_orm::Order::Asc)
             .to_owned();
-        db.query_all(&select)
+        Sql::new(db)
+            .query_all(&select)
             .await
             .expect("read sketch rows")
             .iter()
@@ -686,7 +702,7 @@ pub mod raw {
             .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
             .from(Alias::new(table))
             .to_owned();
-        let row = db
+        let row = Sql::new(db)
             .query_one(&select)
             .await
             .expect("count rows")

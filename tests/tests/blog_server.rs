@@ -3,14 +3,14 @@
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use blog_migration::{Migrator, MigratorTrait};
+use blog_migration::Migrator;
 use blog_server::{
     CountReader, DEFAULT_DAILY_DAYS, DEFAULT_MOST_LIKED, MAX_COMMENT_CHARS, MAX_DAILY_DAYS,
     MAX_MOST_LIKED, MAX_PAGE, PAGE_SIZE,
 };
 use chrono::{DateTime, Datelike, TimeDelta, Utc};
 use counter_core::{SlottedCounter, Window};
-use counter_tests::{TestDb, backend_test};
+use counter_tests::{TestDb, backend_test, sql};
 use entity::{
     comment,
     post::{self, counters::Key},
@@ -269,14 +269,14 @@ fn json_body(bytes: &Bytes, what: &str) -> Value {
 /// Migrates the test's database and adds `n` posts titled `post 1`, ...;
 /// returns their ids in order.
 async fn blog_with_posts(t: &TestDb, n: usize) -> Vec<i64> {
-    Migrator::up(&t.db, None).await.unwrap();
+    sql::migrate_up::<Migrator>(&t.db).await.unwrap();
     let mut ids = Vec::with_capacity(n);
     for i in 1..=n {
         let post = post::ActiveModel {
             title: Set(format!("post {i}")),
             ..Default::default()
         }
-        .insert(&t.db)
+        .insert(&t.sql())
         .await
         .unwrap();
         ids.push(post.id);
@@ -843,7 +843,7 @@ impl Api {
 async fn comment_rows(t: &TestDb, post: i64) -> u64 {
     comment::Entity::find()
         .filter(comment::Column::PostId.eq(post))
-        .count(&t.db)
+        .count(&t.sql())
         .await
         .unwrap()
 }
@@ -852,7 +852,7 @@ async fn comment_rows(t: &TestDb, post: i64) -> u64 {
 async fn comment_ids(t: &TestDb) -> Vec<i64> {
     comment::Entity::find()
         .order_by_asc(comment::Column::Id)
-        .all(&t.db)
+        .all(&t.sql())
         .await
         .unwrap()
         .iter()
@@ -957,7 +957,7 @@ backend_test! {
         assert_eq!(comment_rows(&t, id).await, 1, "[{}]", t.backend);
         assert!(
             comment::Entity::find_by_id(keep)
-                .one(&t.db)
+                .one(&t.sql())
                 .await
                 .unwrap()
                 .is_some(),
@@ -1180,7 +1180,7 @@ backend_test! {
         ] {
             let (comment, _) = server.comment(id, 1, body).await;
             let stored = comment::Entity::find_by_id(comment)
-                .one(&t.db)
+                .one(&t.sql())
                 .await
                 .unwrap()
                 .unwrap_or_else(|| panic!("[{}] comment {comment} not stored", t.backend));
@@ -1570,7 +1570,7 @@ backend_test! {
         // A deleted post keeps its counter rows, so its place in the
         // ranking: it is left out of its page, and the cursor steps over it.
         post::Entity::delete_by_id(ids[2])
-            .exec(&t.db)
+            .exec(&t.sql())
             .await
             .unwrap();
         let (posts, next) = most_liked(&server, "/posts/most-liked?limit=2").await;

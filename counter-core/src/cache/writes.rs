@@ -5,7 +5,7 @@ use std::{future::Future, marker::PhantomData, sync::Arc};
 
 use sea_orm::{
     ActiveModelTrait, Condition, ConnectionTrait, DbErr, DeleteResult, Iterable, QueryFilter,
-    SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
+    QueryTrait, SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait,
 };
 
 use super::{CounterCache, hooks, parents, rows};
@@ -254,19 +254,14 @@ where
 {
     if !rows::sets_counted::<E>(&changes) {
         return retry::run_transaction(db, &rows::table_name::<E>(), || {
-            let update = E::update_many().set(changes.clone()).filter(filter.clone());
-            async move {
-                match detach::detached(db) {
-                    Some(pool) => {
-                        pool.run(|pool| async move { update.exec(&pool).await })
-                            .await
-                    }
-                    None => update.exec(db).await,
-                }
-            }
+            let update = E::update_many()
+                .set(changes.clone())
+                .filter(filter.clone())
+                .build(db.get_database_backend());
+            detach::execute(db, update)
         })
         .await
-        .map(|result| result.rows_affected);
+        .map(|result| result.rows_affected());
     }
     parents::check::<E>(&changes)?;
     in_own_transaction::<E, C, _>(db, UpdateMany::<E> { filter, changes }).await

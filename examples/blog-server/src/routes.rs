@@ -18,7 +18,8 @@ use entity::{
     },
 };
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+    ColumnTrait, DatabaseConnection, DatabaseExecutor, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 
@@ -358,12 +359,15 @@ pub(crate) async fn list_posts(
 ) -> Result<Json<PageBody>, ApiError> {
     // `Page` bounds `page` so that this fits in an i64.
     let offset = (page - 1) * PAGE_SIZE;
-    let models = post::Entity::find()
-        .order_by_asc(post::Column::Id)
-        .offset(offset)
-        .limit(PAGE_SIZE)
-        .all(&db)
-        .await?;
+    let models = query(&db, async |db| {
+        post::Entity::find()
+            .order_by_asc(post::Column::Id)
+            .offset(offset)
+            .limit(PAGE_SIZE)
+            .all(db)
+            .await
+    })
+    .await?;
     let posts = reader
         .load_counts(&db, models)
         .await?
@@ -451,15 +455,19 @@ pub(crate) async fn most_liked(
     let mut titles: HashMap<i64, String> = if ranked.is_empty() {
         HashMap::new()
     } else {
-        post::Entity::find()
-            .select_only()
-            .columns([post::Column::Id, post::Column::Title])
-            .filter(post::Column::Id.is_in(ranked.iter().map(|r| r.owner)))
-            .into_tuple::<(i64, String)>()
-            .all(&db)
-            .await?
-            .into_iter()
-            .collect()
+        let ids = ranked.iter().map(|r| r.owner);
+        query(&db, async |db| {
+            post::Entity::find()
+                .select_only()
+                .columns([post::Column::Id, post::Column::Title])
+                .filter(post::Column::Id.is_in(ids))
+                .into_tuple::<(i64, String)>()
+                .all(db)
+                .await
+        })
+        .await?
+        .into_iter()
+        .collect()
     };
     let posts = ranked
         .into_iter()
@@ -601,10 +609,29 @@ where
 
 /// The post, or a 404 naming the id.
 async fn existing_post(db: &DatabaseConnection, id: i64) -> Result<post::Model, ApiError> {
-    post::Entity::find_by_id(id)
-        .one(db)
+    query(db, async |db| post::Entity::find_by_id(id).one(db).await)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("post {id} does not exist")))
+}
+
+/// Runs one of the app's own queries (the counter calls see to theirs).
+///
+/// Behind a transaction pooler (PgBouncer with `pool_mode = transaction`,
+/// see `counter_core::pooling`), a statement sent on the pool outside a
+/// transaction can be split between two server connections (`prepared
+/// statement "sqlx_s_1" does not exist`): there the query runs in a
+/// transaction of its own. Anywhere else it runs on the pool, as usual.
+async fn query<T>(
+    db: &DatabaseConnection,
+    run: impl AsyncFnOnce(&DatabaseExecutor<'_>) -> Result<T, DbErr>,
+) -> Result<T, DbErr> {
+    if !counter_core::pooling::is_transaction_pooled(db) {
+        return run(&db.into()).await;
+    }
+    let txn = db.begin().await?;
+    let out = run(&(&txn).into()).await?;
+    txn.commit().await?;
+    Ok(out)
 }
 
 /// Unknown routes: axum's 404, in the JSON shape.

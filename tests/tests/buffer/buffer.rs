@@ -18,7 +18,7 @@ use counter_core::{
     FlushLedger, SlottedCounter, WhenFull, Window,
     limits::{MAX_BUFFER_CAPACITY, MAX_STRING_OWNER_LEN},
 };
-use counter_tests::{Backend, TestDb, backend_test, raw};
+use counter_tests::{Backend, TestDb, backend_test, raw, sql::Sql};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, Statement, TransactionTrait,
@@ -65,7 +65,7 @@ async fn ledger_rows(db: &DatabaseConnection, writer: Option<&str>) -> i64 {
     if let Some(writer) = writer {
         select.and_where(Expr::col(Alias::new("writer_id")).eq(writer));
     }
-    let row = db
+    let row = Sql::new(db)
         .query_one(&select)
         .await
         .expect("read the ledger")
@@ -80,7 +80,8 @@ async fn ledger_last_flush(db: &DatabaseConnection, writer: &str) -> Option<i64>
         .from(Alias::new(FlushLedger::DEFAULT_TABLE))
         .and_where(Expr::col(Alias::new("writer_id")).eq(writer))
         .to_owned();
-    db.query_one(&select)
+    Sql::new(db)
+        .query_one(&select)
         .await
         .expect("read the ledger")
         .map(|row| row.try_get::<i64>("", "last_flush").expect("last_flush"))
@@ -991,7 +992,7 @@ async fn kill_busy(killer: &DatabaseConnection, target: &Target) -> u64 {
                  WHERE application_name = '{app}' AND pid <> pg_backend_pid() \
                  AND state <> 'idle'"
             );
-            let rows = killer
+            let rows = Sql::new(killer)
                 .query_all_raw(Statement::from_string(backend, sql))
                 .await
                 .expect("terminate the buffer's connections");
@@ -1039,26 +1040,21 @@ backend_test! {
         let (pool, killer, target) = match b {
             Backend::Sqlite => (t.db.clone(), None, None),
             Backend::Postgres => {
-                let url = std::env::var(counter_tests::POSTGRES_URL_VAR).unwrap();
-                let row =
-                    t.db.query_one_raw(Statement::from_string(
-                        t.db.get_database_backend(),
-                        "SELECT current_schema() AS s",
-                    ))
-                    .await
-                    .unwrap()
-                    .unwrap();
-                let schema: String = row.try_get("", "s").unwrap();
+                // The test's scratch space: its schema, or behind a
+                // transaction pooler its own database (no search path).
+                let url = t.url().unwrap();
                 let app = format!("ctbuf_{}_{}", std::process::id(), rand::random::<u32>());
                 let sep = if url.contains('?') { '&' } else { '?' };
                 let mut options = ConnectOptions::new(format!("{url}{sep}application_name={app}"));
                 options
                     .max_connections(4)
                     .min_connections(0)
-                    .sqlx_logging(false)
-                    .set_schema_search_path(schema);
+                    .sqlx_logging(false);
+                if let Some(schema) = t.schema() {
+                    options.set_schema_search_path(schema);
+                }
                 let pool = Database::connect(options).await.unwrap();
-                let killer = one_connection(&url).await;
+                let killer = one_connection(url).await;
                 (pool, Some(killer), Some(Target::Postgres { app }))
             }
             Backend::MySql => {
@@ -1547,7 +1543,7 @@ backend_test! {
                 .columns(["writer_id", "last_flush", "updated_at"].map(Alias::new))
                 .values_panic([writer.into(), 41_i64.into(), updated_at.into()])
                 .to_owned();
-            t.db.execute(&insert).await.unwrap();
+            t.sql().execute(&insert).await.unwrap();
         }
         let buffer = CounterBuffer::builder(&t.db)
             .interval(Duration::from_millis(5))

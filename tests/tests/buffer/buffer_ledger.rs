@@ -9,6 +9,7 @@ use counter_tests::{
     Backend, TestDb, backend_test, counters,
     proxy::{Fault, Proxy},
     raw,
+    sql::Sql,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection,
@@ -28,7 +29,8 @@ async fn last_flush(db: &DatabaseConnection, writer: &str) -> Option<i64> {
         .from(Alias::new(LEDGER))
         .and_where(Expr::col(Alias::new("writer_id")).eq(writer))
         .to_owned();
-    db.query_one(&select)
+    Sql::new(db)
+        .query_one(&select)
         .await
         .expect("read the ledger")
         .map(|row| row.try_get("", "last_flush").expect("last_flush"))
@@ -99,7 +101,10 @@ backend_test! {
             .columns(["writer_id", "last_flush", "updated_at"].map(Alias::new))
             .values_panic([writer.as_str().into(), 1_i64.into(), 0_i64.into()])
             .to_owned();
-        t.db.execute(&insert).await.expect("insert a ledger row");
+        t.sql()
+            .execute(&insert)
+            .await
+            .expect("insert a ledger row");
 
         let mut first = BTreeMap::new();
         add_spread(&buffer, &counters, 3, 30, &mut first);

@@ -186,7 +186,7 @@ backend_test! {
                     vec![0x11_u8, 0x10, 0x00, 0x01].into(),
                 ])
                 .to_owned();
-            t.db.execute(&bad).await.unwrap();
+            t.sql().execute(&bad).await.unwrap();
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while buffer.stats().pending_sketches > 0 {

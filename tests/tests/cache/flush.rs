@@ -22,6 +22,7 @@ use counter_redis::RedisTarget;
 use counter_tests::{
     Backend, backend_test, child, counters, env_number, figures,
     redis::{PrivateRedis, namespace, shared_url, test_cache},
+    sql::Sql,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
@@ -102,7 +103,7 @@ async fn set_floor(db: &DatabaseConnection, owner: i64, column: &str, value: i64
 /// The floor rows, by owner: (acked, confirmed, owed).
 async fn floors(db: &DatabaseConnection) -> Vec<(i64, i64, i64)> {
     let backend = db.get_database_backend();
-    let rows = db
+    let rows = Sql::new(db)
         .query_all_raw(Statement::from_string(
             backend,
             "SELECT owner, acked, confirmed, owed FROM flush_floors ORDER BY owner",

@@ -14,16 +14,16 @@ mod soak;
 mod unique;
 mod writes;
 
-use blog_migration::{Migrator, MigratorTrait};
+use blog_migration::Migrator;
 use counter_core::{Counters, SlottedCounter};
 use counter_redis::CachedCounters;
-use counter_tests::{TestDb, counters};
+use counter_tests::{TestDb, counters, sql};
 use entity::post;
 use sea_orm::DatabaseConnection;
 
 /// The blog schema (posts, `post_counters`, comments).
 pub async fn blog(t: &TestDb) {
-    Migrator::up(&t.db, None)
+    sql::migrate_up::<Migrator>(&t.db)
         .await
         .expect("migrate the blog schema");
 }

@@ -8,13 +8,15 @@
 use std::{collections::HashMap, time::Duration};
 
 use counter_core::{Reconcile, ReconcileReport, Truth, prelude::*};
-use counter_tests::{Backend, TestDb, backend_test, figures};
+use counter_tests::{
+    Backend, TestDb, backend_test, figures,
+    sql::{self, Sql},
+};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, EntityTrait, Schema, Set,
     sea_query::{Alias, Asterisk, Expr, ExprTrait, Query},
 };
 use sea_orm_migration::{
-    SchemaManager,
     schema::{integer, pk_auto},
     sea_query::{ColumnDef, Table},
 };
@@ -100,7 +102,8 @@ async fn setup(t: &TestDb, made: Made) -> String {
         }
         Made::SchemaBuilder => {
             let schema = Schema::new(db.get_database_backend());
-            db.execute(&schema.create_table_from_entity(tagging::Entity))
+            t.sql()
+                .execute(&schema.create_table_from_entity(tagging::Entity))
                 .await
                 .expect("create taggings from the entity");
         }
@@ -116,10 +119,12 @@ async fn setup(t: &TestDb, made: Made) -> String {
                 .col(&mut tag_id)
                 .col(integer(tagging::Column::Weight))
                 .to_owned();
-            SchemaManager::new(db)
+            let schema = sql::schema(db).await;
+            schema
                 .create_table(create)
                 .await
                 .expect("create taggings in a migration");
+            sql::done(schema).await;
         }
     }
     match t.backend {
@@ -192,7 +197,7 @@ async fn tag_rows(db: &DatabaseConnection, ids: &[String], uses: impl Fn(usize) 
 async fn truth(db: &DatabaseConnection) -> HashMap<String, Counts> {
     let mut truth: HashMap<String, Counts> = HashMap::new();
     for row in tagging::Entity::find()
-        .all(db)
+        .all(&Sql::new(db))
         .await
         .expect("read taggings")
     {

@@ -11,7 +11,7 @@ use std::{
 };
 
 use counter_core::{CounterError, Reconcile, ReconcileReport, Truth, prelude::*};
-use counter_tests::{Backend, TestDb, backend_test, raw};
+use counter_tests::{Backend, TestDb, backend_test, raw, sql::Sql};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
@@ -81,7 +81,8 @@ const KEYS: [Key; 4] = [
 
 async fn setup(t: &TestDb) {
     let schema = Schema::new(t.db.get_database_backend());
-    t.db.execute(&schema.create_table_from_entity(item::Entity))
+    t.sql()
+        .execute(&schema.create_table_from_entity(item::Entity))
         .await
         .expect("create items");
     shelf::Entity::counters()
@@ -104,7 +105,7 @@ fn new_item(shelf: Option<i64>, published: bool, weight: i32) -> item::ActiveMod
 /// every row (independently of the crate's SQL).
 async fn truth(db: &DatabaseConnection) -> HashMap<i64, Counts> {
     let mut truth: HashMap<i64, Counts> = HashMap::new();
-    for row in item::Entity::find().all(db).await.unwrap() {
+    for row in item::Entity::find().all(&Sql::new(db)).await.unwrap() {
         let Some(shelf) = row.shelf_id else { continue };
         let c = truth.entry(shelf).or_default();
         c.items += 1;
@@ -250,7 +251,7 @@ backend_test! {
             "[{}] {err}",
             t.backend
         );
-        assert!(item::Entity::find().all(db).await.unwrap().is_empty());
+        assert!(item::Entity::find().all(&t.sql()).await.unwrap().is_empty());
 
         // In a transaction that rolls back: neither the row nor the count.
         let txn = db.begin().await.unwrap();
@@ -275,10 +276,11 @@ backend_test! {
         txn.commit().await.unwrap();
         assert_exact(&t, &[1, 2], "committed").await;
 
-        // An update that sets no counted column moves no counter: fine on the pool.
+        // An update that sets no counted column moves no counter: fine on the
+        // pool (`t.sql()`: in a transaction behind a transaction pooler).
         let mut relabel = moved.clone().into_active_model();
         relabel.label = Set("relabelled".to_owned());
-        relabel.update(db).await.unwrap();
+        relabel.update(&t.sql()).await.unwrap();
 
         let txn = db.begin().await.unwrap();
         moved.into_active_model().delete(&txn).await.unwrap();
@@ -294,7 +296,7 @@ backend_test! {
 
         // A hook's own error comes out of the counted writes typed, and the
         // row it was for is rolled back with it.
-        let rows = item::Entity::find().all(db).await.unwrap().len();
+        let rows = item::Entity::find().all(&t.sql()).await.unwrap().len();
         shelf::Entity::counters().drop_table(db).await.unwrap();
         let err = item::Entity::insert_counted(db, new_item(Some(1), true, 1))
             .await
@@ -304,7 +306,7 @@ backend_test! {
             "[{}] {err:?}",
             t.backend
         );
-        assert_eq!(item::Entity::find().all(db).await.unwrap().len(), rows);
+        assert_eq!(item::Entity::find().all(&t.sql()).await.unwrap().len(), rows);
         t.finish().await;
     }
 }
@@ -420,7 +422,7 @@ backend_test! {
         // sea-orm's own bulk delete runs no hook: the counters drift...
         let bypass = item::Entity::delete_many()
             .filter(item::Column::ShelfId.eq(3))
-            .exec(db)
+            .exec(&t.sql())
             .await
             .unwrap()
             .rows_affected;
@@ -744,7 +746,7 @@ backend_test! {
                 t.backend
             );
         }
-        let rows = item::Entity::find().all(db).await.unwrap().len();
+        let rows = item::Entity::find().all(&t.sql()).await.unwrap().len();
         eprintln!(
             "[{}] {WRITERS} writers x {OPS_PER_WRITER} ops, {rows} rows left, {passes} reconcile passes ({during} beside the writers)",
             t.backend
@@ -959,8 +961,9 @@ async fn blocked_by(t: &TestDb, id: i64) -> bool {
              WHERE DB = DATABASE() AND ID <> {id} AND INFO LIKE 'INSERT INTO `shelf_counters`%'"
         ),
     };
-    let row =
-        t.db.query_one_raw(sea_orm::Statement::from_string(
+    let row = t
+        .sql()
+        .query_one_raw(sea_orm::Statement::from_string(
             t.db.get_database_backend(),
             sql,
         ))
@@ -1009,7 +1012,7 @@ backend_test! {
         );
         let on_two = item::Entity::find()
             .filter(item::Column::ShelfId.eq(2))
-            .count(db)
+            .count(&t.sql())
             .await
             .unwrap();
         assert_eq!(on_two, 0, "[{b}] no item row of the refused inserts");

@@ -10,7 +10,7 @@
 use std::{sync::Arc, time::Duration};
 
 use counter_core::{CounterError, prelude::*};
-use counter_tests::{Backend, TestDb, backend_test, figures};
+use counter_tests::{Backend, TestDb, backend_test, figures, sql::Sql};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ActiveModelTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend,
@@ -273,7 +273,7 @@ async fn race(db: &DatabaseConnection, paths: &[Path], seed: u64, tally: &mut Ta
 /// `Σ |stored - rows|` over every article's two counters.
 async fn drift(db: &DatabaseConnection) -> i64 {
     let rows = favorite::Entity::find()
-        .all(db)
+        .all(&Sql::new(db))
         .await
         .expect("read favorites");
     let articles: Vec<i64> = (1..=ARTICLES).collect();
@@ -298,7 +298,8 @@ async fn drift(db: &DatabaseConnection) -> i64 {
 
 async fn setup(t: &TestDb) {
     let schema = Schema::new(t.db.get_database_backend());
-    t.db.execute(&schema.create_table_from_entity(favorite::Entity))
+    t.sql()
+        .execute(&schema.create_table_from_entity(favorite::Entity))
         .await
         .expect("create favorites");
     article::Entity::counters()

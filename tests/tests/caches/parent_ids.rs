@@ -7,7 +7,7 @@
 //! migration made narrower than the entity says).
 
 use counter_core::{CounterError, ErrorKind, prelude::*};
-use counter_tests::{Backend, TestDb, backend_test, figures};
+use counter_tests::{Backend, TestDb, backend_test, figures, sql::Sql};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, EntityTrait,
     PaginatorTrait, Schema, Set, TransactionTrait,
@@ -109,7 +109,10 @@ where
     E: EntityTrait,
     E::Model: Sync,
 {
-    E::find().count(db).await.expect("count the child rows")
+    E::find()
+        .count(&Sql::new(db))
+        .await
+        .expect("count the child rows")
 }
 
 fn visit(page: &str) -> visit::ActiveModel {
@@ -131,10 +134,10 @@ backend_test! {
     async fn parent_ids_their_column_cannot_hold_are_invalid_input(t: TestDb) {
         let db = &t.db;
         let schema = Schema::new(db.get_database_backend());
-        db.execute(&schema.create_table_from_entity(visit::Entity))
+        t.sql().execute(&schema.create_table_from_entity(visit::Entity))
             .await
             .expect("create visits");
-        db.execute(&schema.create_table_from_entity(short_visit::Entity))
+        t.sql().execute(&schema.create_table_from_entity(short_visit::Entity))
             .await
             .expect("create short_visits");
         page::Entity::counters().create_table(db).await.expect("create page_counters");

@@ -11,7 +11,10 @@ use counter_core::{
     CounterCache, CounterError, CounterTable, Counters, ErrorKind, OwnerTable, SlottedCounter,
     TableDrift, Truth,
 };
-use counter_tests::{Backend, TestDb, backend_test, figures};
+use counter_tests::{
+    Backend, TestDb, backend_test, figures,
+    sql::{self, Sql},
+};
 use sea_orm::{
     ActiveModelTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, Schema,
     Set, TransactionTrait,
@@ -145,16 +148,20 @@ use notes::counters::Key;
 /// generated entities, as a migration or schema sync would.
 async fn app_tables(db: &DatabaseConnection) {
     let schema = Schema::new(db.get_database_backend());
-    db.execute(&schema.create_table_from_entity(notes::Entity))
+    Sql::new(db)
+        .execute(&schema.create_table_from_entity(notes::Entity))
         .await
         .unwrap();
-    db.execute(&schema.create_table_from_entity(comments::Entity))
+    Sql::new(db)
+        .execute(&schema.create_table_from_entity(comments::Entity))
         .await
         .unwrap();
 }
 
 async fn up(db: &DatabaseConnection, migration: &dyn MigrationTrait) {
-    migration.up(&SchemaManager::new(db)).await.unwrap();
+    let schema = sql::schema(db).await;
+    migration.up(&schema).await.unwrap();
+    sql::done(schema).await;
 }
 
 /// `up` in a transaction, as sea-orm-migration runs a migration whose
@@ -171,7 +178,7 @@ async fn new_note(db: &DatabaseConnection, id: i32) {
         id: Set(id),
         title: Set(format!("note {id}")),
     }
-    .insert(db)
+    .insert(&Sql::new(db))
     .await
     .unwrap();
 }
@@ -280,7 +287,7 @@ backend_test! {
             t.backend
         );
         eprintln!("[{}] plain insert on the pool: {refused}", t.backend);
-        assert_eq!(comments::Entity::find().count(db).await.unwrap(), 2);
+        assert_eq!(comments::Entity::find().count(&t.sql()).await.unwrap(), 2);
 
         let counts = counters.counts(db, 1).await.unwrap();
         assert_eq!((counts.likes, counts.comments), (1, 2), "[{}]", t.backend);
@@ -300,13 +307,11 @@ backend_test! {
         // declared companion entity beside its own; its reference to the
         // owner is the one the migration makes.
         let db = &t.db;
-        Schema::new(db.get_database_backend())
+        let builder = Schema::new(db.get_database_backend())
             .builder()
             .register(notes::Entity)
-            .register(migration_crate::note_counters::Entity)
-            .sync(db)
-            .await
-            .unwrap();
+            .register(migration_crate::note_counters::Entity);
+        sql::sync(db, builder).await.unwrap();
         new_note(db, 1).await;
         // The key index and the bucket table are what an entity cannot
         // describe: `create_table` adds them (and skips what exists).
@@ -319,7 +324,7 @@ backend_test! {
             "[{}]",
             t.backend
         );
-        notes::Entity::delete_by_id(1).exec(db).await.unwrap();
+        notes::Entity::delete_by_id(1).exec(&t.sql()).await.unwrap();
         assert_eq!(
             counters.get(db, 1, Key::Views).await.unwrap(),
             0,
@@ -368,7 +373,7 @@ async fn columns(db: &DatabaseConnection, table: &str) -> Vec<String> {
     };
     let mut described = Vec::new();
     for sql in [sql, indexes] {
-        for row in db
+        for row in Sql::new(db)
             .query_all_raw(Statement::from_string(backend, sql))
             .await
             .unwrap()
@@ -390,13 +395,11 @@ backend_test! {
         // of a table it creates itself.
         use migration_crate::tag_counters;
         let db = &t.db;
-        Schema::new(db.get_database_backend())
+        let builder = Schema::new(db.get_database_backend())
             .builder()
             .register(tags::Entity)
-            .register(tag_counters::Entity)
-            .sync(db)
-            .await
-            .unwrap();
+            .register(tag_counters::Entity);
+        sql::sync(db, builder).await.unwrap();
         let synced = tag_counters::counters().untyped();
         let before = synced.check_table(db).await.unwrap();
         let not_byte_wise = before
@@ -456,13 +459,11 @@ backend_test! {
         // `create_table` says so by name. PostgreSQL changes it in place.
         use migration_crate::tag_refs;
         let db = &t.db;
-        Schema::new(db.get_database_backend())
+        let builder = Schema::new(db.get_database_backend())
             .builder()
             .register(tags::Entity)
-            .register(tag_refs::Entity)
-            .sync(db)
-            .await
-            .unwrap();
+            .register(tag_refs::Entity);
+        sql::sync(db, builder).await.unwrap();
         let counters = tag_refs::counters().untyped();
         let created = counters.create_table(db).await;
         if t.backend == Backend::MySql {
@@ -478,7 +479,7 @@ backend_test! {
             tags::ActiveModel {
                 slug: Set("Ann".into()),
             }
-            .insert(db)
+            .insert(&t.sql())
             .await
             .unwrap();
             counters.add(db, "Ann".into(), "uses", 2).await.unwrap();
@@ -488,7 +489,7 @@ backend_test! {
                 "[{}]",
                 t.backend
             );
-            tags::Entity::delete_by_id("Ann").exec(db).await.unwrap();
+            tags::Entity::delete_by_id("Ann").exec(&t.sql()).await.unwrap();
             assert_eq!(
                 counters.get(db, "Ann".into(), "uses").await.unwrap(),
                 0,
@@ -604,7 +605,7 @@ backend_test! {
         );
         // The reference works: deleting an owner deletes its counts, in
         // both tables, and a write for a missing owner is refused.
-        notes::Entity::delete_by_id(1).exec(db).await.unwrap();
+        notes::Entity::delete_by_id(1).exec(&t.sql()).await.unwrap();
         assert_eq!(
             counters.get(db, 1, Key::Likes).await.unwrap(),
             0,
@@ -629,8 +630,10 @@ backend_test! {
         );
 
         // `down` takes it away again: counts outlive their owner.
-        cascade.down(&SchemaManager::new(db)).await.unwrap();
-        notes::Entity::delete_by_id(2).exec(db).await.unwrap();
+        let schema = sql::schema(db).await;
+        cascade.down(&schema).await.unwrap();
+        sql::done(schema).await;
+        notes::Entity::delete_by_id(2).exec(&t.sql()).await.unwrap();
         assert_eq!(
             counters.get(db, 2, Key::Views).await.unwrap(),
             7,
@@ -655,7 +658,7 @@ backend_test! {
             v1.add(db, id, Key::Likes, id.into()).await.unwrap();
         }
         // Loco's `truncate`: `delete_many`, no hooks, no cascade here.
-        notes::Entity::delete_many().exec(db).await.unwrap();
+        notes::Entity::delete_many().exec(&t.sql()).await.unwrap();
         new_note(db, 2).await;
         // The purge the truncate hook calls: owner 2 is back, 1 and 3 are gone.
         let purged = v1.purge_orphans(db).await.unwrap();
@@ -679,13 +682,14 @@ backend_test! {
     async fn purge_orphans_tells_string_owners_apart_in_any_collation(t: TestDb) {
         let db = &t.db;
         let schema = Schema::new(db.get_database_backend());
-        db.execute(&schema.create_table_from_entity(tags::Entity))
+        t.sql()
+            .execute(&schema.create_table_from_entity(tags::Entity))
             .await
             .unwrap();
         tags::ActiveModel {
             slug: Set("ABC".into()),
         }
-        .insert(db)
+        .insert(&t.sql())
         .await
         .unwrap();
         let owner = OwnerTable {
@@ -727,7 +731,7 @@ backend_test! {
         // Existing rows, or fixtures seeded with `insert_many`: no hooks ran.
         let seeded: Vec<_> = (0..200).map(|i| new_comment(i % 20 + 1)).collect();
         comments::Entity::insert_many(seeded)
-            .exec(db)
+            .exec(&t.sql())
             .await
             .unwrap();
         assert_eq!(
@@ -754,7 +758,9 @@ backend_test! {
             backfill.name(),
             "counter_core_backfill_notes_counters_comments"
         );
-        up(db, &backfill).await;
+        // On the pool itself: a backfill recounts in short transactions of
+        // its own, and refuses to run in the migrator's.
+        backfill.up(&SchemaManager::new(db)).await.unwrap();
         writer.await.unwrap();
 
         let drift_after = comments::Entity::check_counters(db).await.unwrap();
@@ -779,7 +785,7 @@ backend_test! {
 
         // The fixture helper: seed more behind the hooks, then repair.
         comments::Entity::insert_many([new_comment(1), new_comment(2)])
-            .exec(db)
+            .exec(&t.sql())
             .await
             .unwrap();
         assert_eq!(comments::Entity::recount_counters(db).await.unwrap(), 2);

@@ -12,7 +12,7 @@ use std::{
 };
 
 use counter_core::{Compact, CounterError, CounterTable, Counters, Window};
-use counter_tests::{Backend, TestDb, backend_test, raw};
+use counter_tests::{Backend, TestDb, backend_test, raw, sql::Sql};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, sea_query::Alias};
 
@@ -54,7 +54,7 @@ async fn fill(
         for &(owner, slot, value) in chunk {
             insert.values_panic([owner.into(), "likes".into(), slot.into(), value.into()]);
         }
-        db.execute(&insert).await.expect("fill slot rows");
+        Sql::new(db).execute(&insert).await.expect("fill slot rows");
     }
     totals
 }
@@ -390,10 +390,11 @@ async fn busy_compaction(t: &TestDb, name: &str) -> Option<(u64, String)> {
         ),
         Backend::Sqlite => return None,
     };
-    let row =
-        t.db.query_one_raw(Statement::from_string(t.db.get_database_backend(), sql))
-            .await
-            .ok()??;
+    let row = t
+        .sql()
+        .query_one_raw(Statement::from_string(t.db.get_database_backend(), sql))
+        .await
+        .ok()??;
     let id: i64 = match t.backend {
         Backend::Postgres => i64::from(row.try_get::<i32>("", "id").ok()?),
         _ => row.try_get::<i64>("", "id").ok()?,
@@ -407,7 +408,8 @@ async fn kill(t: &TestDb, id: u64) {
         Backend::Postgres => format!("SELECT pg_terminate_backend({id})"),
         _ => format!("KILL {id}"),
     };
-    t.db.execute_raw(Statement::from_string(t.db.get_database_backend(), sql))
+    t.sql()
+        .execute_raw(Statement::from_string(t.db.get_database_backend(), sql))
         .await
         .expect("kill the compaction's connection");
 }

@@ -5,11 +5,11 @@
 use std::{collections::HashSet, fmt::Debug};
 
 use counter_core::{CountSet, CounterError, CounterKey, KeySet, SlotStrategy, prelude::*};
-use counter_tests::{TestDb, backend_test, raw};
+use counter_tests::{TestDb, backend_test, raw, sql};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Schema, Set,
 };
-use sea_orm_migration::{MigrationTrait, SchemaManager};
+use sea_orm_migration::MigrationTrait;
 
 /// An `i32` owner, with every default: table `tags_counters`, 16 slots.
 mod tag {
@@ -269,7 +269,8 @@ where
 /// `CREATE TABLE` from an entity definition, as `Schema` builds it.
 async fn create_from_entity<E: EntityTrait>(t: &TestDb, entity: E) {
     let schema = Schema::new(t.db.get_database_backend());
-    t.db.execute(&schema.create_table_from_entity(entity))
+    t.sql()
+        .execute(&schema.create_table_from_entity(entity))
         .await
         .unwrap();
 }
@@ -432,12 +433,13 @@ backend_test! {
         use category::counters::Key;
         create_from_entity(&t, category::Entity).await;
         // The generated migration, run as a Migrator would run it.
-        let manager = SchemaManager::new(&t.db);
+        let manager = sql::schema(&t.db).await;
         category::Entity::counters()
             .migration()
             .up(&manager)
             .await
             .unwrap();
+        sql::done(manager).await;
 
         let mut ids = Vec::new();
         for name in ["books", "games"] {
@@ -445,7 +447,7 @@ backend_test! {
                 name: Set(name.into()),
                 ..Default::default()
             }
-            .insert(&t.db)
+            .insert(&t.sql())
             .await
             .unwrap();
             category::Entity::counters()
@@ -455,10 +457,13 @@ backend_test! {
             ids.push(row.id);
         }
         category::Entity::delete_by_id(ids[0])
-            .exec(&t.db)
+            .exec(&t.sql())
             .await
             .unwrap();
-        let left = category::counters::Entity::find().all(&t.db).await.unwrap();
+        let left = category::counters::Entity::find()
+            .all(&t.sql())
+            .await
+            .unwrap();
         assert!(
             left.iter().all(|row| row.owner_id == ids[1]) && !left.is_empty(),
             "[{}] {left:?}",
@@ -483,11 +488,13 @@ backend_test! {
             t.backend
         );
 
+        let manager = sql::schema(&t.db).await;
         category::Entity::counters()
             .migration()
             .down(&manager)
             .await
             .unwrap();
+        sql::done(manager).await;
         assert!(
             matches!(
                 category::Entity::counters().counts(&t.db, ids[1]).await,
@@ -522,7 +529,7 @@ backend_test! {
         let rows = counters::Entity::find()
             .filter(Column::OwnerId.eq(1))
             .filter(Column::CountKey.eq(counters::Key::Uses.as_str()))
-            .all(&t.db)
+            .all(&t.sql())
             .await
             .unwrap();
         let summed: i64 = rows.iter().map(|r| r.value).sum();
@@ -544,13 +551,15 @@ backend_test! {
         assert_eq!(Key::NAMES, ["type", "self_", "gen"]);
         assert_eq!(Key::Self_.as_str(), "self_");
         create_from_entity(&t, odd::Entity).await;
+        let manager = sql::schema(&t.db).await;
         odd::Entity::counters()
             .migration()
-            .up(&SchemaManager::new(&t.db))
+            .up(&manager)
             .await
             .unwrap();
+        sql::done(manager).await;
         odd::ActiveModel { self_: Set(5) }
-            .insert(&t.db)
+            .insert(&t.sql())
             .await
             .unwrap();
         odd::Entity::counters()
@@ -627,21 +636,22 @@ backend_test! {
         // sea-orm's (experimental) schema sync finds the generated companion
         // entity in the registry beside the owner, and creates both. The
         // registry is keyed by module path: `counters::derive::page`.
-        t.db.get_schema_registry(concat!(module_path!(), "::page"))
-            .sync(&t.db)
-            .await
-            .unwrap();
+        let registry = t.db.get_schema_registry(concat!(module_path!(), "::page"));
+        sql::sync(&t.db, registry).await.unwrap();
         page::ActiveModel {
             slug: Set("synced".into()),
         }
-        .insert(&t.db)
+        .insert(&t.sql())
         .await
         .unwrap();
         page::Entity::counters()
             .add(&t.db, "synced".into(), page::counters::Key::Views, 3)
             .await
             .unwrap();
-        let rows = page::counters::Entity::find().all(&t.db).await.unwrap();
+        let rows = page::counters::Entity::find()
+            .all(&t.sql())
+            .await
+            .unwrap();
         assert_eq!(rows.len(), 1, "[{}] {rows:?}", t.backend);
         assert_eq!(rows[0].value, 3);
         t.finish().await;

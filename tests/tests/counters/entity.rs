@@ -1,9 +1,9 @@
 //! The example's derived post entity, used next to ordinary entity queries
 //! in one transaction.
 
-use blog_migration::{Migrator, MigratorTrait};
+use blog_migration::Migrator;
 use counter_core::SlottedCounter;
-use counter_tests::{TestDb, backend_test};
+use counter_tests::{TestDb, backend_test, sql};
 use entity::post::{self, counters::Key as PostKey};
 use sea_orm::{ActiveModelTrait, EntityTrait, QueryOrder, Set, TransactionTrait};
 
@@ -11,7 +11,7 @@ backend_test! {
     #[tokio::test(flavor = "multi_thread")]
     #[label = "entity_typed_counters"]
     async fn typed_counters_on_an_entity(t: TestDb) {
-        Migrator::up(&t.db, None).await.unwrap();
+        sql::migrate_up::<Migrator>(&t.db).await.unwrap();
         let txn = t.db.begin().await.unwrap();
         let mut ids = Vec::new();
         for title in ["first", "second", "third"] {
@@ -45,7 +45,7 @@ backend_test! {
 
         let page = post::Entity::find()
             .order_by_asc(post::Column::Id)
-            .all(&t.db)
+            .all(&t.sql())
             .await
             .unwrap();
         let page_ids: Vec<i64> = page.iter().map(|p| p.id).collect();

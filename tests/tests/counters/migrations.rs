@@ -1,8 +1,8 @@
 //! The migration crate and the ready-made companion-table migration.
 
-use blog_migration::{Migrator, MigratorTrait, SchemaManager};
+use blog_migration::{Migrator, MigratorTrait};
 use counter_core::{CounterError, CounterTable, Counters, FlushLedger, SlottedCounter};
-use counter_tests::{TestDb, backend_test};
+use counter_tests::{TestDb, backend_test, sql};
 use entity::{post, user};
 
 backend_test! {
@@ -13,16 +13,16 @@ backend_test! {
         let posts = post::Entity::counters().untyped();
         let users = user::Entity::counters().untyped();
 
-        Migrator::up(&t.db, None).await.unwrap();
+        sql::migrate_up::<Migrator>(&t.db).await.unwrap();
         assert!(
-            Migrator::get_pending_migrations(&t.db)
+            Migrator::get_pending_migrations(&t.sql())
                 .await
                 .unwrap()
                 .is_empty(),
             "[{}]",
             t.backend
         );
-        let applied: Vec<String> = Migrator::get_applied_migrations(&t.db)
+        let applied: Vec<String> = Migrator::get_applied_migrations(&t.sql())
             .await
             .unwrap()
             .iter()
@@ -44,7 +44,7 @@ backend_test! {
         );
         // The comments table (no `IF NOT EXISTS` on any backend: the
         // migration runs once) is there after up.
-        let schema = SchemaManager::new(&t.db);
+        let schema = sql::schema(&t.db).await;
         assert!(
             schema.has_table("comments").await.unwrap(),
             "[{}] comments after up",
@@ -76,19 +76,21 @@ backend_test! {
                 t.backend
             );
         }
+        sql::done(schema).await;
         posts.increment(&t.db, 1, "likes").await.unwrap();
         users.add(&t.db, 1, "followers", 3).await.unwrap();
         assert_eq!(posts.get(&t.db, 1, "likes").await.unwrap(), 1);
 
         // Running up again changes nothing; down drops the tables and the counts.
-        Migrator::up(&t.db, None).await.unwrap();
+        sql::migrate_up::<Migrator>(&t.db).await.unwrap();
         assert_eq!(
             users.get(&t.db, 1, "followers").await.unwrap(),
             3,
             "[{}]",
             t.backend
         );
-        Migrator::down(&t.db, None).await.unwrap();
+        sql::migrate_down::<Migrator>(&t.db).await.unwrap();
+        let schema = sql::schema(&t.db).await;
         assert!(
             !schema.has_table("comments").await.unwrap(),
             "[{}] comments after down",
@@ -104,6 +106,7 @@ backend_test! {
             "[{}] the ledger after down",
             t.backend
         );
+        sql::done(schema).await;
         let gone = posts.get(&t.db, 1, "likes").await.unwrap_err();
         assert!(
             matches!(gone, CounterError::MissingTable { .. }),
@@ -153,7 +156,7 @@ backend_test! {
         sea_orm::ConnectionTrait::execute_unprepared(&t.db, drop_index)
             .await
             .unwrap();
-        let schema = SchemaManager::new(&t.db);
+        let schema = sql::schema(&t.db).await;
         assert!(
             !schema.has_index("legacy", "legacy_by_key").await.unwrap(),
             "[{b}]"
@@ -179,6 +182,7 @@ backend_test! {
         assert!(schema.has_table("legacy_buckets").await.unwrap(), "[{b}]");
         // Twice is fine, and the counts are untouched.
         upgrade.up(&schema).await.unwrap();
+        sql::done(schema).await;
         // The increment lands in the day bucket of some instant between
         // these two clock reads: a midnight in between cannot move it out
         // of the range.

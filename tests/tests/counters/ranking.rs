@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use counter_core::{CounterError, Counters, Ranked, limits::MAX_RANK_PAGE, prelude::*};
-use counter_tests::{TestDb, backend_test, counters, raw};
+use counter_tests::{TestDb, backend_test, counters, raw, sql};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{ActiveModelTrait, ConnectionTrait, EntityTrait, Schema, Set};
 
@@ -441,7 +441,8 @@ backend_test! {
     async fn top_models_loads_models_and_skips_deleted_owners(t: TestDb) {
         let b = t.backend;
         let schema = Schema::new(t.db.get_database_backend());
-        t.db.execute(&schema.create_table_from_entity(song::Entity))
+        t.sql()
+            .execute(&schema.create_table_from_entity(song::Entity))
             .await
             .unwrap();
         song::Entity::counters().create_table(&t.db).await.unwrap();
@@ -450,7 +451,7 @@ backend_test! {
                 id: Set(id),
                 title: Set(format!("song {id}")),
             }
-            .insert(&t.db)
+            .insert(&t.sql())
             .await
             .unwrap();
         }
@@ -465,7 +466,10 @@ backend_test! {
             .add(&t.db, 5, Key::Plays, 99)
             .await
             .unwrap();
-        song::Entity::delete_by_id(3).exec(&t.db).await.unwrap();
+        song::Entity::delete_by_id(3)
+            .exec(&t.sql())
+            .await
+            .unwrap();
 
         let model = |id: i64| song::Model {
             id,
@@ -521,7 +525,6 @@ backend_test! {
         // 63 bytes: `<name>_by_key` would pass the identifier limit, and
         // cut short it would be the table's own name.
         let names = ["k".repeat(63), format!("{}x", "k".repeat(62))];
-        let schema = sea_orm_migration::SchemaManager::new(&t.db);
         let mut indexes = HashSet::new();
         for name in &names {
             let table = counter_core::CounterTable::new(name.clone()).unwrap();
@@ -535,10 +538,12 @@ backend_test! {
             assert_eq!(top, [Ranked { owner: 2, total: 5 }], "[{b}]");
             let index = indexes_of(&t, name).await;
             assert_eq!(index.len(), 1, "[{b}] {name}: {index:?}");
+            let schema = sql::schema(&t.db).await;
             assert!(
                 schema.has_index(name.as_str(), &index[0]).await.unwrap(),
                 "[{b}]"
             );
+            sql::done(schema).await;
             assert!(index[0].len() <= 63 && index[0] != *name, "[{b}] {index:?}");
             indexes.insert(index[0].clone());
         }
@@ -563,8 +568,9 @@ async fn indexes_of(t: &TestDb, table: &str) -> Vec<String> {
              WHERE table_schema = DATABASE() AND table_name = '{table}' AND index_name <> 'PRIMARY'"
         ),
     };
-    let rows =
-        t.db.query_all_raw(sea_orm::Statement::from_string(
+    let rows = t
+        .sql()
+        .query_all_raw(sea_orm::Statement::from_string(
             t.db.get_database_backend(),
             sql,
         ))

@@ -10,7 +10,7 @@ use counter_core::{
     CounterError, ErrorKind,
     unique::{Sketch, sketch::STANDARD_ERROR},
 };
-use counter_tests::{TestDb, backend_test, figures, members_missing, raw, uniques};
+use counter_tests::{TestDb, backend_test, figures, members_missing, raw, sql, uniques};
 use sea_orm::ConnectionTrait;
 
 fn day(d: u32) -> DateTime<Utc> {
@@ -305,7 +305,7 @@ backend_test! {
             .col(ColumnDef::new(Alias::new("user_id")).big_integer().not_null())
             .primary_key(Index::create().col(Alias::new("post_id")).col(Alias::new("user_id")))
             .to_owned();
-        t.db.execute(&create).await.unwrap();
+        t.sql().execute(&create).await.unwrap();
         // 1,200 posts (two chunks of owners); post p has p % 50 + 1 viewers,
         // post 7 has 3,000.
         let views = |post: i64| if post == 7 { 3_000 } else { post % 50 + 1 };
@@ -320,7 +320,7 @@ backend_test! {
             for &(post, user) in chunk {
                 insert.values_panic([post.into(), user.into()]);
             }
-            t.db.execute(&insert).await.unwrap();
+            t.sql().execute(&insert).await.unwrap();
         }
         // One viewer was observed already, one is new: both stay counted.
         c.observe(&t.db, 7, "viewers", &7_i64).await.unwrap();
@@ -372,7 +372,7 @@ backend_test! {
             .col(ColumnDef::new(Alias::new("visited_at")).date_time().null())
             .col(ColumnDef::new(Alias::new("visited_tz")).timestamp_with_time_zone().null())
             .to_owned();
-        t.db.execute(&create).await.unwrap();
+        t.sql().execute(&create).await.unwrap();
         // 40 posts, visits on November 2, 3 and 4 at several hours; users
         // return on later days; post 5 also has a visit of unknown time.
         let mut rows: Vec<(i64, i64, Option<DateTime<Utc>>)> = Vec::new();
@@ -402,7 +402,7 @@ backend_test! {
                     at.into(),
                 ]);
             }
-            t.db.execute(&insert).await.unwrap();
+            t.sql().execute(&insert).await.unwrap();
         }
         let members = Members::of("post_visits", "post_id", "user_id").unwrap();
         let refused = c.rebuild(&t.db, "viewers", &members.clone().at("visited_at").unwrap()).await.unwrap_err();
@@ -444,7 +444,7 @@ backend_test! {
     #[tokio::test(flavor = "multi_thread")]
     #[label = "unique_migration"]
     async fn a_unique_key_added_to_an_existing_table_gets_its_sketch_table(t: TestDb) {
-        use blog_migration::{MigrationTrait, SchemaManager};
+        use blog_migration::MigrationTrait;
         // Last release: plain counters only, with rows.
         let before = counter_tests::counters::<i64>("unique_migration", 4);
         before.create_table(&t.db).await.unwrap();
@@ -456,7 +456,7 @@ backend_test! {
         assert_eq!(drift.len(), 1, "{drift:?}");
         let err = after.observe(&t.db, 1, "viewers", "ann").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::SchemaMissing, "{err}");
-        let schema = SchemaManager::new(&t.db);
+        let schema = sql::schema(&t.db).await;
         let migration = after.sketch_migration();
         assert_eq!(
             blog_migration::MigrationName::name(&migration),
@@ -464,13 +464,18 @@ backend_test! {
         );
         migration.up(&schema).await.unwrap();
         migration.up(&schema).await.unwrap();
+        sql::done(schema).await;
         assert!(after.check_table(&t.db).await.unwrap().is_empty());
         after.observe(&t.db, 1, "viewers", "ann").await.unwrap();
         assert_eq!(after.unique(&t.db, 1, "viewers").await.unwrap(), 1);
         assert_eq!(after.get(&t.db, 1, "likes").await.unwrap(), 5);
+        let schema = sql::schema(&t.db).await;
         migration.down(&schema).await.unwrap();
+        sql::done(schema).await;
         assert_eq!(after.check_table(&t.db).await.unwrap().len(), 1);
+        let schema = sql::schema(&t.db).await;
         assert!(before.sketch_migration().up(&schema).await.is_err(), "no unique key");
+        sql::done(schema).await;
         t.finish().await;
     }
 }

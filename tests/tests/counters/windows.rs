@@ -80,7 +80,8 @@ async fn stored_buckets(t: &TestDb, table: &str, owner: i64, key: &str) -> Vec<i
         .and_where(Expr::col(Alias::new("count_key")).eq(key))
         .order_by(Alias::new("bucket"), sea_orm::Order::Asc)
         .to_owned();
-    t.db.query_all(&select)
+    t.sql()
+        .query_all(&select)
         .await
         .expect("read buckets")
         .iter()
@@ -1374,7 +1375,7 @@ backend_test! {
             .expr_as(Expr::cust("COUNT(*)"), Alias::new("n"))
             .from(Alias::new("plain_counters_buckets"))
             .to_owned();
-        let r = t.db.query_one(&count).await;
+        let r = t.sql().query_one(&count).await;
         assert!(r.is_err(), "[{b}] the bucket table exists: {r:?}");
         // The counter table itself is there.
         assert_eq!(raw::count_rows(&t.db, "plain_counters").await, 1, "[{b}]");

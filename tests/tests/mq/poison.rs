@@ -12,7 +12,7 @@ use counter_tests::{
         self, AmqpQueue, AnyPublisher, Broker, Bus, PrivateNats, Workload, jetstream, nats_source,
         stream_ready, tally, test_stream,
     },
-    raw,
+    raw, sql,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 
@@ -363,9 +363,9 @@ backend_test! {
             }
         }
 
-        Migrator::up(&t.db, None).await.expect("up");
-        Migrator::down(&t.db, None).await.expect("down");
-        Migrator::up(&t.db, None).await.expect("up again");
+        sql::migrate_up::<Migrator>(&t.db).await.expect("up");
+        sql::migrate_down::<Migrator>(&t.db).await.expect("down");
+        sql::migrate_up::<Migrator>(&t.db).await.expect("up again");
         assert_eq!(counter_mq::applied_count(&t.db, "idle").await.unwrap(), 0);
         let posts = counter_tests::counters::<i64>("migrated", 4);
         let missing = consumer(&t.db, &posts).build(Idle).await;

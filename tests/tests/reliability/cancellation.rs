@@ -24,7 +24,7 @@ use counter_core::{
     BufferError, Compact, CounterBuffer, DeltaBatch, FlushLedger, Reconcile, ReconcileReport,
     Truth, prelude::*,
 };
-use counter_tests::{Backend, TestDb, backend_test, env_number, figures};
+use counter_tests::{Backend, TestDb, backend_test, env_number, figures, sql::Sql};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ColumnTrait, Condition, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
@@ -192,7 +192,8 @@ impl Tally {
 
 async fn setup(t: &TestDb) {
     let schema = Schema::new(t.db.get_database_backend());
-    t.db.execute(&schema.create_table_from_entity(child::Entity))
+    t.sql()
+        .execute(&schema.create_table_from_entity(child::Entity))
         .await
         .expect("create children");
     owner::Entity::counters()
@@ -318,9 +319,10 @@ async fn hot_write(
 async fn child_write(db: &DatabaseConnection, tally: &Tally, rng: &mut StdRng) {
     let parent = PARENTS[rng.random_range(0..PARENTS.len())];
     let some_child = || async {
+        let sql = Sql::new(db);
         let find = child::Entity::find()
             .filter(child::Column::OwnerId.eq(parent))
-            .one(db);
+            .one(&sql);
         match tally
             .call("find a child", &mut StdRng::seed_from_u64(0), false, find)
             .await
@@ -525,7 +527,7 @@ async fn assert_children_exact(db: &DatabaseConnection, backend: Backend, step: 
     for parent in PARENTS {
         let rows = child::Entity::find()
             .filter(child::Column::OwnerId.eq(parent))
-            .all(db)
+            .all(&Sql::new(db))
             .await
             .unwrap()
             .len() as i64;

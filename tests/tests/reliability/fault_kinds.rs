@@ -146,6 +146,13 @@ backend_test! {
     /// failover's demoted primary is: the same write succeeds on the new
     /// primary. Reads still answer, and nothing was written.
     async fn a_read_only_server_is_transient_on_every_write(t: TestDb) {
+        if counter_core::pooling::is_transaction_pooled(&t.db) {
+            // PgBouncer refuses a startup `options` parameter, and a session
+            // setting would not outlive a transaction behind it.
+            eprintln!("skipped {}: a read-only session needs a direct connection", t.label());
+            t.finish().await;
+            return;
+        }
         let table = "read_only_counters";
         let c = counters::<i64>(table, 4);
         c.create_table(&t.db).await.expect("create the table");

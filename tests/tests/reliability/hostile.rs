@@ -34,7 +34,7 @@ use counter_core::{
     limits::{MAX_KEY_LEN, MAX_STRING_OWNER_LEN, MAX_TABLE_NAME_LEN, UPSERT_ROWS_PER_STATEMENT},
     validate_key, validate_table_name,
 };
-use counter_tests::{TestDb, backend_test, counters, figures, raw};
+use counter_tests::{TestDb, backend_test, counters, figures, raw, sql::Sql};
 use proptest::{
     prelude::*,
     test_runner::{FileFailurePersistence, TestRunner},
@@ -176,7 +176,8 @@ async fn stored_string_owners(db: &DatabaseConnection, table: &str) -> BTreeSet<
         .column(Alias::new("owner_id"))
         .from(Alias::new(table))
         .to_owned();
-    db.query_all(&select)
+    Sql::new(db)
+        .query_all(&select)
         .await
         .expect("read owners")
         .iter()

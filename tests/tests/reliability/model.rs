@@ -60,6 +60,7 @@ use counter_tests::{
     Backend, TestDb, backend_test, env_number, figures,
     proxy::Proxy,
     redis::{PrivateRedis, namespace, shared_url, test_cache},
+    sql::Sql,
 };
 use proptest::{
     collection::vec,
@@ -612,7 +613,8 @@ async fn all_rows(db: &DatabaseConnection, table: &str, bucketed: bool) -> Resul
         .from(Alias::new(table))
         .to_owned();
     let mut rows = Rows::new();
-    for row in db.query_all(&select).await.map_err(db_err("read rows"))? {
+    let read = Sql::new(db).query_all(&select).await;
+    for row in read.map_err(db_err("read rows"))? {
         let get = |e: sea_orm::DbErr| format!("decode a row of {table}: {e}");
         let owner: i64 = row.try_get("", "owner_id").map_err(get)?;
         let key: String = row.try_get("", "count_key").map_err(get)?;
@@ -689,7 +691,7 @@ async fn run_case(
 ) -> Result<(), String> {
     for table in [TABLE, BUCKETS, TRUTH] {
         let delete = Query::delete().from_table(Alias::new(table)).to_owned();
-        t.db.execute(&delete).await.map_err(db_err("reset"))?;
+        t.sql().execute(&delete).await.map_err(db_err("reset"))?;
     }
     if let Some(cache) = cache {
         // The reset is raw SQL, which the cache cannot see.
@@ -852,6 +854,7 @@ impl Run<'_> {
                     .from_table(Alias::new(TRUTH))
                     .and_where(Expr::col(Alias::new("owner_id")).eq(id))
                     .to_owned();
+                let db = Sql::new(db);
                 db.execute(&delete).await.map_err(db_err("truth delete"))?;
                 if let Some(n) = n {
                     let insert = Query::insert()

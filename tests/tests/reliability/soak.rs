@@ -55,7 +55,7 @@ use counter_core::{
     Compact, CounterBuffer, CounterError, CounterTable, Counters, DeltaBatch, FlushLedger,
     Reconcile, Truth, Window,
 };
-use counter_tests::{Backend, TestDb, backend_test, raw};
+use counter_tests::{Backend, TestDb, backend_test, raw, sql::Sql};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, TransactionTrait,
@@ -643,7 +643,8 @@ async fn child_rows(db: &DatabaseConnection) -> [i64; OWNERS.len()] {
         .group_by_col(Alias::new("owner_id"))
         .to_owned();
     let mut rows = [0; OWNERS.len()];
-    for row in db.query_all(&select).await.expect("count the children") {
+    let read = Sql::new(db).query_all(&select).await;
+    for row in read.expect("count the children") {
         let owner: i64 = row.try_get("", "owner_id").expect("owner_id");
         let n: i64 = row.try_get("", "n").expect("n");
         let o = OWNERS
