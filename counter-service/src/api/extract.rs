@@ -10,15 +10,26 @@ use serde::de::DeserializeOwned;
 
 use crate::{auth::Caller, config::Scope, namespace::Namespace, problem::Problem, state::AppState};
 
-/// A JSON body; a malformed, oversized or mistyped one is a problem.
+/// A JSON body; a malformed, oversized or mistyped one is a problem (an
+/// oversized one with its `bound` and `max`, as every bound refusal).
 pub(crate) struct Json<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
+impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
     type Rejection = Problem;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, Problem> {
-        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
-        Ok(Self(value))
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Problem> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => {
+                let problem = Problem::from(rejection);
+                Err(match problem.status() {
+                    axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                        problem.with("max", state.server.max_body_bytes)
+                    }
+                    _ => problem,
+                })
+            }
+        }
     }
 }
 
