@@ -152,15 +152,7 @@ impl PrivateRedis {
 
     /// One redis-cli command; its output, trimmed, if it ran.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        redis_cli(self.port, args)
     }
 
     /// Cuts every client connection (`CLIENT KILL TYPE normal`).
@@ -254,7 +246,7 @@ impl RedisSentinels {
         loop {
             let ready = set.sentinels.iter().all(|(p, _)| {
                 let count = |what: &str| {
-                    sentinel_cli(*p, &["SENTINEL", what, Self::MASTER])
+                    redis_cli(*p, &["SENTINEL", what, Self::MASTER])
                         .map(|out| out.lines().filter(|l| *l == "name").count())
                         .unwrap_or(0)
                 };
@@ -282,7 +274,7 @@ impl RedisSentinels {
     /// The master's port as the first Sentinel that answers names it.
     pub fn master_port(&self) -> Option<u16> {
         self.sentinels.iter().find_map(|(port, _)| {
-            let out = sentinel_cli(
+            let out = redis_cli(
                 *port,
                 &["SENTINEL", "get-master-addr-by-name", Self::MASTER],
             )?;
@@ -299,7 +291,9 @@ impl RedisSentinels {
     }
 }
 
-fn sentinel_cli(port: u16, args: &[&str]) -> Option<String> {
+/// One redis-cli command to the server or Sentinel on `port`; its output,
+/// trimmed, if it ran.
+fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
     let out = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
