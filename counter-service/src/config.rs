@@ -363,6 +363,20 @@ pub struct DatabaseConfig {
     /// its own; see `counter_core::pooling`). `schema` needs a session, so
     /// it is refused with `transaction`: set the role's `search_path`.
     pub pooler: Pooler,
+    /// PostgreSQL standbys for reads that accept a bounded lag (uncached
+    /// `counts:batchGet`, `top`, `series`, `uniques:batchGet`), each one
+    /// server's own address (not a load balancer's: a standby is trusted by
+    /// what that server has replayed). Reads go there only when asked
+    /// (`Counter-Read-From: replica`, or a namespace's `replica_reads`),
+    /// and only to a standby within `replica_max_lag_ms`; every other read
+    /// takes `url`. A node of the list that is not a standby (Patroni's
+    /// leader) is passed over, so all of a cluster's nodes may be listed.
+    /// `pooler` is `url`'s: a replica behind PgBouncer in transaction
+    /// pooling has `?statement-cache-capacity=0` in its URL.
+    pub replica_urls: Vec<String>,
+    /// The most a replica read may lag (default 1,000 ms, 100 ms to 1 h):
+    /// it sees every add acknowledged longer ago than this.
+    pub replica_max_lag_ms: u64,
 }
 
 /// `database.pooler`.
@@ -383,6 +397,8 @@ impl Default for DatabaseConfig {
             schema: None,
             max_connections: 32,
             pooler: Pooler::None,
+            replica_urls: Vec::new(),
+            replica_max_lag_ms: 1_000,
         }
     }
 }
@@ -619,6 +635,11 @@ pub struct NamespaceConfig {
     /// `prefix` (a new key is a new row: no DDL, no restart).
     #[serde(default)]
     pub key_patterns: Vec<String>,
+    /// Serve this namespace's lag-tolerant reads from `database.replica_urls`
+    /// unless a request says `Counter-Read-From: primary` (default false:
+    /// only requests that say `replica` go there).
+    #[serde(default)]
+    pub replica_reads: bool,
 }
 
 /// The owner id type of a namespace.
@@ -722,6 +743,37 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+impl DatabaseConfig {
+    /// The replica settings' refusals.
+    fn check_replicas(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        if self.replica_urls.is_empty() {
+            return errors;
+        }
+        if !self.url.starts_with("postgres") {
+            errors.push(ConfigError::invalid(
+                "database.replica_urls",
+                "replica reads are PostgreSQL's (a standby is trusted by its replayed WAL position)",
+            ));
+        }
+        for (i, url) in self.replica_urls.iter().enumerate() {
+            if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+                errors.push(ConfigError::invalid(
+                    format!("database.replica_urls[{i}]"),
+                    format!("`{}` is not a postgres:// URL", redact_url(url)),
+                ));
+            }
+        }
+        if !(100..=3_600_000).contains(&self.replica_max_lag_ms) {
+            errors.push(ConfigError::invalid(
+                "database.replica_max_lag_ms",
+                format!("{} is not 100 to 3600000", self.replica_max_lag_ms),
+            ));
+        }
+        errors
+    }
+}
+
 impl fmt::Debug for DatabaseConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DatabaseConfig")
@@ -729,6 +781,15 @@ impl fmt::Debug for DatabaseConfig {
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("pooler", &self.pooler)
+            .field(
+                "replica_urls",
+                &self
+                    .replica_urls
+                    .iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
+            .field("replica_max_lag_ms", &self.replica_max_lag_ms)
             .finish()
     }
 }
@@ -820,6 +881,17 @@ impl Config {
                     "a transaction pooler keeps no session's search_path: \
                      set the role's (ALTER ROLE ... SET search_path) and leave this out",
                 ));
+            }
+        }
+        errors.extend(self.database.check_replicas());
+        if self.database.replica_urls.is_empty() {
+            for (name, namespace) in &self.namespaces {
+                if namespace.replica_reads {
+                    errors.push(ConfigError::invalid(
+                        format!("namespaces.{name}.replica_reads"),
+                        "there is no replica to read from: list them in database.replica_urls",
+                    ));
+                }
             }
         }
         if !(1..=24 * 365).contains(&self.idempotency.retention_hours) {

@@ -49,6 +49,7 @@ mod observes;
 mod owner;
 mod problem;
 mod rate;
+mod replicas;
 mod service;
 mod state;
 

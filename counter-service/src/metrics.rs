@@ -101,6 +101,18 @@ pub(crate) fn handle() -> PrometheusHandle {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
+        crate::replicas::READS,
+        "Reads served, by op (batchGet, top, series, uniquesBatchGet) and source (primary, replica, cache)."
+    );
+    describe_counter!(
+        crate::replicas::REPLICA_FALLBACKS,
+        "Lag-tolerant reads the primary served instead, by reason: lag (no standby within the bound) or error (the standby failed the read)."
+    );
+    describe_gauge!(
+        crate::replicas::REPLICA_LAG,
+        "Each standby's lag behind the primary's flushed WAL as last measured, in seconds; -1 while unknown (down, promoted, or further behind than any probe kept)."
+    );
+    describe_counter!(
         "counter_service_requests_total",
         "HTTP requests answered, by matched route, method and status."
     );

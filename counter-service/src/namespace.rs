@@ -95,6 +95,9 @@ pub(crate) struct Namespace {
     pub checks: BTreeMap<String, CheckConfig>,
     /// The observe queue, once the service has started.
     pub observes: Option<ObserveQueue>,
+    /// Whether its lag-tolerant reads go to a replica unless a request
+    /// asks for the primary.
+    pub replica_reads: bool,
 }
 
 /// The ledger's `source` column.
@@ -237,6 +240,7 @@ impl Namespace {
             prefixes,
             checks,
             observes: None,
+            replica_reads: config.replica_reads,
         })
     }
 

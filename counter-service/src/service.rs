@@ -15,9 +15,10 @@ use crate::{
     api,
     auth::Tokens,
     check,
-    config::{Config, ConfigError},
+    config::{Config, ConfigError, redact_url},
     connections, dispatch, feed, idempotency,
     namespace::Namespace,
+    replicas::Replicas,
     state::{AppState, Shared},
 };
 
@@ -87,8 +88,24 @@ impl std::fmt::Debug for Service {
 /// Opens the configured database: SQLite on one connection (its one
 /// writer), the others on a pool of `max_connections`.
 async fn connect(config: &Config) -> Result<DatabaseConnection, StartError> {
-    let url = &config.database.url;
-    let mut options = ConnectOptions::new(url.clone());
+    let mut options = pool_options(config, &config.database.url);
+    if config.database.pooler == crate::config::Pooler::Transaction {
+        counter_core::pooling::transaction_pooled(&mut options);
+    }
+    let db = Database::connect(options)
+        .await
+        .map_err(|e| StartError::Database(e.to_string()))?;
+    if config.database.schema.is_some() && db.get_database_backend() != DbBackend::Postgres {
+        return Err(ConfigError::invalid("database.schema", "only PostgreSQL has schemas").into());
+    }
+    Ok(db)
+}
+
+/// The pool settings of `url`, the database's or a replica's (`pooler`
+/// is the database's: a replica behind a transaction pooler says so in its
+/// own URL, `statement-cache-capacity=0`).
+fn pool_options(config: &Config, url: &str) -> ConnectOptions {
+    let mut options = ConnectOptions::new(url.to_owned());
     let sqlite = url.starts_with("sqlite:");
     options
         .max_connections(if sqlite {
@@ -103,16 +120,43 @@ async fn connect(config: &Config) -> Result<DatabaseConnection, StartError> {
     if let Some(schema) = &config.database.schema {
         options.set_schema_search_path(schema.clone());
     }
-    if config.database.pooler == crate::config::Pooler::Transaction {
-        counter_core::pooling::transaction_pooled(&mut options);
+    options
+}
+
+/// The standbys of `database.replica_urls`, connected lazily: one that is
+/// down at the start is measured as down, and the start goes on.
+async fn connect_replicas(config: &Config) -> Result<Option<Replicas>, StartError> {
+    if config.database.replica_urls.is_empty() {
+        return Ok(None);
     }
-    let db = Database::connect(options)
-        .await
-        .map_err(|e| StartError::Database(e.to_string()))?;
-    if config.database.schema.is_some() && db.get_database_backend() != DbBackend::Postgres {
-        return Err(ConfigError::invalid("database.schema", "only PostgreSQL has schemas").into());
+    let mut members = Vec::new();
+    for url in &config.database.replica_urls {
+        let mut options = pool_options(config, url);
+        // A standby that stopped answering is passed over by its probe;
+        // its pool does not hold a read for ten seconds meanwhile.
+        options
+            .connect_lazy(true)
+            .connect_timeout(Duration::from_secs(2))
+            .acquire_timeout(Duration::from_secs(2));
+        let db = Database::connect(options)
+            .await
+            .map_err(|e| StartError::Database(format!("replica {}: {e}", redact_url(url))))?;
+        members.push((replica_name(url), db));
     }
-    Ok(db)
+    Ok(Some(Replicas::new(
+        members,
+        Duration::from_millis(config.database.replica_max_lag_ms),
+    )))
+}
+
+/// A replica's `host:port`, the label of its metrics (no credentials).
+fn replica_name(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+        .to_owned()
 }
 
 impl Service {
@@ -205,6 +249,7 @@ impl Service {
         for namespace in namespaces.values_mut() {
             namespace.start_queues(&db, &config.server);
         }
+        let replicas = connect_replicas(&config).await?.map(Arc::new);
         let (stop, stopped) = watch::channel(false);
         let mut background = Vec::new();
         let feed = match &config.broker {
@@ -222,6 +267,7 @@ impl Service {
             tokens,
             server: config.server.clone(),
             cache,
+            replicas,
             metrics: crate::metrics::handle(),
             feed,
             retention: Duration::from_secs(config.idempotency.retention_hours * 3_600),
@@ -229,6 +275,13 @@ impl Service {
             openapi: Default::default(),
             draining: Default::default(),
         });
+        if let Some(replicas) = &state.replicas {
+            let (replicas, primary, stopped) =
+                (replicas.clone(), state.db.clone(), stopped.clone());
+            background.push(tokio::spawn(async move {
+                replicas.keep_measuring(primary, stopped).await;
+            }));
+        }
         background.push(tokio::spawn(check::schedule(
             state.clone(),
             stopped.clone(),

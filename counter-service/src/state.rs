@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub tokens: Tokens,
     pub server: ServerConfig,
     pub cache: Option<counter_redis::CountCache>,
+    /// The standbys of lag-tolerant reads, if any are configured.
+    pub replicas: Option<Arc<crate::replicas::Replicas>>,
     pub metrics: PrometheusHandle,
     pub feed: Option<FeedStatus>,
     /// How long idempotency keys are kept.

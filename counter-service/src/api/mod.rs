@@ -19,6 +19,7 @@ mod extract;
 pub(crate) mod ops;
 mod read;
 mod schema;
+mod served;
 mod unique;
 pub(crate) mod write;
 

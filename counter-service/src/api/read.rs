@@ -11,12 +11,14 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Calling, Json, Query, Reading, Target};
 use super::schema::OwnerValue;
+use super::served::{ReadFrom, Served};
 use crate::{
     config::Scope,
     dispatch,
     namespace::{Handle, KeyInfo, Namespace},
     owner::ServiceOwner,
     problem::{Problem, ProblemBody},
+    replicas::{Source, counted, read_from},
     state::AppState,
 };
 
@@ -55,9 +57,9 @@ pub struct BatchGetReply {
     get,
     path = "/v1/{ns}/counts:batchGet",
     tag = "counts",
-    params(("ns" = String, Path, description = "The namespace"), BatchGetQuery),
+    params(("ns" = String, Path, description = "The namespace"), BatchGetQuery, ("Counter-Read-From" = Option<String>, Header, description = "`replica`: the read may be served by a standby within `database.replica_max_lag_ms`; `primary`: it may not (default: the namespace's `replica_reads`)")),
     responses(
-        (status = 200, description = "Every owner and key, zero-filled", body = BatchGetReply),
+        (status = 200, description = "Every owner and key, zero-filled", body = BatchGetReply, headers(("Counter-Read-Source" = String, description = "`primary`, `replica` or `cache`"), ("Counter-Read-Lag-Ms" = Option<u64>, description = "With `replica`: the standby's lag when the read began, in ms"))),
         (status = 400, description = "Bad input, or over a batch bound", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such namespace", body = ProblemBody, content_type = "application/problem+json"),
     )
@@ -65,13 +67,14 @@ pub struct BatchGetReply {
 pub(crate) async fn batch_get(
     State(state): State<AppState>,
     target: Target<Reading>,
+    read_from: ReadFrom,
     Query(query): Query<BatchGetQuery>,
-) -> Result<axum::Json<BatchGetReply>, Problem> {
+) -> Result<Served<BatchGetReply>, Problem> {
     let owners: Vec<Value> = split(&query.owners)
         .map(|o| Value::String(o.to_owned()))
         .collect();
     let keys: Vec<String> = split(&query.keys).map(str::to_owned).collect();
-    counts(&state, target.namespace(&state), owners, keys).await
+    counts(&state, target.namespace(&state), &read_from, owners, keys).await
 }
 
 /// `counts:batchGet` with the lists in a body: for long lists.
@@ -80,21 +83,23 @@ pub(crate) async fn batch_get(
     post,
     path = "/v1/{ns}/counts:batchGet",
     tag = "counts",
-    params(("ns" = String, Path, description = "The namespace")),
+    params(("ns" = String, Path, description = "The namespace"), ("Counter-Read-From" = Option<String>, Header, description = "`replica`: the read may be served by a standby within `database.replica_max_lag_ms`; `primary`: it may not (default: the namespace's `replica_reads`)")),
     request_body = BatchGetRequest,
     responses(
-        (status = 200, description = "Every owner and key, zero-filled", body = BatchGetReply),
+        (status = 200, description = "Every owner and key, zero-filled", body = BatchGetReply, headers(("Counter-Read-Source" = String, description = "`primary`, `replica` or `cache`"), ("Counter-Read-Lag-Ms" = Option<u64>, description = "With `replica`: the standby's lag when the read began, in ms"))),
         (status = 400, description = "Bad input, or over a batch bound", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn batch_get_post(
     State(state): State<AppState>,
     target: Target<Reading>,
+    read_from: ReadFrom,
     Json(request): Json<BatchGetRequest>,
-) -> Result<axum::Json<BatchGetReply>, Problem> {
+) -> Result<Served<BatchGetReply>, Problem> {
     counts(
         &state,
         target.namespace(&state),
+        &read_from,
         request.owners,
         request.keys,
     )
@@ -130,32 +135,49 @@ pub(super) fn split(list: &str) -> impl Iterator<Item = &str> {
 async fn counts(
     state: &AppState,
     namespace: &Namespace,
+    read_from: &ReadFrom,
     owners: Vec<Value>,
     keys: Vec<String>,
-) -> Result<axum::Json<BatchGetReply>, Problem> {
+) -> Result<Served<BatchGetReply>, Problem> {
     check_batch(state, &owners, &keys, |key| namespace.counted_key(key))?;
     metrics::histogram!("counter_service_batch_size", "op" => "batchGet")
         .record((owners.len() * keys.len()) as f64);
-    let counts = dispatch!(&namespace.table, h => read_counts(state, h, &owners, &keys).await?);
-    Ok(axum::Json(BatchGetReply { counts }))
+    let tolerate_lag = read_from.tolerates_lag(namespace);
+    let (counts, source) = dispatch!(&namespace.table, h => read_counts(state, h, &owners, &keys, tolerate_lag).await?);
+    Ok(Served(BatchGetReply { counts }, source))
 }
 
+/// The totals, from the cache where the namespace has one (its misses
+/// filled from the primary: a fill never takes a replica's older total),
+/// else from a replica within the bound if `tolerate_lag`, else the
+/// primary.
 async fn read_counts<I: ServiceOwner>(
     state: &AppState,
     handle: &Handle<I>,
     owners: &[Value],
     keys: &[String],
-) -> Result<BTreeMap<String, BTreeMap<String, i64>>, Problem> {
+    tolerate_lag: bool,
+) -> Result<(BTreeMap<String, BTreeMap<String, i64>>, Source), Problem> {
     let owners: Vec<I> = owners.iter().map(I::from_json).collect::<Result<_, _>>()?;
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let totals = match &handle.cached {
-        Some(cached) => cached.get_many(&state.db, &owners, &keys).await?,
-        None => handle.counters.get_many(&state.db, &owners, &keys).await?,
+    let (totals, source) = match &handle.cached {
+        Some(cached) => counted(
+            "batchGet",
+            (
+                cached.get_many(&state.db, &owners, &keys).await?,
+                Source::Cache,
+            ),
+        ),
+        None => read_from!(state, tolerate_lag, "batchGet", |db| handle
+            .counters
+            .get_many(db, &owners, &keys)
+            .await)?,
     };
-    Ok(totals
+    let totals = totals
         .into_iter()
         .map(|(owner, by_key)| (owner.render(), by_key.into_iter().collect()))
-        .collect())
+        .collect();
+    Ok((totals, source))
 }
 
 /// `top`'s query.
@@ -196,50 +218,70 @@ pub struct TopReply {
     get,
     path = "/v1/{ns}/top",
     tag = "counts",
-    params(("ns" = String, Path, description = "The namespace"), TopQuery),
+    params(("ns" = String, Path, description = "The namespace"), TopQuery, ("Counter-Read-From" = Option<String>, Header, description = "`replica`: the read may be served by a standby within `database.replica_max_lag_ms`; `primary`: it may not (default: the namespace's `replica_reads`)")),
     responses(
-        (status = 200, description = "A page", body = TopReply),
+        (status = 200, description = "A page", body = TopReply, headers(("Counter-Read-Source" = String, description = "`primary`, `replica` or `cache`"), ("Counter-Read-Lag-Ms" = Option<u64>, description = "With `replica`: the standby's lag when the read began, in ms"))),
         (status = 400, description = "Bad input", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn top(
     State(state): State<AppState>,
     target: Target<Reading>,
+    read_from: ReadFrom,
     Query(query): Query<TopQuery>,
-) -> Result<axum::Json<TopReply>, Problem> {
+) -> Result<Served<TopReply>, Problem> {
     let namespace = target.namespace(&state);
     let key = namespace.counted_key(&query.key)?;
     let limit = query.limit.unwrap_or(10);
     if !(1..=MAX_TOP).contains(&limit) {
         return Err(Problem::over_bound("limit", MAX_TOP, limit).with("min", 1));
     }
-    let reply = dispatch!(&namespace.table, h => ranked(&state, h, key, limit, query.after.as_deref()).await?);
-    Ok(axum::Json(reply))
+    let after = query.after.as_deref();
+    let served = dispatch!(&namespace.table, h => {
+        let after = after.map(|cursor| decode_after(h, cursor)).transpose()?;
+        read_from!(state, read_from.tolerates_lag(namespace), "top", |db| ranked(
+            db,
+            h,
+            key,
+            limit,
+            after.as_ref()
+        )
+        .await)?
+    });
+    Ok(served.into())
 }
 
 /// The longest ranking page.
 const MAX_TOP: usize = 1_000;
 
+/// `text` as the handle's owner type.
+fn owner_of<I: ServiceOwner>(_: &Handle<I>, text: &str) -> Result<I, Problem> {
+    I::from_text(text)
+}
+
+/// The last owner of the page before, from its cursor (the handle names
+/// the owner type).
+fn decode_after<I: ServiceOwner>(
+    _: &Handle<I>,
+    cursor: &str,
+) -> Result<counter_core::Ranked<I>, Problem> {
+    let (total, owner) = decode_cursor(cursor)?;
+    Ok(counter_core::Ranked {
+        owner: I::from_text(&owner)?,
+        total,
+    })
+}
+
 async fn ranked<I: ServiceOwner>(
-    state: &AppState,
+    db: &sea_orm::DatabaseConnection,
     handle: &Handle<I>,
     key: &str,
     limit: usize,
-    after: Option<&str>,
+    after: Option<&counter_core::Ranked<I>>,
 ) -> Result<TopReply, Problem> {
     let page = match after {
-        None => handle.counters.top(&state.db, key, limit).await?,
-        Some(cursor) => {
-            let (total, owner) = decode_cursor(cursor)?;
-            let last = counter_core::Ranked {
-                owner: I::from_text(&owner)?,
-                total,
-            };
-            handle
-                .counters
-                .top_after(&state.db, key, &last, limit)
-                .await?
-        }
+        None => handle.counters.top(db, key, limit).await?,
+        Some(last) => handle.counters.top_after(db, key, last, limit).await?,
     };
     let next = (page.len() == limit)
         .then(|| {
@@ -317,17 +359,18 @@ pub struct SeriesReply {
     get,
     path = "/v1/{ns}/series",
     tag = "counts",
-    params(("ns" = String, Path, description = "The namespace"), SeriesQuery),
+    params(("ns" = String, Path, description = "The namespace"), SeriesQuery, ("Counter-Read-From" = Option<String>, Header, description = "`replica`: the read may be served by a standby within `database.replica_max_lag_ms`; `primary`: it may not (default: the namespace's `replica_reads`)")),
     responses(
-        (status = 200, description = "The series", body = SeriesReply),
+        (status = 200, description = "The series", body = SeriesReply, headers(("Counter-Read-Source" = String, description = "`primary`, `replica` or `cache`"), ("Counter-Read-Lag-Ms" = Option<u64>, description = "With `replica`: the standby's lag when the read began, in ms"))),
         (status = 400, description = "Bad input, a key without a window, a reversed or too long range", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn series(
     State(state): State<AppState>,
     target: Target<Reading>,
+    read_from: ReadFrom,
     Query(query): Query<SeriesQuery>,
-) -> Result<axum::Json<SeriesReply>, Problem> {
+) -> Result<Served<SeriesReply>, Problem> {
     let namespace = target.namespace(&state);
     let key = namespace.counted_key(&query.key)?;
     // The library refuses a series past its bound too, but as a plain
@@ -340,9 +383,11 @@ pub(crate) async fn series(
             return Err(over_bound(SERIES_BUCKETS, MAX_SERIES_BUCKETS, buckets));
         }
     }
-    let buckets = dispatch!(&namespace.table, h => {
-        let owner = ServiceOwner::from_text(&query.owner)?;
-        h.counters.series(&state.db, owner, key, query.from, query.to).await?
+    let (buckets, source) = dispatch!(&namespace.table, h => {
+        let owner = owner_of(h, &query.owner)?;
+        read_from!(state, read_from.tolerates_lag(namespace), "series", |db| {
+            series_of(db, h, &owner, key, &query).await
+        })?
     });
     let buckets: Vec<Bucket> = buckets
         .into_iter()
@@ -356,7 +401,21 @@ pub(crate) async fn series(
                 context: "the sum of a series".into(),
             })
         })?;
-    Ok(axum::Json(SeriesReply { buckets, sum }))
+    Ok(Served(SeriesReply { buckets, sum }, source))
+}
+
+/// `owner`'s buckets of `key` over the query's range.
+async fn series_of<I: ServiceOwner>(
+    db: &sea_orm::DatabaseConnection,
+    handle: &Handle<I>,
+    owner: &I,
+    key: &str,
+    query: &SeriesQuery,
+) -> Result<Vec<(DateTime<Utc>, i64)>, counter_core::CounterError> {
+    handle
+        .counters
+        .series(db, owner.clone(), key, query.from, query.to)
+        .await
 }
 
 /// The bound a series longer than [`MAX_SERIES_BUCKETS`] is refused by.

@@ -18,12 +18,14 @@ use super::schema::{MemberValue, OwnerValue};
 use super::{
     extract::{Json, Observing, Query, Reading, Target},
     read::{check_batch, split},
+    served::{ReadFrom, Served},
 };
 use crate::{
     dispatch,
     namespace::{Handle, Namespace},
     owner::ServiceOwner,
     problem::{Problem, ProblemBody},
+    replicas::{Source, counted, read_from},
     state::AppState,
 };
 
@@ -198,23 +200,32 @@ pub struct UniquesReply {
     get,
     path = "/v1/{ns}/uniques:batchGet",
     tag = "counts",
-    params(("ns" = String, Path, description = "The namespace"), UniquesQuery),
+    params(("ns" = String, Path, description = "The namespace"), UniquesQuery, ("Counter-Read-From" = Option<String>, Header, description = "`replica`: the read may be served by a standby within `database.replica_max_lag_ms`; `primary`: it may not (default: the namespace's `replica_reads`)")),
     responses(
-        (status = 200, description = "Every owner and key", body = UniquesReply),
+        (status = 200, description = "Every owner and key", body = UniquesReply, headers(("Counter-Read-Source" = String, description = "`primary`, `replica` or `cache`"), ("Counter-Read-Lag-Ms" = Option<u64>, description = "With `replica`: the standby's lag when the read began, in ms"))),
         (status = 400, description = "Bad input, a key that is not unique, a range on a key without a window", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn batch_get(
     State(state): State<AppState>,
     target: Target<Reading>,
+    read_from: ReadFrom,
     Query(query): Query<UniquesQuery>,
-) -> Result<axum::Json<UniquesReply>, Problem> {
+) -> Result<Served<UniquesReply>, Problem> {
     let owners = split(&query.owners)
         .map(|o| Value::String(o.to_owned()))
         .collect();
     let keys = split(&query.keys).map(str::to_owned).collect();
     let range = range(query.from, query.to)?;
-    uniques(&state, target.namespace(&state), owners, keys, range).await
+    uniques(
+        &state,
+        target.namespace(&state),
+        &read_from,
+        owners,
+        keys,
+        range,
+    )
+    .await
 }
 
 /// `uniques:batchGet` with the lists in a body.
@@ -223,22 +234,24 @@ pub(crate) async fn batch_get(
     post,
     path = "/v1/{ns}/uniques:batchGet",
     tag = "counts",
-    params(("ns" = String, Path, description = "The namespace")),
+    params(("ns" = String, Path, description = "The namespace"), ("Counter-Read-From" = Option<String>, Header, description = "`replica`: the read may be served by a standby within `database.replica_max_lag_ms`; `primary`: it may not (default: the namespace's `replica_reads`)")),
     request_body = UniquesRequest,
     responses(
-        (status = 200, description = "Every owner and key", body = UniquesReply),
+        (status = 200, description = "Every owner and key", body = UniquesReply, headers(("Counter-Read-Source" = String, description = "`primary`, `replica` or `cache`"), ("Counter-Read-Lag-Ms" = Option<u64>, description = "With `replica`: the standby's lag when the read began, in ms"))),
         (status = 400, description = "Bad input, a key that is not unique, a range on a key without a window", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn batch_get_post(
     State(state): State<AppState>,
     target: Target<Reading>,
+    read_from: ReadFrom,
     Json(request): Json<UniquesRequest>,
-) -> Result<axum::Json<UniquesReply>, Problem> {
+) -> Result<Served<UniquesReply>, Problem> {
     let range = range(request.from, request.to)?;
     uniques(
         &state,
         target.namespace(&state),
+        &read_from,
         request.owners,
         request.keys,
         range,
@@ -261,16 +274,17 @@ fn range(from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Result<Range
 async fn uniques(
     state: &AppState,
     namespace: &Namespace,
+    read_from: &ReadFrom,
     owners: Vec<Value>,
     keys: Vec<String>,
     range: Range,
-) -> Result<axum::Json<UniquesReply>, Problem> {
+) -> Result<Served<UniquesReply>, Problem> {
     check_batch(state, &owners, &keys, |key| namespace.unique_key(key))?;
     metrics::histogram!("counter_service_batch_size", "op" => "uniquesBatchGet")
         .record((owners.len() * keys.len()) as f64);
-    let uniques =
-        dispatch!(&namespace.table, h => read_uniques(state, h, &owners, &keys, range).await?);
-    Ok(axum::Json(UniquesReply { uniques }))
+    let tolerate_lag = read_from.tolerates_lag(namespace);
+    let (uniques, source) = dispatch!(&namespace.table, h => read_uniques(state, h, &owners, &keys, range, tolerate_lag).await?);
+    Ok(Served(UniquesReply { uniques }, source))
 }
 
 async fn read_uniques<I: ServiceOwner>(
@@ -279,7 +293,8 @@ async fn read_uniques<I: ServiceOwner>(
     owners: &[Value],
     keys: &[String],
     range: Range,
-) -> Result<BTreeMap<String, BTreeMap<String, u64>>, Problem> {
+    tolerate_lag: bool,
+) -> Result<(BTreeMap<String, BTreeMap<String, u64>>, Source), Problem> {
     let owners: Vec<I> = owners.iter().map(I::from_json).collect::<Result<_, _>>()?;
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     // owners x buckets sketches at most per key, refused here with the
@@ -299,34 +314,53 @@ async fn read_uniques<I: ServiceOwner>(
             }
         }
     }
-    let estimates = match (range, &handle.cached) {
+    const OP: &str = "uniquesBatchGet";
+    let (estimates, source) = match (range, &handle.cached) {
         // The cache keeps all-time estimates; a range is read from the sketches.
-        (Some((from, to)), _) => {
-            let mut by_owner: HashMap<I, HashMap<String, u64>> = HashMap::new();
-            for key in &keys {
-                let over = handle
-                    .counters
-                    .unique_over_many(&state.db, &owners, *key, from, to)
-                    .await?;
-                for (owner, estimate) in over {
-                    by_owner
-                        .entry(owner)
-                        .or_default()
-                        .insert((*key).to_owned(), estimate);
-                }
-            }
-            by_owner
-        }
-        (None, Some(cached)) => cached.unique_many(&state.db, &owners, &keys).await?,
-        (None, None) => {
-            handle
-                .counters
-                .unique_many(&state.db, &owners, &keys)
-                .await?
-        }
+        (Some((from, to)), _) => read_from!(state, tolerate_lag, OP, |db| unique_over(
+            db, handle, &owners, &keys, from, to
+        )
+        .await)?,
+        (None, Some(cached)) => counted(
+            OP,
+            (
+                cached.unique_many(&state.db, &owners, &keys).await?,
+                Source::Cache,
+            ),
+        ),
+        (None, None) => read_from!(state, tolerate_lag, OP, |db| handle
+            .counters
+            .unique_many(db, &owners, &keys)
+            .await)?,
     };
-    Ok(estimates
+    let estimates = estimates
         .into_iter()
         .map(|(owner, by_key)| (owner.render(), by_key.into_iter().collect()))
-        .collect())
+        .collect();
+    Ok((estimates, source))
+}
+
+/// Each key's estimates over `[from, to)`, by owner.
+async fn unique_over<I: ServiceOwner>(
+    db: &sea_orm::DatabaseConnection,
+    handle: &Handle<I>,
+    owners: &[I],
+    keys: &[&str],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<HashMap<I, HashMap<String, u64>>, counter_core::CounterError> {
+    let mut by_owner: HashMap<I, HashMap<String, u64>> = HashMap::new();
+    for key in keys {
+        let over = handle
+            .counters
+            .unique_over_many(db, owners, *key, from, to)
+            .await?;
+        for (owner, estimate) in over {
+            by_owner
+                .entry(owner)
+                .or_default()
+                .insert((*key).to_owned(), estimate);
+        }
+    }
+    Ok(by_owner)
 }

@@ -27,6 +27,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// One answer to an add: when, and its status (`None`: no answer).
 #[derive(Clone, Copy)]
 pub struct Answer {
+    /// The owner the add was for.
+    pub owner: u64,
     pub at: Instant,
     pub status: Option<u16>,
     /// A 503 that is the service's problem+json with `Retry-After`, not a
@@ -184,6 +186,7 @@ async fn client(
                     && r.header("retry-after").is_some()
             });
             answers.lock().unwrap().push(Answer {
+                owner,
                 at: Instant::now(),
                 status,
                 retry_after,

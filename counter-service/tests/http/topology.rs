@@ -30,6 +30,18 @@ impl Topology {
     /// `services` instances and Patroni's `synchronous_mode` `sync`; or
     /// `None` (with a line saying why) where `COUNTER_TEST_HA` is unset.
     pub fn up(test: &str, port_base: u16, services: u8, sync: bool) -> Option<Topology> {
+        Self::up_with(test, port_base, services, sync, &[])
+    }
+
+    /// [`Topology::up`] with more of `deploy/ha/up`'s settings (`HA_REDIS`,
+    /// `HA_REPLICA_MAX_LAG_MS`).
+    pub fn up_with(
+        test: &str,
+        port_base: u16,
+        services: u8,
+        sync: bool,
+        settings: &[(&str, &str)],
+    ) -> Option<Topology> {
         if std::env::var_os(HA_VAR).is_none() {
             eprintln!(
                 "{test}: skipped, {HA_VAR} is not set (deploy/ha/ needs Patroni, etcd, HAProxy, PgBouncer)"
@@ -50,6 +62,7 @@ impl Topology {
             .env("HA_SYNC", if sync { "on" } else { "off" })
             .env("COUNTER_SERVICE_BIN", env!("CARGO_BIN_EXE_counter-service"))
             .env("RUST_LOG", "info")
+            .envs(settings.iter().copied())
             .output()
             .expect("run deploy/ha/up");
         assert!(
@@ -104,6 +117,30 @@ impl Topology {
     /// HAProxy's URL to whichever node leads, directly (no pooler).
     pub fn primary_url(&self) -> String {
         format!("postgres://postgres@{}/counter", self.port("HA_PRIMARY"))
+    }
+
+    /// Each PostgreSQL node's own URL (no pooler, no HAProxy), by member
+    /// name (`pg0`..).
+    pub fn node_urls(&self) -> Vec<(String, String)> {
+        self.port("HA_PG_NODES")
+            .split_whitespace()
+            .enumerate()
+            .map(|(i, addr)| {
+                (
+                    format!("pg{i}"),
+                    format!("postgres://postgres@{addr}/counter"),
+                )
+            })
+            .collect()
+    }
+
+    /// The service's `replica_max_lag_ms`.
+    pub fn replica_max_lag(&self) -> Duration {
+        Duration::from_millis(
+            self.port("HA_REPLICA_MAX_LAG_MS")
+                .parse()
+                .expect("milliseconds"),
+        )
     }
 
     /// The members as Patroni lists them: name and role ("Leader", "Sync
