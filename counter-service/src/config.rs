@@ -846,22 +846,12 @@ impl fmt::Debug for BrokerConfig {
 }
 
 impl Config {
-    /// Every rule `serve` applies before it connects to anything, with all
-    /// the refusals at once ([`ConfigError::Several`] when there are more
-    /// than one): the server's bounds, the namespaces and their keys, the
-    /// tokens (their secrets read from the environment), the database pool,
-    /// the idempotency retention, the cache's and the broker's settings.
-    /// `check-config` runs it; `serve` runs it first.
-    pub fn check(&self) -> Result<(), ConfigError> {
+    /// The rules of the file alone beyond `[server]`'s, every refusal: the
+    /// database pool and its replicas, the idempotency retention, the
+    /// cache's and the broker's settings. [`Config::check`] adds the
+    /// namespaces' and the tokens' (`preflight`).
+    pub(crate) fn check_own(&self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
-        errors.extend(self.server.check().err());
-        errors.extend(crate::namespace::Namespace::build_all(self).err());
-        errors.extend(
-            crate::auth::Tokens::build(self.server.open, &self.tokens, &self.namespaces, |var| {
-                std::env::var(var).ok()
-            })
-            .err(),
-        );
         if !(1..=10_000).contains(&self.database.max_connections) {
             errors.push(ConfigError::invalid(
                 "database.max_connections",
@@ -914,7 +904,7 @@ impl Config {
                 "name at least one subject (default `counters.>`)",
             ));
         }
-        ConfigError::all(errors)
+        errors
     }
 
     /// The configuration in `path` with the process's overrides applied:

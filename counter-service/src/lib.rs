@@ -31,31 +31,28 @@
 
 #![warn(missing_docs)]
 
-mod adds;
+// The layers, bottom up (ARCHITECTURE.md): `config`, `problem` and
+// `metrics` import nothing above them; `domain` (counting, idempotency,
+// tokens, jobs, checks, the feed, replicas) imports no HTTP; `state` wires
+// the domain together; `api` is the HTTP layer on top; `service` and
+// `local` are the entry points.
 pub mod api;
-mod auth;
-mod check;
 pub mod config;
-mod connections;
-mod console;
-mod feed;
-mod freshness;
-mod idempotency;
-pub mod jobs;
+mod domain;
 mod local;
 mod metrics;
-mod namespace;
-mod observes;
-mod owner;
+mod preflight;
 mod problem;
-mod rate;
-mod replicas;
 mod service;
 mod state;
 
 pub use config::{Config, ConfigError};
+pub use domain::jobs;
 pub use local::Local;
 pub use problem::ProblemBody;
 pub use service::{Service, StartError};
 
-use namespace::dispatch;
+use domain::namespace::dispatch;
+
+#[cfg(test)]
+mod layers;

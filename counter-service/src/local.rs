@@ -1,9 +1,9 @@
 //! The service's adds called in process, without HTTP: [`Local`].
 
 use crate::{
-    adds::Op,
-    api::write::{self, BatchAddReply, BatchItem},
-    idempotency,
+    domain::adds::Op,
+    domain::idempotency,
+    domain::writes::{self, BatchAddReply, BatchItem},
     problem::{Problem, ProblemBody},
     state::AppState,
 };
@@ -68,7 +68,7 @@ impl Local {
         if let Some(key) = idempotency_key {
             idempotency::check_id(key)?;
         }
-        let outcome = write::apply(
+        let outcome = writes::apply(
             ns,
             ns.source_for(None),
             idempotency_key.map(str::to_owned),

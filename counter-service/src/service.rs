@@ -13,12 +13,15 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
     api,
-    auth::Tokens,
-    check,
+    api::connections,
     config::{Config, ConfigError, redact_url},
-    connections, dispatch, feed, idempotency,
-    namespace::Namespace,
-    replicas::Replicas,
+    dispatch,
+    domain::auth::Tokens,
+    domain::check,
+    domain::feed,
+    domain::idempotency,
+    domain::namespace::Namespace,
+    domain::replicas::Replicas,
     state::{AppState, Shared},
 };
 
@@ -256,7 +259,9 @@ impl Service {
             None => None,
             Some(broker) => {
                 let (status, task) =
-                    feed::start(broker, db.clone(), namespaces.values(), stopped.clone()).await?;
+                    feed::start(broker, db.clone(), namespaces.values(), stopped.clone())
+                        .await
+                        .map_err(StartError::Broker)?;
                 background.push(task);
                 Some(status)
             }
@@ -283,7 +288,8 @@ impl Service {
             }));
         }
         background.push(tokio::spawn(check::schedule(
-            state.clone(),
+            state.db.clone(),
+            state.namespaces.values().cloned().collect(),
             stopped.clone(),
         )));
         background.push(tokio::spawn(crate::metrics::upkeep(

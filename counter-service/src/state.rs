@@ -7,10 +7,10 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sea_orm::DatabaseConnection;
 
 use crate::{
-    auth::{Caller, Tokens},
     config::{Scope, ServerConfig},
-    feed::FeedStatus,
-    namespace::Namespace,
+    domain::auth::{Caller, Tokens},
+    domain::feed::FeedStatus,
+    domain::namespace::Namespace,
     problem::Problem,
 };
 
@@ -25,13 +25,13 @@ pub(crate) struct Shared {
     pub server: ServerConfig,
     pub cache: Option<counter_redis::CountCache>,
     /// The standbys of lag-tolerant reads, if any are configured.
-    pub replicas: Option<Arc<crate::replicas::Replicas>>,
+    pub replicas: Option<Arc<crate::domain::replicas::Replicas>>,
     pub metrics: PrometheusHandle,
     pub feed: Option<FeedStatus>,
     /// How long idempotency keys are kept.
     pub retention: Duration,
     /// The maintenance jobs this instance runs and keeps.
-    pub jobs: Arc<crate::jobs::Jobs>,
+    pub jobs: Arc<crate::domain::jobs::Jobs>,
     /// The OpenAPI document, set once the router is built.
     pub openapi: std::sync::OnceLock<String>,
     /// Set when a shutdown begins: `/readyz` answers 503 `draining` and
@@ -62,6 +62,17 @@ impl AppState {
 }
 
 impl AppState {
+    /// This instance's readiness, each dependency asked once.
+    pub async fn readiness(&self) -> crate::domain::health::Readiness {
+        crate::domain::health::readiness(
+            &self.db,
+            self.cache.as_ref(),
+            self.feed.as_ref(),
+            self.draining(),
+        )
+        .await
+    }
+
     /// Whether a shutdown has begun.
     pub fn draining(&self) -> bool {
         self.draining.load(std::sync::atomic::Ordering::Relaxed)

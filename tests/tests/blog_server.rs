@@ -289,6 +289,31 @@ fn counts(likes: i64, comments: i64, views: i64) -> Value {
 }
 
 backend_test! {
+    /// What the binary runs at start, on a new database and again on the
+    /// same one (a restart): the schema, then the first posts once. Through
+    /// PgBouncer in transaction pooling (CI's lane) it runs in one
+    /// transaction; it failed there before.
+    #[tokio::test(flavor = "multi_thread")]
+    #[label = "blog_server_prepare"]
+    async fn the_binarys_start_migrates_and_seeds_once(t: TestDb) {
+        let b = t.backend;
+        assert_eq!(blog_server::prepare(&t.db).await.unwrap(), blog_server::SEED_TITLES.len(), "[{b}]");
+        assert_eq!(blog_server::prepare(&t.db).await.unwrap(), 0, "[{b}] a restart adds nothing");
+        let posts = post::Entity::find()
+            .order_by_asc(post::Column::Id)
+            .all(&t.sql())
+            .await
+            .unwrap();
+        let titles: Vec<&str> = posts.iter().map(|p| p.title.as_str()).collect();
+        assert_eq!(titles, blog_server::SEED_TITLES, "[{b}]");
+        let server = Server::start(&t).await;
+        server.assert_post(posts[0].id, "Hello, world", counts(0, 0, 0)).await;
+        server.stop().await;
+        t.finish().await;
+    }
+}
+
+backend_test! {
     #[tokio::test(flavor = "multi_thread")]
     #[label = "blog_server_round_trip"]
     async fn likes_and_views_round_trip(t: TestDb) {

@@ -11,17 +11,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::schema::OwnerValue;
 use super::{
     extract::{Administering, Json, Query, Target},
     read::check_batch,
 };
+use crate::domain::schema::OwnerValue;
 use crate::{
-    check::{self, CheckReport},
     dispatch,
-    jobs::{Job, JobKind},
-    namespace::{Handle, Namespace},
-    owner::ServiceOwner,
+    domain::check::{self, CheckReport},
+    domain::jobs::{Job, JobKind},
+    domain::namespace::{Handle, Namespace},
+    domain::owner::ServiceOwner,
     problem::{Problem, ProblemBody},
     state::AppState,
 };
@@ -73,7 +73,7 @@ pub(crate) async fn check(
     let job = state
         .jobs
         .start(&namespace.name.clone(), kind, async move {
-            let checks = check::run(&shared, &namespace, query.dry_run).await?;
+            let checks = check::run(&shared.db, &namespace, query.dry_run).await?;
             Ok(serde_json::to_value(CheckReply { checks }).unwrap_or_default())
         })?;
     Ok(accepted(job))
@@ -272,7 +272,7 @@ pub(crate) async fn clear(
     // between its keys.
     let task = tokio::spawn(async move {
         let rows = dispatch!(&namespace.table, h => reset(&state, &namespace, h, &request).await);
-        crate::freshness::confirm_deletions(state.cache.as_ref()).await;
+        crate::domain::freshness::confirm_deletions(state.cache.as_ref()).await;
         rows
     });
     let rows_deleted = task.await.map_err(Problem::internal)??;

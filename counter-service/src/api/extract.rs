@@ -8,7 +8,10 @@ use axum::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::{auth::Caller, config::Scope, namespace::Namespace, problem::Problem, state::AppState};
+use crate::{
+    config::Scope, domain::auth::Caller, domain::namespace::Namespace, problem::Problem,
+    state::AppState,
+};
 
 /// A JSON body; a malformed, oversized or mistyped one is a problem (an
 /// oversized one with its `bound` and `max`, as every bound refusal).
@@ -157,7 +160,16 @@ impl FromRequestParts<AppState> for Calling {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
-        let caller = state.tokens.identify(&parts.headers)?;
+        let presented = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let caller = state.tokens.identify(presented)?;
         tracing::Span::current().record("caller", caller.name());
         Ok(Self(caller))
     }

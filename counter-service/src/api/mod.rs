@@ -15,13 +15,15 @@
 //! ```
 
 mod admin;
+pub(crate) mod connections;
+mod console;
 mod extract;
-pub(crate) mod ops;
+mod ops;
 mod read;
-mod schema;
+pub(crate) mod scrape;
 mod served;
 mod unique;
-pub(crate) mod write;
+mod write;
 
 use std::{sync::Arc, time::Duration};
 
@@ -41,7 +43,8 @@ use tower_http::{
 use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-pub use write::{BatchAddReply, BatchItem, IDEMPOTENCY_KEY, REPLAYED};
+pub use crate::domain::writes::{BatchAddReply, BatchItem};
+pub use write::{IDEMPOTENCY_KEY, REPLAYED};
 
 use crate::{problem::Problem, state::AppState};
 
@@ -182,7 +185,7 @@ pub(crate) fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID);
     // The console is static files, not API: outside the document.
     let routes = match state.server.console {
-        true => routes.merge(crate::console::routes()),
+        true => routes.merge(crate::api::console::routes()),
         false => routes,
     };
     routes
@@ -198,7 +201,7 @@ pub(crate) fn router(state: AppState) -> Router {
             Arc::new(Semaphore::new(state.server.max_concurrent_requests)),
             shed,
         ))
-        .layer(middleware::from_fn(crate::metrics::track))
+        .layer(middleware::from_fn(scrape::track))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             close_when_draining,
@@ -344,7 +347,7 @@ mod tests {
                 );
                 let expected = match name {
                     "ns" | "id" => "path",
-                    "Idempotency-Key" => "header",
+                    "Idempotency-Key" | "Counter-Read-From" => "header",
                     _ => "query",
                 };
                 assert_eq!(place, expected, "{method} {path}: {name}");

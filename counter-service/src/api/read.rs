@@ -10,15 +10,15 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Calling, Json, Query, Reading, Target};
-use super::schema::OwnerValue;
 use super::served::{ReadFrom, Served};
+use crate::domain::schema::OwnerValue;
 use crate::{
     config::Scope,
     dispatch,
-    namespace::{Handle, KeyInfo, Namespace},
-    owner::ServiceOwner,
+    domain::namespace::{Handle, KeyInfo, Namespace},
+    domain::owner::ServiceOwner,
+    domain::replicas::{Source, counted, read_from},
     problem::{Problem, ProblemBody},
-    replicas::{Source, counted, read_from},
     state::AppState,
 };
 
@@ -168,10 +168,13 @@ async fn read_counts<I: ServiceOwner>(
                 Source::Cache,
             ),
         ),
-        None => read_from!(state, tolerate_lag, "batchGet", |db| handle
-            .counters
-            .get_many(db, &owners, &keys)
-            .await)?,
+        None => read_from!(
+            state.replicas.as_deref(),
+            &state.db,
+            tolerate_lag,
+            "batchGet",
+            |db| handle.counters.get_many(db, &owners, &keys).await
+        )?,
     };
     let totals = totals
         .into_iter()
@@ -239,7 +242,7 @@ pub(crate) async fn top(
     let after = query.after.as_deref();
     let served = dispatch!(&namespace.table, h => {
         let after = after.map(|cursor| decode_after(h, cursor)).transpose()?;
-        read_from!(state, read_from.tolerates_lag(namespace), "top", |db| ranked(
+        read_from!(state.replicas.as_deref(), &state.db, read_from.tolerates_lag(namespace), "top", |db| ranked(
             db,
             h,
             key,
@@ -385,7 +388,7 @@ pub(crate) async fn series(
     }
     let (buckets, source) = dispatch!(&namespace.table, h => {
         let owner = owner_of(h, &query.owner)?;
-        read_from!(state, read_from.tolerates_lag(namespace), "series", |db| {
+        read_from!(state.replicas.as_deref(), &state.db, read_from.tolerates_lag(namespace), "series", |db| {
             series_of(db, h, &owner, key, &query).await
         })?
     });

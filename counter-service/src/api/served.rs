@@ -1,6 +1,6 @@
 //! Where a read is served from, in HTTP: the request's `Counter-Read-From`
 //! and the answer's `Counter-Read-Source` (and `Counter-Read-Lag-Ms`). The
-//! choice itself is [`crate::replicas`]'.
+//! choice itself is [`crate::domain::replicas`]'.
 
 use axum::{
     extract::FromRequestParts,
@@ -9,7 +9,7 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::{namespace::Namespace, problem::Problem, replicas::Source};
+use crate::{domain::namespace::Namespace, domain::replicas::Source, problem::Problem};
 
 /// The request header: `replica` (a lag-tolerant read, within
 /// `database.replica_max_lag_ms`) or `primary`.

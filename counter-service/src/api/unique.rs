@@ -14,18 +14,18 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::schema::{MemberValue, OwnerValue};
 use super::{
     extract::{Json, Observing, Query, Reading, Target},
     read::{check_batch, split},
     served::{ReadFrom, Served},
 };
+use crate::domain::schema::{MemberValue, OwnerValue};
 use crate::{
     dispatch,
-    namespace::{Handle, Namespace},
-    owner::ServiceOwner,
+    domain::namespace::{Handle, Namespace},
+    domain::owner::ServiceOwner,
+    domain::replicas::{Source, counted, read_from},
     problem::{Problem, ProblemBody},
-    replicas::{Source, counted, read_from},
     state::AppState,
 };
 
@@ -317,10 +317,13 @@ async fn read_uniques<I: ServiceOwner>(
     const OP: &str = "uniquesBatchGet";
     let (estimates, source) = match (range, &handle.cached) {
         // The cache keeps all-time estimates; a range is read from the sketches.
-        (Some((from, to)), _) => read_from!(state, tolerate_lag, OP, |db| unique_over(
-            db, handle, &owners, &keys, from, to
-        )
-        .await)?,
+        (Some((from, to)), _) => read_from!(
+            state.replicas.as_deref(),
+            &state.db,
+            tolerate_lag,
+            OP,
+            |db| unique_over(db, handle, &owners, &keys, from, to).await
+        )?,
         (None, Some(cached)) => counted(
             OP,
             (
@@ -328,10 +331,13 @@ async fn read_uniques<I: ServiceOwner>(
                 Source::Cache,
             ),
         ),
-        (None, None) => read_from!(state, tolerate_lag, OP, |db| handle
-            .counters
-            .unique_many(db, &owners, &keys)
-            .await)?,
+        (None, None) => read_from!(
+            state.replicas.as_deref(),
+            &state.db,
+            tolerate_lag,
+            OP,
+            |db| handle.counters.unique_many(db, &owners, &keys).await
+        )?,
     };
     let estimates = estimates
         .into_iter()

@@ -1,6 +1,6 @@
 //! `counters:add`, `counters:addAndGet` and `counters:batchAdd`: every add
 //! is one transaction, applied exactly once per id (see
-//! [`idempotency`](crate::idempotency)).
+//! [`idempotency`](crate::domain::idempotency)).
 
 use axum::{
     extract::State,
@@ -8,17 +8,18 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::extract::{Adding, Json, Target};
-use super::schema::OwnerValue;
 use crate::{
-    adds::{Item, Op, Outcome, Write},
-    dispatch, idempotency,
-    namespace::Namespace,
-    owner::ServiceOwner,
+    domain::{
+        adds::{Op, Outcome},
+        idempotency,
+        schema::OwnerValue,
+        writes::{AddAndGetReply, AddReply, BatchAddReply, BatchItem, apply},
+    },
     problem::{Problem, ProblemBody},
     state::AppState,
 };
@@ -38,15 +39,11 @@ pub struct AddRequest {
     /// A declared key, or one matching the namespace's key patterns.
     pub key: String,
     /// The amount added (negative subtracts); default 1.
-    #[serde(default = "one")]
+    #[serde(default = "crate::domain::writes::one")]
     pub delta: i64,
     /// When the event happened, for a windowed key's bucket (RFC 3339;
     /// default now).
     pub at: Option<DateTime<Utc>>,
-}
-
-fn one() -> i64 {
-    1
 }
 
 /// An add is a batch of one item, whose id is the request's key.
@@ -62,56 +59,12 @@ impl From<AddRequest> for BatchItem {
     }
 }
 
-/// One item of a batch: a delta and the id that makes it retry-safe.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BatchItem {
-    /// Applied once per id (1 to 128 printable ASCII characters); without
-    /// one, the item is applied as often as it is sent.
-    pub id: Option<String>,
-    /// The owner.
-    #[schema(value_type = OwnerValue)]
-    pub owner: Value,
-    /// The key.
-    pub key: String,
-    /// The amount; default 1.
-    #[serde(default = "one")]
-    pub delta: i64,
-    /// When it happened.
-    pub at: Option<DateTime<Utc>>,
-}
-
 /// A batch of deltas, applied all or nothing.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchAddRequest {
     /// At most `server.max_batch_items`.
     pub items: Vec<BatchItem>,
-}
-
-/// The answer to an add.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AddReply {
-    /// True: the add is committed (a replay answers what the first did).
-    pub applied: bool,
-}
-
-/// The answer to an add-and-get.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AddAndGetReply {
-    /// True: the add is committed.
-    pub applied: bool,
-    /// The counter's total right after the add.
-    pub total: i64,
-}
-
-/// The answer to a batch add.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct BatchAddReply {
-    /// Items applied now.
-    pub applied: u64,
-    /// Items whose id was applied before (skipped).
-    pub duplicates: u64,
 }
 
 /// Adds `delta` to one counter.
@@ -231,26 +184,6 @@ async fn write(
     respond(apply(namespace, source, key, request_id, op, items).await?)
 }
 
-/// Checks `items` and applies them through the namespace's add queue as
-/// `source`'s write: the HTTP handlers' path, and the in-process one
-/// ([`crate::Local`]).
-pub(crate) async fn apply(
-    namespace: &Namespace,
-    source: String,
-    key: Option<String>,
-    request_id: Option<String>,
-    op: Op,
-    items: Vec<BatchItem>,
-) -> Result<Outcome, Problem> {
-    dispatch!(&namespace.table, h => {
-        let mut write = check(namespace, op, key, items)?;
-        write.request_id = request_id;
-        write.source = source;
-        let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
-        adds.submit(write).await
-    })
-}
-
 /// The `Idempotency-Key` header, checked.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
@@ -270,72 +203,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
         .unwrap_or(key);
     idempotency::check_id(key)?;
     Ok(Some(key.to_owned()))
-}
-
-fn check<I: ServiceOwner>(
-    namespace: &Namespace,
-    op: Op,
-    key: Option<String>,
-    raw: Vec<BatchItem>,
-) -> Result<Write<I>, Problem> {
-    let mut items = Vec::with_capacity(raw.len());
-    let mut canonical_items = Vec::with_capacity(raw.len());
-    for (i, item) in raw.into_iter().enumerate() {
-        let at_item = |p: Problem| {
-            if op == Op::Batch {
-                p.with("item", i)
-            } else {
-                p
-            }
-        };
-        let owner = I::from_json(&item.owner).map_err(at_item)?;
-        let counter_key = namespace
-            .counted_key(&item.key)
-            .map_err(at_item)?
-            .to_owned();
-        if let Some(id) = &item.id {
-            idempotency::check_id(id).map_err(at_item)?;
-            if key.as_deref() == Some(id.as_str()) {
-                return Err(at_item(Problem::bad_request(
-                    "an item id cannot be the request's Idempotency-Key",
-                )));
-            }
-        }
-        let canonical = json!({
-            "owner": owner.render(),
-            "key": counter_key,
-            "delta": item.delta,
-            "at": item.at.map(|t| t.to_rfc3339()),
-        });
-        canonical_items.push(json!({"id": item.id, "item": canonical}));
-        items.push(Item {
-            id: item.id,
-            owner,
-            key: counter_key,
-            delta: item.delta,
-            at: item.at,
-            canonical: canonical.to_string(),
-        });
-    }
-    // One id twice in a request: the same item is applied once, two
-    // different ones are a mistake.
-    let mut by_id = std::collections::HashMap::new();
-    for (i, item) in items.iter().enumerate() {
-        if let Some(id) = &item.id
-            && let Some(first) = by_id.insert(id.as_str(), &item.canonical)
-            && *first != item.canonical
-        {
-            return Err(Problem::idempotency_conflict(id).with("item", i));
-        }
-    }
-    Ok(Write {
-        request_id: None,
-        op,
-        source: String::new(),
-        key,
-        canonical: json!({"op": op.name(), "items": canonical_items}).to_string(),
-        items,
-    })
 }
 
 /// The answer's response: JSON, marked when replayed. The add ran in the

@@ -88,10 +88,59 @@ pub const DEFAULT_MOST_LIKED: usize = 10;
 /// The largest page of `GET /posts/most-liked`.
 pub const MAX_MOST_LIKED: usize = 100;
 
+/// The posts [`prepare`] adds to an empty database.
+pub const SEED_TITLES: [&str; 5] = [
+    "Hello, world",
+    "Why counters get hot",
+    "Slotted counters",
+    "Reading a page of counts in one query",
+    "Counting under load",
+];
+
+/// Migrates the schema (`migration::Migrator::up`), then adds
+/// [`SEED_TITLES`] to an empty `posts` table (so the endpoints have
+/// something to count at once); returns how many posts it added.
+///
+/// Behind PgBouncer in transaction pooling (`statement-cache-capacity=0`
+/// in the URL), a statement outside a transaction may reach another server
+/// connection between its parse and its execution: there both steps run in
+/// one transaction. (The counting statements are the crate's, which keeps
+/// each in one of its own.)
+pub async fn prepare(db: &DatabaseConnection) -> Result<usize, sea_orm::DbErr> {
+    use migration::MigratorTrait;
+    use sea_orm::TransactionTrait;
+    if !counter_core::pooling::is_transaction_pooled(db) {
+        migration::Migrator::up(db, None).await?;
+        return seed(db).await;
+    }
+    let txn = db.begin().await?;
+    migration::Migrator::up(&txn, None).await?;
+    let seeded = seed(&txn).await?;
+    txn.commit().await?;
+    Ok(seeded)
+}
+
+/// Adds [`SEED_TITLES`] to an empty `posts` table.
+async fn seed(db: &impl sea_orm::ConnectionTrait) -> Result<usize, sea_orm::DbErr> {
+    use sea_orm::{ActiveModelTrait, EntityTrait, PaginatorTrait, Set};
+    if entity::post::Entity::find().count(db).await? > 0 {
+        return Ok(0);
+    }
+    for title in SEED_TITLES {
+        entity::post::ActiveModel {
+            title: Set(title.into()),
+            ..Default::default()
+        }
+        .insert(db)
+        .await?;
+    }
+    Ok(SEED_TITLES.len())
+}
+
 /// The whole service, ready for `axum::serve`.
 ///
 /// `db` is a pool (cloning it is cheap); the schema must be migrated
-/// (`migration::Migrator::up`) first. Taking the connection rather than a
+/// ([`prepare`]) first. Taking the connection rather than a
 /// URL lets the binary and the tests, which run the same router over real
 /// HTTP against SQLite, PostgreSQL and MySQL, each bring their own.
 pub fn router(db: DatabaseConnection) -> Router {

@@ -24,12 +24,7 @@ use std::process::ExitCode;
 
 use blog_server::CountReader;
 use counter_redis::{CountCache, RedisTarget};
-use entity::post;
-use migration::{Migrator, MigratorTrait};
-use sea_orm::{
-    ActiveModelTrait, ConnectOptions, Database, DatabaseConnection, EntityTrait, PaginatorTrait,
-    Set,
-};
+use sea_orm::{ConnectOptions, Database};
 use tokio::net::TcpListener;
 
 /// Used when `DATABASE_URL` is not set: an SQLite file beside the binary's
@@ -38,15 +33,6 @@ const DEFAULT_DATABASE_URL: &str = "sqlite://blog.db?mode=rwc";
 /// Used when `BIND` is not set: loopback only, so trying the example does
 /// not open a port to the network.
 const DEFAULT_BIND: &str = "127.0.0.1:3000";
-/// The posts of an empty database.
-const SEED_TITLES: [&str; 5] = [
-    "Hello, world",
-    "Why counters get hot",
-    "Slotted counters",
-    "Reading a page of counts in one query",
-    "Counting under load",
-];
-
 #[tokio::main]
 async fn main() -> ExitCode {
     // Without a subscriber, the library's warnings (the causes of 503s)
@@ -74,12 +60,12 @@ async fn run() -> Result<(), String> {
     let db = Database::connect(options)
         .await
         .map_err(|e| format!("cannot connect to DATABASE_URL: {e}"))?;
-    Migrator::up(&db, None)
+    let seeded = blog_server::prepare(&db)
         .await
-        .map_err(|e| format!("cannot migrate the database: {e}"))?;
-    seed(&db)
-        .await
-        .map_err(|e| format!("cannot add the first posts: {e}"))?;
+        .map_err(|e| format!("cannot migrate the database or add the first posts: {e}"))?;
+    if seeded > 0 {
+        tracing::info!("added {seeded} posts to an empty database");
+    }
 
     let listener = TcpListener::bind(&bind)
         .await
@@ -112,23 +98,6 @@ async fn run() -> Result<(), String> {
     db.close()
         .await
         .map_err(|e| format!("cannot close the database pool: {e}"))
-}
-
-/// Adds [`SEED_TITLES`] to an empty `posts` table.
-async fn seed(db: &DatabaseConnection) -> Result<(), sea_orm::DbErr> {
-    if post::Entity::find().count(db).await? > 0 {
-        return Ok(());
-    }
-    for title in SEED_TITLES {
-        post::ActiveModel {
-            title: Set(title.into()),
-            ..Default::default()
-        }
-        .insert(db)
-        .await?;
-    }
-    tracing::info!("added {} posts to an empty database", SEED_TITLES.len());
-    Ok(())
 }
 
 /// Resolves on ctrl-c, or SIGTERM on Unix (what `docker stop` and systemd

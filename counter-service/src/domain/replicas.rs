@@ -33,6 +33,8 @@ use counter_core::pooling::query_one;
 use sea_orm::{DatabaseConnection, DbBackend, Statement};
 use tokio::sync::watch;
 
+use crate::metrics::{READS, REPLICA_FALLBACKS, REPLICA_LAG};
+
 /// Where a read was served from, as its answer says
 /// (`Counter-Read-Source`) and `counter_service_reads_total` counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,15 +57,6 @@ impl Source {
         }
     }
 }
-
-/// Reads served, by `op` and `source`.
-pub(crate) const READS: &str = "counter_service_reads_total";
-/// Lag-tolerant reads the primary served, by `reason`: `lag` (no standby
-/// within the bound) or `error` (the standby failed the read).
-pub(crate) const REPLICA_FALLBACKS: &str = "counter_service_replica_fallbacks_total";
-/// Each standby's lag as last measured (label `replica`), in seconds; -1
-/// while it is unknown (unreachable, promoted, or behind every probe kept).
-pub(crate) const REPLICA_LAG: &str = "counter_service_replica_lag_seconds";
 
 /// One standby.
 pub(crate) struct Replica {
@@ -262,25 +255,29 @@ impl<'r> Choice<'r> {
 }
 
 /// Runs `$read` (an expression that reads on `$db` and yields a `Result`)
-/// on a standby within the bound when `$tolerate_lag`, else on the primary,
-/// and on the primary again if the standby failed it; yields
-/// `Result<(value, Source), error>`. A macro, not a function taking an
-/// async closure: the read borrows the handler's locals, and a closure's
-/// future is not provably `Send` for every lifetime (what axum requires).
+/// on a standby of `$replicas` (an `Option<&Replicas>`) within the bound
+/// when `$tolerate_lag`, else on `$primary`, and on `$primary` again if the
+/// standby failed it; yields `Result<(value, Source), error>`. A macro, not
+/// a function taking an async closure: the read borrows the handler's
+/// locals, and a closure's future is not provably `Send` for every lifetime
+/// (what axum requires).
 macro_rules! read_from {
-    ($state:expr, $tolerate_lag:expr, $op:expr, |$db:ident| $read:expr) => {{
-        let state = &$state;
-        let choice = $crate::replicas::Choice::of(state.replicas.as_deref(), $tolerate_lag, $op);
+    ($replicas:expr, $primary:expr, $tolerate_lag:expr, $op:expr, |$db:ident| $read:expr) => {{
+        let primary: &sea_orm::DatabaseConnection = $primary;
+        let choice = $crate::domain::replicas::Choice::of($replicas, $tolerate_lag, $op);
         let first = {
-            let $db = choice.db(&state.db);
+            let $db = choice.db(primary);
             $read
         };
         match choice.settle(first) {
-            $crate::replicas::Settled::Done(done) => done,
-            $crate::replicas::Settled::Retry => {
-                let $db = &state.db;
+            $crate::domain::replicas::Settled::Done(done) => done,
+            $crate::domain::replicas::Settled::Retry => {
+                let $db = primary;
                 $read.map(|value| {
-                    $crate::replicas::counted($op, (value, $crate::replicas::Source::Primary))
+                    $crate::domain::replicas::counted(
+                        $op,
+                        (value, $crate::domain::replicas::Source::Primary),
+                    )
                 })
             }
         }

@@ -9,8 +9,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    config::CheckConfig, dispatch, namespace::Namespace, owner::ServiceOwner, problem::Problem,
-    state::AppState,
+    config::CheckConfig, dispatch, domain::namespace::Namespace, domain::owner::ServiceOwner,
+    problem::Problem,
 };
 
 /// What one key's check found, and fixed unless asked not to.
@@ -49,14 +49,14 @@ fn rows(check: &CheckConfig) -> RowsOf {
 
 /// Checks (and unless `dry_run`, fixes) the checked keys of `namespace`.
 pub(crate) async fn run(
-    state: &AppState,
+    db: &sea_orm::DatabaseConnection,
     namespace: &Namespace,
     dry_run: bool,
 ) -> Result<Vec<CheckReport>, Problem> {
     let mut reports = Vec::new();
     for (key, check) in &namespace.checks {
         let report =
-            dispatch!(&namespace.table, h => one(state, &h.counters, key, check, dry_run).await?);
+            dispatch!(&namespace.table, h => one(db, &h.counters, key, check, dry_run).await?);
         metrics::counter!(crate::metrics::CHECK_OWNERS_DRIFTED, "namespace" => namespace.name.clone(), "key" => key.clone())
             .increment(report.owners_drifted);
         metrics::counter!(crate::metrics::CHECK_DRIFT, "namespace" => namespace.name.clone(), "key" => key.clone())
@@ -70,19 +70,14 @@ pub(crate) async fn run(
 }
 
 async fn one<I: ServiceOwner>(
-    state: &AppState,
+    db: &sea_orm::DatabaseConnection,
     counters: &counter_core::Counters<I>,
     key: &str,
     check: &CheckConfig,
     dry_run: bool,
 ) -> Result<CheckReport, Problem> {
     let report = counters
-        .reconcile(
-            &state.db,
-            key,
-            truth(check),
-            &Reconcile::new().dry_run(dry_run),
-        )
+        .reconcile(db, key, truth(check), &Reconcile::new().dry_run(dry_run))
         .await?;
     Ok(CheckReport {
         key: key.to_owned(),
@@ -116,16 +111,25 @@ pub(crate) async fn probe<I: ServiceOwner>(
     Ok(())
 }
 
-/// Runs each key's check on its interval until `stop` resolves.
-pub(crate) async fn schedule(state: AppState, stop: tokio::sync::watch::Receiver<bool>) {
+/// Runs each key's check of `namespaces` on its interval until `stop`
+/// resolves.
+pub(crate) async fn schedule(
+    db: sea_orm::DatabaseConnection,
+    namespaces: Vec<Namespace>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut tasks = Vec::new();
-    for namespace in state.namespaces.values() {
+    for namespace in &namespaces {
         for (key, check) in &namespace.checks {
             let Some(every) = check.every_seconds else {
                 continue;
             };
-            let (state, mut stop) = (state.clone(), stop.clone());
-            let (name, key, check) = (namespace.name.clone(), key.clone(), check.clone());
+            let (db, mut stop) = (db.clone(), stop.clone());
+            let one_key = Namespace {
+                checks: [(key.clone(), check.clone())].into(),
+                ..namespace.clone()
+            };
+            let key = key.clone();
             tasks.push(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_secs(every));
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -135,13 +139,8 @@ pub(crate) async fn schedule(state: AppState, stop: tokio::sync::watch::Receiver
                         _ = tick.tick() => {}
                         _ = stop.changed() => return,
                     }
-                    let namespace = &state.namespaces[&name];
-                    let one_key = Namespace {
-                        checks: [(key.clone(), check.clone())].into(),
-                        ..namespace.clone()
-                    };
-                    if let Err(problem) = run(&state, &one_key, false).await {
-                        tracing::warn!(namespace = %name, key, status = %problem.status(), "scheduled check failed");
+                    if let Err(problem) = run(&db, &one_key, false).await {
+                        tracing::warn!(namespace = %one_key.name, key, status = %problem.status(), "scheduled check failed");
                     }
                 }
             }));

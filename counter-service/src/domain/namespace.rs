@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use counter_core::{CounterTable, Counters, SlotPolicy, Window, limits::MAX_KEY_LEN, validate_key};
 use counter_redis::{CachedCounters, CountCache};
 
-use crate::{adds::AddQueue, observes::ObserveQueue};
+use crate::{domain::adds::AddQueue, domain::observes::ObserveQueue};
 use serde::Serialize;
 
 use crate::{
@@ -59,9 +59,9 @@ impl<I: counter_core::OwnerId> Handle<I> {
 macro_rules! dispatch {
     ($table:expr, $c:ident => $body:expr) => {
         match $table {
-            $crate::namespace::Table::Integer($c) => $body,
-            $crate::namespace::Table::Uuid($c) => $body,
-            $crate::namespace::Table::String($c) => $body,
+            $crate::domain::namespace::Table::Integer($c) => $body,
+            $crate::domain::namespace::Table::Uuid($c) => $body,
+            $crate::domain::namespace::Table::String($c) => $body,
         }
     };
 }

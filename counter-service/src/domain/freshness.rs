@@ -15,11 +15,10 @@ use std::time::Duration;
 
 use counter_redis::CountCache;
 
+use crate::metrics::UNCONFIRMED;
+
 /// The longest an answer waits for Redis to confirm deletions owed.
 pub(crate) const CONFIRM_WITHIN: Duration = Duration::from_millis(500);
-
-/// Answers that went out before Redis confirmed their deletions.
-pub(crate) const UNCONFIRMED: &str = "counter_service_cache_unconfirmed_answers_total";
 
 /// Waits until the deletions `cache` owes now have reached Redis (nothing
 /// to wait for, the common case, costs one lock), for at most

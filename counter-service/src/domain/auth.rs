@@ -11,13 +11,12 @@ use std::{
     time::Instant,
 };
 
-use axum::http::{HeaderMap, header::AUTHORIZATION};
 use subtle::ConstantTimeEq;
 
 use crate::{
     config::{ConfigError, Scope, TokenConfig},
+    domain::rate::RateLimit,
     problem::Problem,
-    rate::RateLimit,
 };
 
 /// The shortest secret accepted.
@@ -251,23 +250,17 @@ impl Tokens {
 }
 
 impl Tokens {
-    /// The caller presenting `headers`: 401 without a valid token, 429
-    /// over its rate. Run once per API request, by the extractor that also
+    /// The caller presenting the bearer token `presented` (the HTTP layer
+    /// reads it from `Authorization`): 401 without a valid token, 429 over
+    /// its rate. Run once per API request, by the extractor that also
     /// checks its scope and namespace (`api::extract::Target`), before
     /// anything of the body is read; the probes, `/metrics` and
     /// `/openapi.json` take no token.
-    pub(crate) fn identify(&self, headers: &HeaderMap) -> Result<Caller, Problem> {
+    pub(crate) fn identify(&self, presented: Option<&str>) -> Result<Caller, Problem> {
         if self.is_open() {
             return Ok(Caller::Open);
         }
-        let presented = headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
+        let presented = presented
             .ok_or_else(|| Problem::unauthorized("send `Authorization: Bearer <token>`"))?;
         let token = self
             .find(presented.as_bytes())

@@ -1,4 +1,4 @@
-//! Applying observes: like adds (see [`crate::adds`]), each namespace's
+//! Applying observes: like adds (see [`crate::domain::adds`]), each namespace's
 //! observes go through a queue whose workers commit what is waiting as one
 //! group. The group's requests are merged in memory first
 //! ([`DeltaBatch::append`]: one sketch per counter and bucket, whatever the
@@ -90,7 +90,8 @@ impl ObserveQueue {
     /// else is waiting. 503 `overloaded` at once, nothing applied, if they
     /// would pass the queue's bound.
     pub async fn submit(&self, batch: DeltaBatch, observations: usize) -> Result<(), Problem> {
-        let admitted = crate::adds::admit(&self.admission, observations, "queued observations")?;
+        let admitted =
+            crate::domain::adds::admit(&self.admission, observations, "queued observations")?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
@@ -159,7 +160,7 @@ async fn run_group(db: &DatabaseConnection, cache: Option<&CountCache>, jobs: Ve
     }
     if outcome.is_ok() {
         outcome = batch.apply(db).await.map(|_| ()).map_err(Problem::from);
-        crate::freshness::confirm_deletions(cache).await;
+        crate::domain::freshness::confirm_deletions(cache).await;
     }
     for (reply, _admitted) in replies {
         let _ = reply.send(outcome.clone());

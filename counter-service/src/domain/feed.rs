@@ -12,7 +12,7 @@ use counter_mq::{Consumer, ConsumerStats, Source, StatsHandle, Tables, amqp, nat
 use sea_orm::DatabaseConnection;
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::{config::BrokerConfig, dispatch, namespace::Namespace, service::StartError};
+use crate::{config::BrokerConfig, dispatch, domain::namespace::Namespace};
 
 /// What `/readyz` and `/metrics` read of the running consumer.
 #[derive(Clone)]
@@ -41,8 +41,8 @@ pub(crate) async fn start<'a>(
     db: DatabaseConnection,
     namespaces: impl Iterator<Item = &'a Namespace>,
     mut stop: watch::Receiver<bool>,
-) -> Result<(FeedStatus, JoinHandle<()>), StartError> {
-    let broker_error = |e: counter_mq::MqError| StartError::Broker(e.to_string());
+) -> Result<(FeedStatus, JoinHandle<()>), String> {
+    let broker_error = |e: counter_mq::MqError| e.to_string();
     let mut tables = Tables::new();
     for namespace in namespaces {
         tables = dispatch!(&namespace.table, h => tables.with(&h.counters));
@@ -68,7 +68,7 @@ pub(crate) async fn start<'a>(
         } => {
             let client = counter_mq::async_nats::connect(url.as_str())
                 .await
-                .map_err(|e| StartError::Broker(format!("cannot connect to NATS at {url}: {e}")))?;
+                .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
             let js = counter_mq::async_nats::jetstream::new(client);
             let settings = nats::StreamSettings {
                 name: stream.clone(),
@@ -118,11 +118,11 @@ async fn spawn<S: Source + 'static>(
     source: S,
     shutdown: impl Future<Output = ()> + Send + 'static,
     finish: impl FnOnce(Result<ConsumerStats, counter_mq::MqError>) + Send + 'static,
-) -> Result<(StatsHandle, JoinHandle<()>), StartError> {
+) -> Result<(StatsHandle, JoinHandle<()>), String> {
     let consumer = Consumer::builder(db, tables)
         .build(source)
         .await
-        .map_err(|e| StartError::Broker(e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     let stats = consumer.stats_handle();
     Ok((
         stats,

@@ -36,9 +36,9 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::{
-    api::write::{AddAndGetReply, AddReply, BatchAddReply},
-    idempotency,
-    owner::ServiceOwner,
+    domain::idempotency,
+    domain::owner::ServiceOwner,
+    domain::writes::{AddAndGetReply, AddReply, BatchAddReply},
     problem::Problem,
 };
 
@@ -358,7 +358,7 @@ async fn run_group<I: ServiceOwner>(
                 touched.committed().await;
                 // Read-your-write on every instance: no answer before the
                 // deletions are confirmed (see `freshness`).
-                crate::freshness::confirm_deletions(cache).await;
+                crate::domain::freshness::confirm_deletions(cache).await;
                 // The stored first answers of the replays, in one read.
                 let replays: Vec<(&str, &str)> = jobs
                     .iter()
