@@ -53,6 +53,3 @@ pub use problem::ProblemBody;
 pub use service::{Service, StartError};
 
 use domain::namespace::dispatch;
-
-#[cfg(test)]
-mod layers;
