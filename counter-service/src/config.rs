@@ -214,6 +214,13 @@ pub struct ServerConfig {
     /// bounded by work (items), not by requests. At least
     /// `max_batch_items`.
     pub max_queued_items: usize,
+    /// How long an admitted add or observe may be expected to wait for
+    /// its answer (default 250 ms, 10 ms to 60 s): the items ahead of it
+    /// and its own over the rate the queue's workers are measured to drain
+    /// them. A request that would wait longer is answered 503 `overloaded`
+    /// at once, nothing applied, with `Retry-After` the time the queue
+    /// needs to make room; an idle queue admits any request.
+    pub max_queue_wait_ms: u64,
     /// Serve the browser console at `/ui` (default true): static files
     /// embedded in the binary, which call the API with the token typed
     /// into the page. `false`: `/ui` is a 404 like any unknown route.
@@ -239,6 +246,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_concurrent_requests: 512,
             max_queued_items: 20_000,
+            max_queue_wait_ms: 250,
             console: true,
         }
     }
@@ -311,6 +319,12 @@ impl ServerConfig {
                 self.max_concurrent_requests as u64,
                 1,
                 100_000,
+            ),
+            (
+                "server.max_queue_wait_ms",
+                self.max_queue_wait_ms,
+                10,
+                60_000,
             ),
             (
                 "server.max_queued_items",

@@ -17,8 +17,13 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub(crate) const ADD_GROUP_REQUESTS: &str = "counter_service_add_group_requests";
 
 /// Requests refused at once by a bound of the service (label `bound`:
-/// `concurrent_requests` or `queued_items`), answered 503 `overloaded`.
+/// `concurrent_requests`, `queued_items` or `queue_wait`), answered 503
+/// `overloaded`.
 pub(crate) const SHED: &str = "counter_service_shed_total";
+/// The wait a queue expected for the last request it was asked to admit
+/// (labels `namespace`, `queue`: `add` or `observe`), in seconds; 0 while
+/// it is idle. Above `server.max_queue_wait_ms`, requests are shed.
+pub(crate) const QUEUE_EXPECTED_WAIT: &str = "counter_service_queue_expected_wait_seconds";
 /// API requests being served now (of `server.max_concurrent_requests`).
 pub(crate) const REQUESTS_IN_FLIGHT: &str = "counter_service_requests_in_flight";
 /// Adds dropped unrun because their caller had gone before their group.
@@ -144,7 +149,11 @@ fn describe() {
     );
     describe_counter!(
         SHED,
-        "Requests refused at once with 503 overloaded, by the bound reached (concurrent_requests, queued_items)."
+        "Requests refused at once with 503 overloaded, by the bound reached (concurrent_requests, queued_items, queue_wait)."
+    );
+    describe_gauge!(
+        QUEUE_EXPECTED_WAIT,
+        "The wait a namespace's add or observe queue expected for the last request it was asked to admit, in seconds (0 while idle); above server.max_queue_wait_ms requests are shed."
     );
     describe_gauge!(
         REQUESTS_IN_FLIGHT,

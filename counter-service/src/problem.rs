@@ -53,7 +53,8 @@ pub struct ProblemBody {
     /// `conflict`, `too_large`, `timeout`, `overloaded`, `internal`.
     pub kind: String,
     /// Members that say more, by problem: `bound`, `max` and `min` (a
-    /// bound exceeded), `item` (which batch item), `job` and `href` (the
+    /// bound exceeded), `expected_wait_ms` and `max_wait_ms` (a queue's
+    /// wait bound), `item` (which batch item), `job` and `href` (the
     /// running job).
     #[serde(flatten)]
     #[schema(value_type = Object, additional_properties = true)]
@@ -262,6 +263,18 @@ impl Problem {
     pub fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
         self.extensions.insert(name.to_owned(), value.into());
         self
+    }
+
+    /// The same problem, its `Retry-After` `seconds` instead.
+    pub fn retry_in(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// Its `Retry-After`, in seconds, if it has one.
+    #[cfg(test)]
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// The status code.

@@ -249,6 +249,9 @@ impl Service {
                 Some(cache)
             }
         };
+        // The recorder first: the queues resolve their metric handles once,
+        // at start (a handle taken before it is installed records nothing).
+        let metrics = crate::metrics::handle();
         for namespace in namespaces.values_mut() {
             namespace.start_queues(&db, &config.server);
         }
@@ -273,7 +276,7 @@ impl Service {
             server: config.server.clone(),
             cache,
             replicas,
-            metrics: crate::metrics::handle(),
+            metrics,
             feed,
             retention: Duration::from_secs(config.idempotency.retention_hours * 3_600),
             jobs: Default::default(),

@@ -133,14 +133,10 @@ impl<N: Needs> FromRequestParts<AppState> for Target<N> {
         let Calling(caller) = Calling::from_request_parts(parts, state).await?;
         let Ns(name) = Ns::from_request_parts(parts, state).await?;
         let namespace = state.namespace(&caller, &name, N::SCOPE)?;
-        let full = match N::QUEUE {
-            Some(Queue::Adds) if !namespace.admits_adds() => Some("queued add items"),
-            Some(Queue::Observes) if !namespace.admits_observes() => Some("queued observations"),
-            _ => None,
-        };
-        if let Some(bound) = full {
-            metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
-            return Err(Problem::overloaded(bound));
+        match N::QUEUE {
+            Some(Queue::Adds) => namespace.room_for_adds()?,
+            Some(Queue::Observes) => namespace.room_for_observes()?,
+            None => {}
         }
         Ok(Self {
             caller,

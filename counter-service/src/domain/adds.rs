@@ -32,10 +32,11 @@ use chrono::{DateTime, Utc};
 use counter_core::{Counters, DeltaBatch, ErrorKind, observe};
 use counter_redis::CountCache;
 use sea_orm::{DatabaseConnection, TransactionTrait};
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::{
+    domain::admission::{Admission, Admitted},
     domain::idempotency,
     domain::owner::ServiceOwner,
     domain::writes::{AddAndGetReply, AddReply, BatchAddReply},
@@ -108,9 +109,9 @@ pub(crate) struct Outcome {
 struct Job<I> {
     write: Write<I>,
     reply: oneshot::Sender<Result<Outcome, Problem>>,
-    /// The job's items' share of the queue's bound, given back when the
-    /// job is answered or skipped (dropped).
-    _admitted: OwnedSemaphorePermit,
+    /// The job's place in the queue, given back when the job is answered
+    /// or skipped (dropped).
+    _admitted: Admitted,
 }
 
 impl<I> Job<I> {
@@ -124,8 +125,7 @@ impl<I> Job<I> {
 /// A namespace's add queue and its workers.
 pub(crate) struct AddQueue<I> {
     jobs: mpsc::Sender<Job<I>>,
-    /// One permit per item admitted and not yet answered.
-    admission: Arc<Semaphore>,
+    admission: Arc<Admission>,
 }
 
 impl<I> Clone for AddQueue<I> {
@@ -138,56 +138,59 @@ impl<I> Clone for AddQueue<I> {
 }
 
 impl<I: ServiceOwner> AddQueue<I> {
-    /// Starts `workers` workers (groups in flight at once), admitting at
-    /// most `max_items` items at once; the workers end when every handle
-    /// is dropped.
+    /// Starts `workers` workers (groups in flight at once), admitting what
+    /// `admission` admits; the workers end when every handle is dropped.
     pub fn start(
         db: DatabaseConnection,
         counters: Counters<I>,
         cache: Option<CountCache>,
         workers: usize,
-        max_items: usize,
+        admission: Admission,
     ) -> Self {
-        let max_items = max_items.clamp(1, Semaphore::MAX_PERMITS);
-        // Every job holds at least one item's permit, so the channel never
-        // holds more jobs than this and `send` never waits.
-        let (jobs, waiting) = mpsc::channel(max_items);
+        // Every job counts at least one item, so the channel never holds
+        // more jobs than the item bound and `send` never waits.
+        let (jobs, waiting) = mpsc::channel(admission.max_items());
+        let admission = Arc::new(admission);
         let waiting = Arc::new(Mutex::new(Waiting {
             receiver: waiting,
             carried: VecDeque::new(),
         }));
         for _ in 0..workers.max(1) {
-            let (db, counters, cache, waiting) =
-                (db.clone(), counters.clone(), cache.clone(), waiting.clone());
+            let (db, counters, cache, waiting, admission) = (
+                db.clone(),
+                counters.clone(),
+                cache.clone(),
+                waiting.clone(),
+                admission.clone(),
+            );
             tokio::spawn(async move {
                 loop {
                     let group = waiting.lock().await.next_group().await;
                     let Some(group) = group else { return };
+                    let (items, started) = (group_items(&group), std::time::Instant::now());
                     // The group's log lines (the library's statements
                     // included) carry the ids of the requests it serves.
                     let span = tracing::info_span!("add_group", requests = group.len(), request_ids = %request_ids(&group));
                     run_group(&db, &counters, cache.as_ref(), group)
                         .instrument(span)
                         .await;
+                    admission.drained(items, started);
                 }
             });
         }
-        Self {
-            jobs,
-            admission: Arc::new(Semaphore::new(max_items)),
-        }
+        Self { jobs, admission }
     }
 
-    /// Whether at least one more item would be admitted now.
-    pub fn has_room(&self) -> bool {
-        self.admission.available_permits() > 0
+    /// `Ok` if one more item would be admitted now; the refusal if not.
+    pub fn has_room(&self) -> Result<(), Problem> {
+        self.admission.has_room()
     }
 
     /// Applies `write` with whatever else is waiting; its answer. 503
     /// `overloaded` at once, nothing applied, if its items would pass the
-    /// queue's bound.
+    /// queue's bound of items or of time.
     pub async fn submit(&self, write: Write<I>) -> Result<Outcome, Problem> {
-        let admitted = admit(&self.admission, write.items.len(), "queued add items")?;
+        let admitted = self.admission.admit(write.items.len())?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
@@ -203,22 +206,9 @@ impl<I: ServiceOwner> AddQueue<I> {
     }
 }
 
-/// `items` permits of a queue's `admission` (at least one), held until the
-/// request is answered; 503 `overloaded` naming `bound` at once, counted
-/// as shed, when they are not all free.
-pub(crate) fn admit(
-    admission: &Arc<Semaphore>,
-    items: usize,
-    bound: &'static str,
-) -> Result<OwnedSemaphorePermit, Problem> {
-    let permits = u32::try_from(items.max(1)).unwrap_or(u32::MAX);
-    admission
-        .clone()
-        .try_acquire_many_owned(permits)
-        .map_err(|_| {
-            metrics::counter!(crate::metrics::SHED, "bound" => "queued_items").increment(1);
-            Problem::overloaded(bound)
-        })
+/// The items of `group`'s requests (each counts at least one).
+fn group_items<I>(group: &[Job<I>]) -> usize {
+    group.iter().map(|job| job.write.items.len().max(1)).sum()
 }
 
 /// The request ids of `group`, comma-separated (the first 20, then a count).

@@ -7,6 +7,7 @@
 //! the HTTP layer renders it.
 
 pub(crate) mod adds;
+pub(crate) mod admission;
 pub(crate) mod auth;
 pub(crate) mod check;
 pub(crate) mod feed;

@@ -5,7 +5,11 @@ use std::collections::BTreeMap;
 use counter_core::{CounterTable, Counters, SlotPolicy, Window, limits::MAX_KEY_LEN, validate_key};
 use counter_redis::{CachedCounters, CountCache};
 
-use crate::{domain::adds::AddQueue, domain::observes::ObserveQueue};
+use crate::{
+    domain::adds::AddQueue,
+    domain::admission::{Admission, QueueKind},
+    domain::observes::ObserveQueue,
+};
 use serde::Serialize;
 
 use crate::{
@@ -313,28 +317,42 @@ impl Namespace {
     }
 
     /// Starts this namespace's add and observe queues on `db`, each with
-    /// `add_workers` groups in flight at once and `max_queued_items` items
-    /// admitted.
+    /// `add_workers` groups in flight at once, admitting `max_queued_items`
+    /// items at most and none expected to wait past `max_queue_wait_ms`.
     pub fn start_queues(&mut self, db: &sea_orm::DatabaseConnection, server: &ServerConfig) {
-        let (workers, max_items) = (server.add_workers, server.max_queued_items);
+        let workers = server.add_workers;
+        // A full group for each worker is admitted whatever the rate.
+        let floor = workers * crate::domain::adds::MAX_GROUP_ITEMS;
+        let admission = |kind| {
+            Admission::new(
+                kind,
+                &self.name,
+                server.max_queued_items,
+                floor,
+                std::time::Duration::from_millis(server.max_queue_wait_ms),
+            )
+        };
+        let (adds, observes) = (admission(QueueKind::Adds), admission(QueueKind::Observes));
         let cache = dispatch!(&mut self.table, h => {
             let cache = h.cached.as_ref().map(|cached| cached.cache().clone());
-            h.adds = Some(AddQueue::start(db.clone(), h.counters.clone(), cache.clone(), workers, max_items));
+            h.adds = Some(AddQueue::start(db.clone(), h.counters.clone(), cache.clone(), workers, adds));
             cache
         });
-        self.observes = Some(ObserveQueue::start(db.clone(), cache, workers, max_items));
+        self.observes = Some(ObserveQueue::start(db.clone(), cache, workers, observes));
     }
 
-    /// Whether the observe queue has room for at least one more
-    /// observation.
-    pub fn admits_observes(&self) -> bool {
-        self.observes.as_ref().is_none_or(ObserveQueue::has_room)
+    /// `Ok` if the observe queue would admit one more observation now; its
+    /// refusal if not.
+    pub fn room_for_observes(&self) -> Result<(), Problem> {
+        self.observes
+            .as_ref()
+            .map_or(Ok(()), ObserveQueue::has_room)
     }
 
-    /// Whether the add queue has room for at least one more item (a
-    /// request is refused before its body is read when it has none).
-    pub fn admits_adds(&self) -> bool {
-        dispatch!(&self.table, h => h.adds.as_ref().is_none_or(AddQueue::has_room))
+    /// `Ok` if the add queue would admit one more item now; its refusal if
+    /// not (a request is refused before its body is read).
+    pub fn room_for_adds(&self) -> Result<(), Problem> {
+        dispatch!(&self.table, h => h.adds.as_ref().map_or(Ok(()), AddQueue::has_room))
     }
 
     /// Puts `cache` in front of this namespace's batch gets (and registers

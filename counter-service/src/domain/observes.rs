@@ -16,9 +16,12 @@ use std::{collections::VecDeque, sync::Arc};
 use counter_core::DeltaBatch;
 use counter_redis::CountCache;
 use sea_orm::DatabaseConnection;
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::problem::Problem;
+use crate::{
+    domain::admission::{Admission, Admitted},
+    problem::Problem,
+};
 
 /// Observations in one group at most (a larger request goes alone).
 pub(crate) const MAX_GROUP_OBSERVATIONS: usize = 10_000;
@@ -27,71 +30,74 @@ struct Job {
     batch: DeltaBatch,
     observations: usize,
     reply: oneshot::Sender<Result<(), Problem>>,
-    /// The job's share of the queue's bound, given back when it is
-    /// answered or dropped.
-    _admitted: OwnedSemaphorePermit,
+    /// The job's place in the queue, given back when it is answered or
+    /// dropped.
+    _admitted: Admitted,
 }
 
 /// A namespace's observe queue and its workers.
 #[derive(Clone)]
 pub(crate) struct ObserveQueue {
     jobs: mpsc::Sender<Job>,
-    /// One permit per observation admitted and not yet answered.
-    admission: Arc<Semaphore>,
+    admission: Arc<Admission>,
 }
 
 impl std::fmt::Debug for ObserveQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObserveQueue")
-            .field("room", &self.admission.available_permits())
+            .field("admission", &self.admission)
             .finish()
     }
 }
 
 impl ObserveQueue {
-    /// Starts `workers` workers (groups in flight at once), admitting at
-    /// most `max_items` observations at once; the workers end when every
-    /// handle is dropped.
+    /// Starts `workers` workers (groups in flight at once), admitting what
+    /// `admission` admits; the workers end when every handle is dropped.
     pub fn start(
         db: DatabaseConnection,
         cache: Option<CountCache>,
         workers: usize,
-        max_items: usize,
+        admission: Admission,
     ) -> Self {
-        let max_items = max_items.clamp(1, Semaphore::MAX_PERMITS);
-        // Every job holds at least one permit: `send` never waits.
-        let (jobs, receiver) = mpsc::channel(max_items);
+        // Every job counts at least one observation: `send` never waits.
+        let (jobs, receiver) = mpsc::channel(admission.max_items());
+        let admission = Arc::new(admission);
         let waiting = Arc::new(Mutex::new(Waiting {
             receiver,
             carried: VecDeque::new(),
         }));
         for _ in 0..workers.max(1) {
-            let (db, cache, waiting) = (db.clone(), cache.clone(), waiting.clone());
+            let (db, cache, waiting, admission) = (
+                db.clone(),
+                cache.clone(),
+                waiting.clone(),
+                admission.clone(),
+            );
             tokio::spawn(async move {
                 loop {
                     let group = waiting.lock().await.next_group().await;
                     let Some(group) = group else { return };
+                    let items = group.iter().map(|job| job.observations.max(1)).sum();
+                    let started = std::time::Instant::now();
                     run_group(&db, cache.as_ref(), group).await;
+                    admission.drained(items, started);
                 }
             });
         }
-        Self {
-            jobs,
-            admission: Arc::new(Semaphore::new(max_items)),
-        }
+        Self { jobs, admission }
     }
 
-    /// Whether at least one more observation would be admitted now.
-    pub fn has_room(&self) -> bool {
-        self.admission.available_permits() > 0
+    /// `Ok` if one more observation would be admitted now; the refusal if
+    /// not.
+    pub fn has_room(&self) -> Result<(), Problem> {
+        self.admission.has_room()
     }
 
     /// Commits `batch` (of `observations` observations) with whatever
     /// else is waiting. 503 `overloaded` at once, nothing applied, if they
     /// would pass the queue's bound.
     pub async fn submit(&self, batch: DeltaBatch, observations: usize) -> Result<(), Problem> {
-        let admitted =
-            crate::domain::adds::admit(&self.admission, observations, "queued observations")?;
+        let admitted = self.admission.admit(observations)?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {

@@ -194,23 +194,24 @@ async fn check_config(dir: &Path, text: &str, env: &[(&str, &str)]) -> (i32, Str
     (out.status.code().unwrap_or(-1), text)
 }
 
-/// One file, five faults (three bounds, a short secret, an unknown
-/// namespace): `check-config` names all five, not the first, and exits 1.
+/// One file, six faults (four bounds, a short secret, an unknown
+/// namespace): `check-config` names all six, not the first, and exits 1.
 #[tokio::test]
 async fn check_config_lists_every_fault_at_once() {
     let dir = std::env::temp_dir().join(format!("counter-service-check-{}", std::process::id()));
-    let text = "[server]\nadd_workers = 0\nmax_batch_items = 0\nmax_batch_owners = 100000000\n\
+    let text = "[server]\nadd_workers = 0\nmax_batch_items = 0\nmax_batch_owners = 100000000\nmax_queue_wait_ms = 5\n\
                 [database]\nurl = \"sqlite::memory:\"\n\
                 [[tokens]]\nname = \"web\"\nsecret = \"fifteen-chars-x\"\nscopes = [\"read\"]\nnamespaces = [\"nope\"]\n\
                 [namespaces.posts]\ntable = \"post_counters\"\nowner = \"integer\"\n[namespaces.posts.keys.likes]\n";
     assert_eq!("fifteen-chars-x".len(), 15);
     let (code, out) = check_config(&dir, text, &[]).await;
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("5 configuration errors"), "{out}");
+    assert!(out.contains("6 configuration errors"), "{out}");
     for (path, why) in [
         ("server.add_workers", "0 is not 1 to 64"),
         ("server.max_batch_items", "0 is not 1 to 100000"),
         ("server.max_batch_owners", "100000000 is not 1 to 100000"),
+        ("server.max_queue_wait_ms", "5 is not 10 to 60000"),
         ("tokens.0.secret", "at least 16 characters"),
         ("tokens.0.namespaces", "no namespace `nope`"),
     ] {

@@ -461,10 +461,19 @@ impl Api {
     }
 }
 
+/// The binary the tests run: the debug build cargo made for them, or the
+/// one `COUNTER_TEST_SERVICE_BIN` names (a release build, to measure what
+/// production runs: the overload test's figures in RELIABILITY.md).
+pub fn service_binary() -> std::path::PathBuf {
+    std::env::var_os("COUNTER_TEST_SERVICE_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_counter-service").into())
+}
+
 /// The real binary, started on `config` (a file) and `port`; returns once
 /// it prints its address.
 pub async fn spawn_binary(config: &std::path::Path, port: u16) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_counter-service"));
+    let mut command = Command::new(service_binary());
     command.args([
         "--config",
         config.to_str().unwrap(),
