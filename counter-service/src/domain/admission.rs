@@ -197,15 +197,12 @@ impl Admission {
             self.shed_items.increment(1);
             return Err(Problem::overloaded(self.kind.items_bound()));
         }
-        if state.queued + items <= self.floor {
-            return Ok(());
-        }
-        let Some(wait) = state.expected_wait(items, now) else {
-            self.expected_wait.set(0.0);
-            return Ok(());
-        };
-        self.expected_wait.set(wait.as_secs_f64());
-        if wait <= self.max_wait {
+        // The gauge shows the expected wait whether or not the floor admits.
+        let wait = state.expected_wait(items, now);
+        self.expected_wait
+            .set(wait.map_or(0.0, |wait| wait.as_secs_f64()));
+        let Some(wait) = wait else { return Ok(()) };
+        if state.queued + items <= self.floor || wait <= self.max_wait {
             return Ok(());
         }
         self.shed_wait.increment(1);
