@@ -167,14 +167,12 @@ impl<I: ServiceOwner> AddQueue<I> {
                 loop {
                     let group = waiting.lock().await.next_group().await;
                     let Some(group) = group else { return };
-                    let (items, started) = (group_items(&group), std::time::Instant::now());
+                    let items = group_items(&group);
                     // The group's log lines (the library's statements
                     // included) carry the ids of the requests it serves.
                     let span = tracing::info_span!("add_group", requests = group.len(), request_ids = %request_ids(&group));
-                    run_group(&db, &counters, cache.as_ref(), group)
-                        .instrument(span)
-                        .await;
-                    admission.drained(items, started);
+                    let run = run_group(&db, &counters, cache.as_ref(), group).instrument(span);
+                    admission.draining(items, run).await;
                 }
             });
         }

@@ -213,13 +213,16 @@ impl Admission {
             .with("max_wait_ms", self.max_wait.as_millis() as u64))
     }
 
-    /// A worker answered a group of `items` items that it took at
-    /// `started`: the drain rate's next sample. The group's busy time
+    /// Runs `group`, a worker's group of `items` items, and takes its
+    /// answer as the drain rate's next sample. The group's busy time
     /// starts when it was taken or when the last group was answered,
     /// whichever is later, so groups in flight together are not counted
     /// twice and time with nothing to do is not counted at all.
-    pub fn drained(&self, items: usize, started: Instant) {
+    pub async fn draining<T>(&self, items: usize, group: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let answered = group.await;
         self.drained_at(items, started, Instant::now());
+        answered
     }
 
     fn drained_at(&self, items: usize, started: Instant, now: Instant) {

@@ -78,9 +78,9 @@ impl ObserveQueue {
                     let group = waiting.lock().await.next_group().await;
                     let Some(group) = group else { return };
                     let items = group.iter().map(|job| job.observations.max(1)).sum();
-                    let started = std::time::Instant::now();
-                    run_group(&db, cache.as_ref(), group).await;
-                    admission.drained(items, started);
+                    admission
+                        .draining(items, run_group(&db, cache.as_ref(), group))
+                        .await;
                 }
             });
         }
