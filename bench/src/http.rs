@@ -76,7 +76,13 @@ pub async fn call(
     }
     let response = client
         .request(request.body(Full::new(body.map(Bytes::from).unwrap_or_default()))?)
-        .await?;
+        .await
+        .map_err(|e| match std::error::Error::source(&e) {
+            // The client's own message ("client error (SendRequest)")
+            // names no cause.
+            Some(cause) => format!("{url}: {e}: {cause}"),
+            None => format!("{url}: {e}"),
+        })?;
     let status = response.status().as_u16();
     Ok((status, response.into_body().collect().await?.to_bytes()))
 }

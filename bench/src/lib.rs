@@ -5,6 +5,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 pub mod http;
+pub mod load;
 pub mod members;
 pub mod sizes;
 pub mod stats;

@@ -3,6 +3,10 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use counter_service::{Config, Service, config::LogFormat};
 

@@ -14,6 +14,7 @@
 mod cache;
 mod compaction;
 mod counter;
+mod floor;
 mod growth;
 mod limits;
 mod mq;
@@ -36,6 +37,7 @@ type Generator = fn(&Path) -> Result<String, BoxError>;
 fn generator(name: &str) -> Option<Generator> {
     [
         limits::TABLES,
+        floor::TABLES,
         service::TABLES,
         growth::TABLES,
         counter::TABLES,

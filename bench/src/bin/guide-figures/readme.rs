@@ -133,6 +133,18 @@ const ROWS: &[(&str, Row)] = &[
         },
     ),
     (
+        "`counter-service` at the machine's limit (64 clients): a plain add / `GET /healthz`; a one-owner read / HTTP + its `SUM`",
+        |bench, file| {
+            from(bench, &format!("floor-{file}"), |run| {
+                Some(format!(
+                    "{}; {}",
+                    number(field(run, "floor.routes.plain_add.fraction")?, 2),
+                    number(field(run, "floor.routes.batch_get.fraction")?, 2)
+                ))
+            })
+        },
+    ),
+    (
         "unique counts of 1,001 owners (2M memberships): `COUNT(DISTINCT)` / sketches; storage",
         |bench, file| {
             from(bench, &format!("unique-{file}"), |run| {
@@ -191,6 +203,11 @@ mod tests {
         };
         write("service-postgres", json!({"ratios": {"hot_vs_naive": 3.2}}));
         write(
+            "floor-mariadb",
+            json!({"floor": {"routes": {"plain_add": {"fraction": 0.514},
+                "batch_get": {"fraction": 0.8}}}}),
+        );
+        write(
             "mariadb-cache",
             json!([{"redis": "cluster", "hit_speedup": 8.4},
                 {"redis": "standalone", "hit_speedup": 13.07}]),
@@ -215,6 +232,10 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("/ `counter-redis` | n/a | 13x |"), "{table}");
+        assert!(
+            table.contains("HTTP + its `SUM` | n/a | 0.51; 0.80 |"),
+            "{table}"
+        );
         assert!(
             table.contains("error at 1M members | n/a | 123x; 0.48 % |"),
             "{table}"

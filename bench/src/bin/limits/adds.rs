@@ -10,14 +10,12 @@
 //! beside the group sizes it was measured at. Every acknowledged add must
 //! be in the counter's total, and the run fails otherwise.
 
-use std::{
-    future::Future,
-    time::{Duration, Instant},
-};
+use std::future::Future;
 
 use bench::{
     BoxError,
     http::{self, HttpClient},
+    load::closed_loop,
     stats::median,
 };
 use counter_core::{CounterTable, Counters};
@@ -112,35 +110,6 @@ pub(crate) async fn run(
     Ok(section)
 }
 
-/// `--clients` tasks calling `op(task, n)` until `--secs` pass: adds a
-/// second and adds acknowledged.
-async fn closed_loop<F, Fut>(args: &Args, op: F) -> Result<(f64, u64), BoxError>
-where
-    F: Fn(u64, u64) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<(), BoxError>> + Send,
-{
-    let deadline = Instant::now() + Duration::from_secs_f64(args.secs);
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..args.clients)
-        .map(|task| {
-            let op = op.clone();
-            tokio::spawn(async move {
-                let mut done = 0;
-                while Instant::now() < deadline {
-                    op(task, done).await?;
-                    done += 1;
-                }
-                Ok::<_, BoxError>(done)
-            })
-        })
-        .collect();
-    let mut done = 0;
-    for task in tasks {
-        done += task.await??;
-    }
-    Ok((done as f64 / started.elapsed().as_secs_f64(), done))
-}
-
 /// Runs `load` and reads the mean group of the adds it made.
 async fn with_groups<Fut>(client: &HttpClient, service: &str, load: Fut) -> Result<Phase, BoxError>
 where
@@ -168,7 +137,7 @@ async fn http_phase(
 ) -> Result<Phase, BoxError> {
     let url = format!("{service}/v1/hot/counters:add");
     let (client_, prefix) = (client.clone(), prefix.map(str::to_owned));
-    let load = closed_loop(args, move |task, n| {
+    let load = closed_loop(args.clients, args.secs, move |task, n| {
         let (client, url) = (client_.clone(), url.clone());
         let key = prefix.as_ref().map(|p| format!("{p}-{task}-{n}"));
         async move {
@@ -193,7 +162,7 @@ async fn local_phase(
     prefix: Option<&str>,
 ) -> Result<Phase, BoxError> {
     let (local, prefix) = (local.clone(), prefix.map(str::to_owned));
-    let load = closed_loop(args, move |task, n| {
+    let load = closed_loop(args.clients, args.secs, move |task, n| {
         let local = local.clone();
         let key = prefix.as_ref().map(|p| format!("{p}-{task}-{n}"));
         async move {

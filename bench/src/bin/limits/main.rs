@@ -27,6 +27,9 @@
 //!   (`mq_consume`). Every owner's total must equal the messages published
 //!   for it, on both sides.
 //!
+//! With `--floor`, the run measures each of the service's routes as a
+//! fraction of what the machine allows it instead (`floor.rs`).
+//!
 //! With `--growth SIZES`, the run measures how cost grows with the data
 //! instead (`growth.rs`, the chart drawn by `chart.rs`).
 //!
@@ -40,6 +43,7 @@
 mod adds;
 mod cache;
 mod chart;
+mod floor;
 mod growth;
 mod mq;
 mod unique;
@@ -106,6 +110,15 @@ pub(crate) struct Args {
     /// Where to draw the growth chart (SVG).
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// Measure each service route against the machine's limit instead
+    /// (and nothing else): the HTTP floor, the raw SQL and Redis paths, and
+    /// each route as a fraction of its limit (`floor.rs`).
+    #[arg(long, conflicts_with = "growth")]
+    floor: bool,
+    /// With `--floor`: the service's log filter (`RUST_LOG`'s syntax; its
+    /// default `info`, `off` for none), its lines discarded.
+    #[arg(long, default_value = "info")]
+    log_filter: String,
     /// Timed reads per round, 1 to 10,000.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     reads: u64,
@@ -165,6 +178,31 @@ async fn run(args: Args) -> Result<bool, BoxError> {
             std::fs::write(path, chart::svg(backend, rows))?;
         }
         let report = json!({"backend": backend, "growth": growth});
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
+        }
+        return Ok(ok);
+    }
+    if args.floor {
+        // The service's binary logs at INFO by default, and its request
+        // spans are then formatted even when no line is written: the same
+        // subscriber here (its lines discarded) keeps that cost measured.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log_filter))
+            .with_writer(std::io::sink)
+            .init();
+        println!(
+            "floor on {backend}: {} s a load, {} rounds, {} clients",
+            args.secs, args.rounds, args.clients
+        );
+        let (floor, ok) = floor::run(&args, &db, &url).await?;
+        let report = json!({
+            "backend": backend,
+            "secs": args.secs,
+            "rounds": args.rounds,
+            "add_workers": args.add_workers,
+            "floor": floor,
+        });
         if let Some(path) = &args.json {
             std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
         }
