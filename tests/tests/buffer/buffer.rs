@@ -1125,7 +1125,18 @@ backend_test! {
             }
             _ => None,
         };
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // At least 3 s, and on a server until a kill has hit a flush (at
+        // most 20 s): on a loaded machine every kill of a short run can
+        // land between two flushes, and the run would prove nothing.
+        let began = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let hit = killing.is_none() || buffer.stats().failed_attempts > 0;
+            let elapsed = began.elapsed();
+            if (hit && elapsed >= Duration::from_secs(3)) || elapsed >= Duration::from_secs(20) {
+                break;
+            }
+        }
         stop.store(true, SeqCst);
         let (mut expected, mut adds) = (Expected::new(), 0);
         for writer in writers {
