@@ -141,10 +141,10 @@ impl Rig {
         ((task * 7_919 + n) % self.owners) as i64 + 1
     }
 
-    async fn get(&self, url: &str, key: Option<&str>) -> Result<(), BoxError> {
+    async fn get(&self, url: &str) -> Result<(), BoxError> {
         expect_ok(
             url,
-            http::call(&self.client, Method::GET, url, key, None).await?,
+            http::call(&self.client, Method::GET, url, None, None).await?,
         )
     }
 
@@ -169,7 +169,7 @@ impl Rig {
     async fn op(&self, load: Load, round: u64, task: u64, n: u64) -> Result<(), BoxError> {
         let base = &self.base;
         match load {
-            Load::Healthz => self.get(&format!("{base}/healthz"), None).await,
+            Load::Healthz => self.get(&format!("{base}/healthz")).await,
             Load::PlainAdd | Load::KeyedAdd => {
                 let key =
                     (load == Load::KeyedAdd).then(|| format!("{}-{round}-{task}-{n}", self.run_id));
@@ -188,13 +188,13 @@ impl Rig {
             Load::Read => {
                 let owner = self.owner(task, n);
                 let url = format!("{base}/v1/floor/counts:batchGet?owners={owner}&keys=likes");
-                self.get(&url, None).await
+                self.get(&url).await
             }
             Load::CachedRead => {
                 let base = self.cached_base.as_deref().ok_or("no cached service")?;
                 let owner = self.owner(task, n);
                 let url = format!("{base}/v1/cached/counts:batchGet?owners={owner}&keys=likes");
-                self.get(&url, None).await
+                self.get(&url).await
             }
             Load::Batch => {
                 let url = format!("{base}/v1/floor/counters:batchAdd");
@@ -490,7 +490,7 @@ async fn warm(rig: &Rig) -> Result<bool, BoxError> {
         let url = format!("{base}/v1/cached/counts:batchGet?owners={owner}&keys=likes");
         let mut filled = false;
         for _ in 0..100 {
-            rig.get(&url, None).await?;
+            rig.get(&url).await?;
             let exists: bool = redis::cmd("EXISTS")
                 .arg(&key)
                 .query_async(&mut redis)
