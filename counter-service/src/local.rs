@@ -73,6 +73,7 @@ impl Local {
             ns.source_for(None),
             idempotency_key.map(str::to_owned),
             None,
+            std::time::Instant::now(),
             Op::Batch,
             items,
         )

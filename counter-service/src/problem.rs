@@ -53,9 +53,9 @@ pub struct ProblemBody {
     /// `conflict`, `too_large`, `timeout`, `overloaded`, `internal`.
     pub kind: String,
     /// Members that say more, by problem: `bound`, `max` and `min` (a
-    /// bound exceeded), `expected_wait_ms` and `max_wait_ms` (a queue's
-    /// wait bound), `item` (which batch item), `job` and `href` (the
-    /// running job).
+    /// bound exceeded), `expected_wait_ms`, `waited_ms` and `max_wait_ms`
+    /// (a queue's wait bound), `item` (which batch item), `job` and `href`
+    /// (the running job).
     #[serde(flatten)]
     #[schema(value_type = Object, additional_properties = true)]
     pub extensions: Map<String, Value>,

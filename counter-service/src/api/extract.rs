@@ -1,6 +1,6 @@
 //! axum's extractors with their rejections answered as problem details.
 
-use std::marker::PhantomData;
+use std::{marker::PhantomData, time::Instant};
 
 use axum::{
     extract::{FromRequest, FromRequestParts, Request},
@@ -33,6 +33,25 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
                 })
             }
         }
+    }
+}
+
+/// When the service received the request, stamped by the outermost
+/// per-request layer ([`super::scrape::track`]): a queue's time bound
+/// counts from it, so the time a request spent being read, parsed and
+/// waiting for a core is part of the wait it is admitted for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Received(pub Instant);
+
+impl<S: Send + Sync> FromRequestParts<S> for Received {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Received>()
+            .copied()
+            .unwrap_or_else(|| Received(Instant::now())))
     }
 }
 

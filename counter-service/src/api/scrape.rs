@@ -1,34 +1,99 @@
 //! What `/metrics` answers (the recorder's text, then the cache's and the
 //! consumer's own figures), and the middleware counting every request.
 
-use std::time::Instant;
+use std::{
+    collections::HashMap,
+    sync::{LazyLock, RwLock},
+    time::Instant,
+};
 
 use axum::{
     extract::{MatchedPath, Request},
+    http::Method,
     middleware::Next,
     response::Response,
 };
 
+use super::extract::Received;
 use crate::{
     metrics::{CACHE_HITS, CACHE_MISSES, CHECK_DRIFT, CHECK_OWNERS_DRIFTED},
     state::AppState,
 };
 
-/// The middleware counting each request by route, method and status.
-pub(crate) async fn track(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+/// The middleware counting each request by route, method and status. The
+/// instant it starts is the request's [`Received`] stamp.
+pub(crate) async fn track(mut request: Request, next: Next) -> Response {
     let start = Instant::now();
+    request.extensions_mut().insert(Received(start));
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let method = method_label(request.method());
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("counter_service_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status)
-        .increment(1);
-    metrics::histogram!("counter_service_request_duration_seconds", "route" => route, "method" => method)
-        .record(start.elapsed().as_secs_f64());
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let (requests, duration) = handles(route, method, response.status().as_u16());
+    requests.increment(1);
+    duration.record(start.elapsed().as_secs_f64());
     response
+}
+
+/// A method's label: an extension method (any token a client sends) is
+/// `OTHER`, so no caller grows the series without bound.
+fn method_label(method: &Method) -> &'static str {
+    const STANDARD: [Method; 9] = [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::CONNECT,
+    ];
+    STANDARD
+        .iter()
+        .find(|standard| *standard == method)
+        .map_or("OTHER", |standard| standard.as_str())
+}
+
+/// A route's request counter and duration histogram for one method and
+/// status.
+type Handles = (metrics::Counter, metrics::Histogram);
+
+/// Each route's handles, by method and status, resolved once: resolving
+/// one builds its labels (three strings) and looks it up in the recorder's
+/// registry, on every request otherwise. Process-wide, as the recorder is.
+static HANDLES: LazyLock<RwLock<HashMap<String, ByMethodStatus>>> = LazyLock::new(RwLock::default);
+
+/// One route's handles by method label and status.
+type ByMethodStatus = HashMap<(&'static str, u16), Handles>;
+
+/// The handles of `route`, `method` and `status`, resolved on first use.
+fn handles(route: &str, method: &'static str, status: u16) -> Handles {
+    let read = HANDLES.read().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = read.get(route).and_then(|by| by.get(&(method, status))) {
+        return found.clone();
+    }
+    drop(read);
+    let resolved: Handles = (
+        metrics::counter!(
+            "counter_service_requests_total",
+            "route" => route.to_owned(),
+            "method" => method,
+            "status" => status.to_string()
+        ),
+        metrics::histogram!(
+            "counter_service_request_duration_seconds",
+            "route" => route.to_owned(),
+            "method" => method
+        ),
+    );
+    HANDLES
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(route.to_owned())
+        .or_default()
+        .insert((method, status), resolved.clone());
+    resolved
 }
 
 /// Renders the recorder's metrics, then the figures this service reads

@@ -15,7 +15,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
-    extract::{Json, Observing, Query, Reading, Target},
+    extract::{Json, Observing, Query, Reading, Received, Target},
     read::{check_batch, split},
     served::{ReadFrom, Served},
 };
@@ -87,6 +87,7 @@ pub struct ObserveReply {
 pub(crate) async fn observe(
     State(state): State<AppState>,
     target: Target<Observing>,
+    Received(received): Received,
     Json(request): Json<ObserveRequest>,
 ) -> Result<axum::Json<ObserveReply>, Problem> {
     let namespace = target.namespace(&state);
@@ -105,7 +106,7 @@ pub(crate) async fn observe(
         .observes
         .as_ref()
         .ok_or_else(|| Problem::internal("the observe queue is not started"))?;
-    queue.submit(batch, observed as usize).await?;
+    queue.submit(batch, observed as usize, received).await?;
     Ok(axum::Json(ObserveReply { observed }))
 }
 

@@ -25,7 +25,7 @@
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use chrono::{DateTime, Utc};
@@ -81,6 +81,8 @@ pub(crate) struct Item<I> {
 pub(crate) struct Write<I> {
     /// The request's `X-Request-Id`: the group's log lines name it.
     pub request_id: Option<String>,
+    /// When the service received it: its wait is counted from here.
+    pub received: Instant,
     pub op: Op,
     pub source: String,
     pub key: Option<String>,
@@ -188,7 +190,7 @@ impl<I: ServiceOwner> AddQueue<I> {
     /// `overloaded` at once, nothing applied, if its items would pass the
     /// queue's bound of items or of time.
     pub async fn submit(&self, write: Write<I>) -> Result<Outcome, Problem> {
-        let admitted = self.admission.admit(write.items.len())?;
+        let admitted = self.admission.admit(write.items.len(), write.received)?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {

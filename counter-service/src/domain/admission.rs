@@ -7,10 +7,13 @@
 //! items draining at 5,000 a second are four seconds of waiting, and a
 //! caller that waited that long has often given up, so the work done for it
 //! is wasted and goodput falls as the load rises. So a request is admitted
-//! only while its expected wait, the items ahead of it and its own over the
-//! rate the workers drain them, stays within the bound. Otherwise it is
-//! refused at once with nothing applied, and its `Retry-After` is the time
-//! the queue needs to drain to where the request would fit.
+//! only while its expected wait stays within the bound: the time since the
+//! service received it (being read, parsed, waiting for a core: under
+//! overload on a small machine that is as long as the queue's own wait)
+//! plus the items ahead of it and its own over the rate the workers drain
+//! them. Otherwise it is refused at once with nothing applied, and its
+//! `Retry-After` is the time the queue needs to drain to where the request
+//! would fit.
 //!
 //! The drain rate is measured, not configured. It is the items the workers
 //! answered over the time they spent on them, with idle time left out, as
@@ -168,14 +171,14 @@ impl Admission {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Admits a request of `items` items (at least one counts), held until
-    /// the returned [`Admitted`] is dropped; 503 `overloaded` at once when
-    /// either bound would be passed.
-    pub fn admit(&self, items: usize) -> Result<Admitted, Problem> {
+    /// Admits a request of `items` items (at least one counts) that the
+    /// service `received` then, held until the returned [`Admitted`] is
+    /// dropped; 503 `overloaded` at once when either bound would be passed.
+    pub fn admit(&self, items: usize, received: Instant) -> Result<Admitted, Problem> {
         let items = items.max(1);
         let now = Instant::now();
         let mut state = self.state();
-        self.check(&state, items, now)?;
+        self.check(&state, items, now, now.saturating_duration_since(received))?;
         if state.queued == 0 {
             state.busy_since = Some(now);
         }
@@ -189,10 +192,17 @@ impl Admission {
     /// Whether one more item would be admitted now: a request is refused
     /// before its body is read when not.
     pub fn has_room(&self) -> Result<(), Problem> {
-        self.check(&self.state(), 1, Instant::now())
+        self.check(&self.state(), 1, Instant::now(), Duration::ZERO)
     }
 
-    fn check(&self, state: &State, items: usize, now: Instant) -> Result<(), Problem> {
+    /// Whether `items` more, received `waited` ago, fit both bounds now.
+    fn check(
+        &self,
+        state: &State,
+        items: usize,
+        now: Instant,
+        waited: Duration,
+    ) -> Result<(), Problem> {
         if state.queued + items > self.max_items {
             self.shed_items.increment(1);
             return Err(Problem::overloaded(self.kind.items_bound()));
@@ -202,14 +212,19 @@ impl Admission {
         self.expected_wait
             .set(wait.map_or(0.0, |wait| wait.as_secs_f64()));
         let Some(wait) = wait else { return Ok(()) };
-        if state.queued + items <= self.floor || wait <= self.max_wait {
+        if state.queued + items <= self.floor || waited + wait <= self.max_wait {
             return Ok(());
         }
         self.shed_wait.increment(1);
-        let over = (wait - self.max_wait).as_secs_f64().ceil() as u64;
+        // When the queue will have drained to where this request fits.
+        let over = wait
+            .saturating_sub(self.max_wait.saturating_sub(waited))
+            .as_secs_f64()
+            .ceil() as u64;
         Err(Problem::overloaded(self.kind.wait_bound())
             .retry_in(over.clamp(1, MAX_RETRY_AFTER_S))
-            .with("expected_wait_ms", wait.as_millis() as u64)
+            .with("expected_wait_ms", (waited + wait).as_millis() as u64)
+            .with("waited_ms", waited.as_millis() as u64)
             .with("max_wait_ms", self.max_wait.as_millis() as u64))
     }
 
@@ -291,13 +306,13 @@ mod tests {
     #[test]
     fn an_idle_queue_or_an_unknown_rate_admits() {
         let a = admission(100, 250);
-        let first = a.admit(90).expect("an idle queue admits");
+        let first = a.admit(90, Instant::now()).expect("an idle queue admits");
         // No group answered yet: no rate, so only the item bound holds.
-        let _second = a.admit(10).expect("no rate known yet");
-        let refused = a.admit(1).unwrap_err();
+        let _second = a.admit(10, Instant::now()).expect("no rate known yet");
+        let refused = a.admit(1, Instant::now()).unwrap_err();
         assert_eq!(refused.document()["bound"], "queued add items");
         drop(first);
-        assert!(a.admit(90).is_ok());
+        assert!(a.admit(90, Instant::now()).is_ok());
     }
 
     #[test]
@@ -305,11 +320,11 @@ mod tests {
         let a = admission(1_000_000, 250);
         // 1,000 items a second.
         steady(&a, 100, Duration::from_millis(100), 20);
-        let ahead = a.admit(200).expect("an idle queue admits");
+        let ahead = a.admit(200, Instant::now()).expect("an idle queue admits");
         // 200 ahead + 40 = 240 ms: admitted.
-        let _fits = a.admit(40).expect("within the bound");
+        let _fits = a.admit(40, Instant::now()).expect("within the bound");
         // 240 ahead + 2,000 = 2.24 s: refused, about 2 s to wait.
-        let refused = a.admit(2_000).unwrap_err();
+        let refused = a.admit(2_000, Instant::now()).unwrap_err();
         let doc = refused.document();
         assert_eq!(doc["bound"], "add queue wait");
         let wait = doc["expected_wait_ms"].as_u64().unwrap();
@@ -317,7 +332,33 @@ mod tests {
         assert_eq!(refused.retry_after(), Some(2));
         assert!(a.has_room().is_ok(), "one more item still fits");
         drop(ahead);
-        assert!(a.admit(200).is_ok(), "the queue drained");
+        assert!(a.admit(200, Instant::now()).is_ok(), "the queue drained");
+    }
+
+    #[test]
+    fn the_time_since_a_request_was_received_is_part_of_its_wait() {
+        let a = admission(1_000_000, 250);
+        // 1,000 items a second, 100 ahead: 100 ms for the queue.
+        steady(&a, 100, Duration::from_millis(100), 20);
+        let _ahead = a.admit(100, Instant::now()).expect("an idle queue admits");
+        let now = Instant::now();
+        // Received 100 ms ago: 100 + 101 ms, within 250 ms.
+        let _fresh = a
+            .admit(1, now - Duration::from_millis(100))
+            .expect("within the bound");
+        // Received 200 ms ago: 200 + 102 ms is past it, although the
+        // queue alone would answer in time.
+        let refused = a.admit(1, now - Duration::from_millis(200)).unwrap_err();
+        let doc = refused.document();
+        assert_eq!(doc["bound"], "add queue wait");
+        assert!(doc["waited_ms"].as_u64().unwrap() >= 200, "{doc}");
+        let expected = doc["expected_wait_ms"].as_u64().unwrap();
+        assert!((300..=320).contains(&expected), "{expected}");
+        assert_eq!(refused.retry_after(), Some(1));
+        // An idle queue admits whatever the request waited before it.
+        let b = admission(1_000_000, 250);
+        steady(&b, 100, Duration::from_millis(100), 20);
+        assert!(b.admit(1, now - Duration::from_secs(5)).is_ok());
     }
 
     #[test]
@@ -329,16 +370,22 @@ mod tests {
             let started = stalled - Duration::from_millis(10) * g;
             a.drained_at(1_000, started, started + Duration::from_millis(10));
         }
-        let _ahead = a.admit(10).unwrap();
+        let _ahead = a.admit(10, Instant::now()).unwrap();
         let big = a
-            .admit(20_000)
+            .admit(20_000, Instant::now())
             .expect("200 ms at the rate before the stall");
         drop(big);
         // Busy for the whole second since, with nothing answered: at most
         // 1,000 items in that second, so 300 more would wait ~330 ms.
         a.state().busy_since = Some(stalled);
-        assert!(a.admit(10).is_ok(), "30 ms at the rate the stall allows");
-        assert!(a.admit(300).is_err(), "the stall slows the estimate");
+        assert!(
+            a.admit(10, Instant::now()).is_ok(),
+            "30 ms at the rate the stall allows"
+        );
+        assert!(
+            a.admit(300, Instant::now()).is_err(),
+            "the stall slows the estimate"
+        );
     }
 
     #[test]
@@ -367,8 +414,11 @@ mod tests {
         );
         // 100 items a second: 4,000 would wait 40 s.
         steady(&a, 10, Duration::from_millis(100), 20);
-        let _ahead = a.admit(1).unwrap();
-        let _within = a.admit(3_999).expect("within the floor");
-        assert!(a.admit(1).is_err(), "past the floor, the wait bounds");
+        let _ahead = a.admit(1, Instant::now()).unwrap();
+        let _within = a.admit(3_999, Instant::now()).expect("within the floor");
+        assert!(
+            a.admit(1, Instant::now()).is_err(),
+            "past the floor, the wait bounds"
+        );
     }
 }

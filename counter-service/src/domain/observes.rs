@@ -11,7 +11,7 @@
 //! group's outcome: its requests were checked before they were queued, so
 //! what can still fail is the database's, and theirs alike.
 
-use std::{collections::VecDeque, sync::Arc};
+use std::{collections::VecDeque, sync::Arc, time::Instant};
 
 use counter_core::DeltaBatch;
 use counter_redis::CountCache;
@@ -96,8 +96,13 @@ impl ObserveQueue {
     /// Commits `batch` (of `observations` observations) with whatever
     /// else is waiting. 503 `overloaded` at once, nothing applied, if they
     /// would pass the queue's bound.
-    pub async fn submit(&self, batch: DeltaBatch, observations: usize) -> Result<(), Problem> {
-        let admitted = self.admission.admit(observations)?;
+    pub async fn submit(
+        &self,
+        batch: DeltaBatch,
+        observations: usize,
+        received: Instant,
+    ) -> Result<(), Problem> {
+        let admitted = self.admission.admit(observations, received)?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {

@@ -3,6 +3,8 @@
 //! `counters:add`, `counters:addAndGet` and `counters:batchAdd`, and of the
 //! in-process [`Local`](crate::Local).
 
+use std::time::Instant;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -77,12 +79,14 @@ pub(crate) async fn apply(
     source: String,
     key: Option<String>,
     request_id: Option<String>,
+    received: Instant,
     op: Op,
     items: Vec<BatchItem>,
 ) -> Result<Outcome, Problem> {
     dispatch!(&namespace.table, h => {
         let mut write = check(namespace, op, key, items)?;
         write.request_id = request_id;
+        write.received = received;
         write.source = source;
         let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
         adds.submit(write).await
@@ -147,6 +151,7 @@ fn check<I: ServiceOwner>(
     }
     Ok(Write {
         request_id: None,
+        received: Instant::now(),
         op,
         source: String::new(),
         key,
