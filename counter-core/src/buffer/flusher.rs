@@ -337,7 +337,6 @@ fn finish_flush(shared: &Shared, seq: u64, drained: &Drained, started: Instant) 
     shared.set_in_flight(None);
     shared.settle();
     let meter = &shared.meter;
-    Meter::bump(&meter.committed_adds, drained.adds);
     let elapsed = started.elapsed();
     meter.last_flush_micros.store(
         u64::try_from(elapsed.as_micros())

@@ -710,6 +710,7 @@ impl CounterBuffer {
         let shared = self.shared();
         let flying = shared.in_flight().map_or(0, |d| d.adds);
         shared.meter.snapshot(
+            shared.pending.accepted(),
             shared.pending.adds(),
             flying,
             shared.pending.counters(),

@@ -68,7 +68,6 @@ pub struct BufferStats {
 /// The counters behind [`BufferStats`], updated by the flusher and by `add`.
 #[derive(Debug, Default)]
 pub(super) struct Meter {
-    pub committed_adds: AtomicU64,
     pub in_flight_counters: AtomicUsize,
     pub peak_pending: AtomicUsize,
     pub flushes: AtomicU64,
@@ -104,20 +103,21 @@ impl Meter {
             .unwrap_or_else(PoisonError::into_inner) = error;
     }
 
-    /// The snapshot, given the adds the shards and the flush under way hold.
+    /// The snapshot, given the adds taken since the start and those the
+    /// shards and the flush under way hold.
     pub fn snapshot(
         &self,
+        accepted_adds: u64,
         waiting_adds: u64,
         in_flight_adds: u64,
         pending: usize,
         pending_sketches: usize,
     ) -> BufferStats {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let committed = load(&self.committed_adds);
         let pending_adds = waiting_adds + in_flight_adds;
         let micros = load(&self.last_flush_micros);
         BufferStats {
-            adds: committed + pending_adds,
+            adds: accepted_adds,
             pending_adds,
             pending_counters: pending,
             in_flight_counters: self.in_flight_counters.load(Ordering::Relaxed),
