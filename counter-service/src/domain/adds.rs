@@ -73,7 +73,8 @@ pub(crate) struct Item<I> {
     pub key: String,
     pub delta: i64,
     pub at: Option<DateTime<Utc>>,
-    /// What a retry of this id must send again.
+    /// What a retry of this id must send again (empty without an id and
+    /// a request key: nothing compares it).
     pub canonical: String,
 }
 
@@ -86,6 +87,7 @@ pub(crate) struct Write<I> {
     pub op: Op,
     pub source: String,
     pub key: Option<String>,
+    /// What a retry of its key must send again (empty without a key).
     pub canonical: String,
     pub items: Vec<Item<I>>,
 }

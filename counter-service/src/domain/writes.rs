@@ -100,7 +100,7 @@ fn check<I: ServiceOwner>(
     raw: Vec<BatchItem>,
 ) -> Result<Write<I>, Problem> {
     let mut items = Vec::with_capacity(raw.len());
-    let mut canonical_items = Vec::with_capacity(raw.len());
+    let mut canonical_items = Vec::with_capacity(if key.is_some() { raw.len() } else { 0 });
     for (i, item) in raw.into_iter().enumerate() {
         let at_item = |p: Problem| {
             if op == Op::Batch {
@@ -122,20 +122,31 @@ fn check<I: ServiceOwner>(
                 )));
             }
         }
-        let canonical = json!({
-            "owner": owner.render(),
-            "key": counter_key,
-            "delta": item.delta,
-            "at": item.at.map(|t| t.to_rfc3339()),
-        });
-        canonical_items.push(json!({"id": item.id, "item": canonical}));
+        // What a retry is compared against: only a request with a key or
+        // an item with an id is ever compared, so a plain add (the hot
+        // path) builds none of it.
+        let canonical = match (&key, &item.id) {
+            (None, None) => String::new(),
+            _ => {
+                let canonical = json!({
+                    "owner": owner.render(),
+                    "key": counter_key,
+                    "delta": item.delta,
+                    "at": item.at.map(|t| t.to_rfc3339()),
+                });
+                if key.is_some() {
+                    canonical_items.push(json!({"id": item.id, "item": canonical}));
+                }
+                canonical.to_string()
+            }
+        };
         items.push(Item {
             id: item.id,
             owner,
             key: counter_key,
             delta: item.delta,
             at: item.at,
-            canonical: canonical.to_string(),
+            canonical,
         });
     }
     // One id twice in a request: the same item is applied once, two
@@ -149,13 +160,17 @@ fn check<I: ServiceOwner>(
             return Err(Problem::idempotency_conflict(id).with("item", i));
         }
     }
+    let canonical = match key {
+        Some(_) => json!({"op": op.name(), "items": canonical_items}).to_string(),
+        None => String::new(),
+    };
     Ok(Write {
         request_id: None,
         received: Instant::now(),
         op,
         source: String::new(),
         key,
-        canonical: json!({"op": op.name(), "items": canonical_items}).to_string(),
+        canonical,
         items,
     })
 }
