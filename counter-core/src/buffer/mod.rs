@@ -709,9 +709,10 @@ impl CounterBuffer {
     pub fn stats(&self) -> BufferStats {
         let shared = self.shared();
         let flying = shared.in_flight().map_or(0, |d| d.adds);
+        let (accepted, waiting) = shared.pending.accepted_and_waiting();
         shared.meter.snapshot(
-            shared.pending.accepted(),
-            shared.pending.adds(),
+            accepted,
+            waiting,
             flying,
             shared.pending.counters(),
             shared.sketches.len(),

@@ -20,7 +20,8 @@ pub struct BufferStats {
     /// `add` calls accepted since the buffer started.
     pub adds: u64,
     /// Accepted `add` calls not yet committed to the database (pending or
-    /// in a flush under way).
+    /// in a flush under way). Read while a flush takes them, it may for a
+    /// moment miss some: a snapshot is not taken under one lock.
     pub pending_adds: u64,
     /// Distinct counters waiting for the next flush.
     pub pending_counters: usize,

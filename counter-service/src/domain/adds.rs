@@ -73,8 +73,8 @@ pub(crate) struct Item<I> {
     pub key: String,
     pub delta: i64,
     pub at: Option<DateTime<Utc>>,
-    /// What a retry of this id must send again (empty without an id and
-    /// a request key: nothing compares it).
+    /// What a retry of this id must send again (empty without an id:
+    /// nothing compares it).
     pub canonical: String,
 }
 

@@ -216,11 +216,9 @@ impl Admission {
             return Ok(());
         }
         self.shed_wait.increment(1);
-        // When the queue will have drained to where this request fits.
-        let over = wait
-            .saturating_sub(self.max_wait.saturating_sub(waited))
-            .as_secs_f64()
-            .ceil() as u64;
+        // When the queue will have drained to where a request fits: a
+        // retry is a new request, its own wait so far starting again.
+        let over = wait.saturating_sub(self.max_wait).as_secs_f64().ceil() as u64;
         Err(Problem::overloaded(self.kind.wait_bound())
             .retry_in(over.clamp(1, MAX_RETRY_AFTER_S))
             .with("expected_wait_ms", (waited + wait).as_millis() as u64)

@@ -125,21 +125,21 @@ fn check<I: ServiceOwner>(
         // What a retry is compared against: only a request with a key or
         // an item with an id is ever compared, so a plain add (the hot
         // path) builds none of it.
-        let canonical = match (&key, &item.id) {
-            (None, None) => String::new(),
-            _ => {
-                let canonical = json!({
-                    "owner": owner.render(),
-                    "key": counter_key,
-                    "delta": item.delta,
-                    "at": item.at.map(|t| t.to_rfc3339()),
-                });
-                if key.is_some() {
-                    canonical_items.push(json!({"id": item.id, "item": canonical}));
-                }
-                canonical.to_string()
+        let mut canonical = String::new();
+        if key.is_some() || item.id.is_some() {
+            let form = json!({
+                "owner": owner.render(),
+                "key": counter_key,
+                "delta": item.delta,
+                "at": item.at.map(|t| t.to_rfc3339()),
+            });
+            if item.id.is_some() {
+                canonical = form.to_string();
             }
-        };
+            if key.is_some() {
+                canonical_items.push(json!({"id": item.id, "item": form}));
+            }
+        }
         items.push(Item {
             id: item.id,
             owner,
