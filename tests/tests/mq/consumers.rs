@@ -24,8 +24,10 @@ const CONSUMERS: usize = 3;
 /// Few owners, so that every batch writes nearly every counter row.
 const OWNERS: i64 = 6;
 /// Published before the consumers start: more than two consumers' RabbitMQ
-/// prefetch windows (1,000 each), so the third gets messages too.
-const BACKLOG: usize = 3_600;
+/// prefetch windows (1,000 each), so the third gets messages too, and more
+/// than two consumers drain while the first commits a batch and stops (on a
+/// fast machine they drained 3,600 in 0.2 s, before its stop returned).
+const BACKLOG: usize = 12_000;
 /// Messages published again and again (at most [`EXTRA_WAVES`] times) while
 /// a consumer that must have committed a batch has none.
 const WAVE: usize = 400;
@@ -34,7 +36,7 @@ const EXTRA_WAVES: usize = 4;
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     /// Three consumers of one JetStream durable / one RabbitMQ queue, each on
-    /// a connection of its own, started together on a backlog of 3,600
+    /// a connection of its own, started together on a backlog of 12,000
     /// messages whose changes hit six owners' counters in ascending order in
     /// half of the messages and descending in the other half, by random
     /// deltas: the batches conflict on the same rows at once (on PostgreSQL
