@@ -514,6 +514,21 @@ impl CounterError {
         }
     }
 
+    /// Whether the write that failed with this error may have been applied
+    /// anyway: its connection was lost after the statement or its `COMMIT`
+    /// went out and before an answer came (or a buffer's flush is in doubt).
+    /// Any other failure of a write the crate commits itself (on a pool)
+    /// applied nothing, so sending it again cannot count it twice; a write
+    /// in the caller's transaction stands or falls with that transaction.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            Self::Database(e) => crate::sql::outcome_unknown(e),
+            #[cfg(feature = "buffer")]
+            Self::Buffer(BufferError::FlushInDoubt) => true,
+            _ => false,
+        }
+    }
+
     /// `Ok` if `min <= value <= max`, else [`CounterError::OutOfRange`].
     pub(crate) fn check_range(
         what: &'static str,
@@ -673,6 +688,48 @@ mod tests {
         }
         let other = database("1054 (42S22): Unknown column 'slot' in 'field list'");
         assert_eq!(other.kind(), ErrorKind::Database);
+    }
+
+    #[test]
+    fn only_a_call_left_unanswered_has_an_unknown_outcome() {
+        use sea_orm::{RuntimeErr, sqlx};
+        let driver = |e: sqlx::Error| {
+            CounterError::from(DbErr::Exec(RuntimeErr::SqlxError(std::sync::Arc::new(e))))
+        };
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(driver(sqlx::Error::Io(reset)).outcome_unknown());
+        assert!(driver(sqlx::Error::Protocol("out of step".into())).outcome_unknown());
+        // Nothing sent: no connection to send it on (the driver says so
+        // with a driver feature; without one every driver error is unknown).
+        let drivers = cfg!(any(
+            feature = "sqlx-sqlite",
+            feature = "sqlx-postgres",
+            feature = "sqlx-mysql"
+        ));
+        assert_eq!(
+            driver(sqlx::Error::PoolTimedOut).outcome_unknown(),
+            !drivers
+        );
+        assert!(
+            !CounterError::from(DbErr::ConnectionAcquire(
+                sea_orm::error::ConnAcquireErr::Timeout
+            ))
+            .outcome_unknown()
+        );
+        // Undone by the database, retries ran out.
+        let conflict = CounterError::Conflict {
+            table: "t".into(),
+            attempts: 3,
+            in_transaction: false,
+            source: DbErr::Custom("deadlock".into()),
+        };
+        assert!(!conflict.outcome_unknown());
+        assert!(
+            !CounterError::Overflow {
+                context: "x".into()
+            }
+            .outcome_unknown()
+        );
     }
 
     #[test]

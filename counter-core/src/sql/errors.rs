@@ -109,6 +109,48 @@ pub(crate) fn is_connection_fault(err: &DbErr) -> bool {
     }
 }
 
+/// Whether a write that failed with `err` may have been applied anyway: its
+/// statement (or its `COMMIT`) went out and no answer came back, as when
+/// the connection is lost mid-call. A server's error answer (whatever its
+/// code: the statement failed and was undone) and a pool that gave no
+/// connection (nothing was sent) applied nothing; anything else is unknown.
+pub(crate) fn outcome_unknown(err: &DbErr) -> bool {
+    match err {
+        DbErr::ConnectionAcquire(_) => false,
+        DbErr::Exec(_) | DbErr::Query(_) => !answered_or_unsent(err),
+        _ => true,
+    }
+}
+
+/// Whether the driver says the server answered `err`'s statement with an
+/// error, or that the statement was never sent (no connection to send it on).
+#[cfg(any(
+    feature = "sqlx-sqlite",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+))]
+fn answered_or_unsent(err: &DbErr) -> bool {
+    use sea_orm::{RuntimeErr, sqlx::Error};
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
+            matches!(
+                &**e,
+                Error::Database(_) | Error::PoolTimedOut | Error::PoolClosed
+            )
+        }
+        _ => false,
+    }
+}
+
+#[cfg(not(any(
+    feature = "sqlx-sqlite",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+)))]
+fn answered_or_unsent(_: &DbErr) -> bool {
+    false
+}
+
 /// Whether `err` is the driver's own report of a lost connection (an I/O
 /// error, a closed pool, a protocol stream out of step), when the driver
 /// says.

@@ -33,7 +33,9 @@ pub(crate) use compact::{FoldDeletion, FoldScope, FoldSlots, SlotRow, fold_delet
 #[cfg_attr(not(feature = "migration"), allow(unused_imports))]
 pub(crate) use ddl::{create_bucket_table, create_key_index, create_sketch_table, key_index_name};
 pub(crate) use ddl::{create_table, drop_table, owner_fk_name};
-pub(crate) use errors::{Classified, classify, is_connection_fault, is_misrouted, names_table};
+pub(crate) use errors::{
+    Classified, classify, is_connection_fault, is_misrouted, names_table, outcome_unknown,
+};
 pub(crate) use lock::{RecountLock, bound_lock_waits, row_key_locks, takes_row_key_locks};
 pub(crate) use order::owner_order;
 pub(crate) use owners::{

@@ -99,14 +99,15 @@ pub(crate) async fn observe(
     metrics::histogram!("counter_service_batch_size", "op" => "observe")
         .record(observations.len() as f64);
     let observed = observations.len() as u64;
-    let batch = dispatch!(&namespace.table, h => batch_of(namespace, h, observations)?);
     // Committed by the queue's worker, with what else is waiting (see
     // `observes`): a client that goes away does not cut it short.
     let queue = namespace
         .observes
         .as_ref()
         .ok_or_else(|| Problem::internal("the observe queue is not started"))?;
-    queue.submit(batch, observed as usize, received).await?;
+    let admitted = queue.admit(observed as usize, received)?;
+    let batch = dispatch!(&namespace.table, h => batch_of(namespace, h, observations)?);
+    queue.submit(batch, observed as usize, admitted).await?;
     Ok(axum::Json(ObserveReply { observed }))
 }
 

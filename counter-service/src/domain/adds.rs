@@ -82,8 +82,6 @@ pub(crate) struct Item<I> {
 pub(crate) struct Write<I> {
     /// The request's `X-Request-Id`: the group's log lines name it.
     pub request_id: Option<String>,
-    /// When the service received it: its wait is counted from here.
-    pub received: Instant,
     pub op: Op,
     pub source: String,
     pub key: Option<String>,
@@ -93,6 +91,14 @@ pub(crate) struct Write<I> {
 }
 
 impl<I> Write<I> {
+    /// Whether the request writes nothing but its deltas: no key or item id
+    /// to record, no total to read back.
+    fn only_deltas(&self) -> bool {
+        self.key.is_none()
+            && self.op != Op::AddAndGet
+            && self.items.iter().all(|item| item.id.is_none())
+    }
+
     /// Every id the request records, with its source: its key and its
     /// items' ids. Two callers' ids never meet (see `Namespace::source`).
     fn ids(&self) -> impl Iterator<Item = (&str, &str)> {
@@ -188,11 +194,19 @@ impl<I: ServiceOwner> AddQueue<I> {
         self.admission.has_room()
     }
 
-    /// Applies `write` with whatever else is waiting; its answer. 503
-    /// `overloaded` at once, nothing applied, if its items would pass the
-    /// queue's bound of items or of time.
-    pub async fn submit(&self, write: Write<I>) -> Result<Outcome, Problem> {
-        let admitted = self.admission.admit(write.items.len(), write.received)?;
+    /// A place in the queue for a request of `items` items that the
+    /// service `received` then, held until the request is answered or
+    /// dropped; 503 `overloaded` at once if its items would pass the
+    /// queue's bound of items or of time. Taken before the request's items
+    /// are checked: under overload most requests are refused, and a refusal
+    /// then costs no checking and no canonical form.
+    pub fn admit(&self, items: usize, received: Instant) -> Result<Admitted, Problem> {
+        self.admission.admit(items, received)
+    }
+
+    /// Applies `write`, in the place `admitted` holds, with whatever else is
+    /// waiting; its answer.
+    pub async fn submit(&self, write: Write<I>, admitted: Admitted) -> Result<Outcome, Problem> {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
@@ -426,6 +440,9 @@ async fn attempt_group<I: ServiceOwner>(
     counters: &Counters<I>,
     jobs: &[Job<I>],
 ) -> Result<Vec<Done>, Failure> {
+    if jobs.iter().all(|job| job.write.only_deltas()) {
+        return deltas_alone(db, counters, jobs).await;
+    }
     let txn = db.begin().await.map_err(database(false))?;
     let bodies = match group_in(&txn, counters, jobs).await {
         Ok(bodies) => bodies,
@@ -445,6 +462,69 @@ async fn attempt_group<I: ServiceOwner>(
             None => Done::Replay,
         })
         .collect())
+}
+
+/// A group whose requests write nothing but their deltas (no key, no item
+/// id, no total to answer): the library's batch on the pool, with no
+/// transaction of the service's own. One statement is sent in autocommit,
+/// one round trip where `BEGIN`, the upsert and `COMMIT` were three (more
+/// statements run in the library's own transaction). A failure leaves
+/// nothing applied unless its outcome is unknown (a connection lost after
+/// the statement went out), which the caller treats as a failed `COMMIT`.
+async fn deltas_alone<I: ServiceOwner>(
+    db: &DatabaseConnection,
+    counters: &Counters<I>,
+    jobs: &[Job<I>],
+) -> Result<Vec<Done>, Failure> {
+    let mut batch = DeltaBatch::new();
+    for (index, job) in jobs.iter().enumerate() {
+        for item in &job.write.items {
+            let at = item.at.unwrap_or_else(Utc::now);
+            batch
+                .add_at(
+                    counters,
+                    item.owner.clone(),
+                    item.key.as_str(),
+                    item.delta,
+                    at,
+                )
+                .map_err(|e| Failure::Exclude(index, e.into()))?;
+        }
+    }
+    batch.apply(db).await.map_err(|e| match e.kind() {
+        ErrorKind::InvalidInput | ErrorKind::Overflow | ErrorKind::Misuse => {
+            Failure::Split(e.into())
+        }
+        _ => Failure::Retry {
+            at_commit: e.outcome_unknown(),
+            cause: e,
+        },
+    })?;
+    Ok(jobs
+        .iter()
+        .map(|job| {
+            Done::Answered(Outcome {
+                body: first_answer(job.write.op, job.write.items.len() as u64, 0, None),
+                replayed: false,
+            })
+        })
+        .collect())
+}
+
+/// A request's first answer, as the OpenAPI document types it.
+fn first_answer(op: Op, applied: u64, duplicates: u64, total: Option<i64>) -> String {
+    match op {
+        Op::Add => serde_json::to_string(&AddReply { applied: true }),
+        Op::AddAndGet => serde_json::to_string(&AddAndGetReply {
+            applied: true,
+            total: total.unwrap_or(0),
+        }),
+        Op::Batch => serde_json::to_string(&BatchAddReply {
+            applied,
+            duplicates,
+        }),
+    }
+    .unwrap_or_default()
 }
 
 /// Steps 1 to 5 on `txn`: each request's answer, `None` for a replay.
@@ -585,28 +665,9 @@ async fn group_in<I: ServiceOwner>(
             continue;
         }
         let (applied, duplicates) = counts[index];
-        // The answers are the very types the OpenAPI document describes.
-        let body = match job.write.op {
-            Op::Add => serde_json::to_string(&AddReply { applied: true }),
-            Op::AddAndGet => {
-                let item = &job.write.items[0];
-                let total = totals
-                    .get(&item.owner)
-                    .and_then(|t| t.get(&item.key))
-                    .copied()
-                    .unwrap_or(0);
-                serde_json::to_string(&AddAndGetReply {
-                    applied: true,
-                    total,
-                })
-            }
-            Op::Batch => serde_json::to_string(&BatchAddReply {
-                applied,
-                duplicates,
-            }),
-        }
-        .unwrap_or_default();
-        bodies.push(Some(body));
+        let total = (job.write.items.first())
+            .and_then(|item| totals.get(&item.owner)?.get(&item.key).copied());
+        bodies.push(Some(first_answer(job.write.op, applied, duplicates, total)));
     }
     let mut rows: Vec<idempotency::StoredRow<'_>> = Vec::new();
     for (job, body) in jobs.iter().zip(&bodies) {

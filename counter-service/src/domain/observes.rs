@@ -93,16 +93,22 @@ impl ObserveQueue {
         self.admission.has_room()
     }
 
-    /// Commits `batch` (of `observations` observations) with whatever
-    /// else is waiting. 503 `overloaded` at once, nothing applied, if they
-    /// would pass the queue's bound.
+    /// A place in the queue for `observations` observations that the
+    /// service `received` then; 503 `overloaded` at once, nothing applied,
+    /// if they would pass the queue's bound. Taken before the members are
+    /// hashed, so that a refusal costs none of it.
+    pub fn admit(&self, observations: usize, received: Instant) -> Result<Admitted, Problem> {
+        self.admission.admit(observations, received)
+    }
+
+    /// Commits `batch` (of `observations` observations), in the place
+    /// `admitted` holds, with whatever else is waiting.
     pub async fn submit(
         &self,
         batch: DeltaBatch,
         observations: usize,
-        received: Instant,
+        admitted: Admitted,
     ) -> Result<(), Problem> {
-        let admitted = self.admission.admit(observations, received)?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {

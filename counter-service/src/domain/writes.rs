@@ -84,11 +84,12 @@ pub(crate) async fn apply(
     items: Vec<BatchItem>,
 ) -> Result<Outcome, Problem> {
     dispatch!(&namespace.table, h => {
-        let mut write = check(namespace, op, key, items, received)?;
+        let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
+        let admitted = adds.admit(items.len(), received)?;
+        let mut write = check(namespace, op, key, items)?;
         write.request_id = request_id;
         write.source = source;
-        let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
-        adds.submit(write).await
+        adds.submit(write, admitted).await
     })
 }
 
@@ -97,7 +98,6 @@ fn check<I: ServiceOwner>(
     op: Op,
     key: Option<String>,
     raw: Vec<BatchItem>,
-    received: Instant,
 ) -> Result<Write<I>, Problem> {
     let mut items = Vec::with_capacity(raw.len());
     let mut canonical_items = Vec::with_capacity(if key.is_some() { raw.len() } else { 0 });
@@ -166,7 +166,6 @@ fn check<I: ServiceOwner>(
     };
     Ok(Write {
         request_id: None,
-        received,
         op,
         source: String::new(),
         key,

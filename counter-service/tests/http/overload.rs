@@ -57,10 +57,13 @@ const MEMORY_BOUND_MIB: u64 = 256;
 /// Clients sending the refused adds again.
 const RETRIERS: usize = 64;
 /// Asserted of a release build (`COUNTER_TEST_SERVICE_BIN`, what
-/// production runs): the admitted's wait at the 99th percentile as the
-/// client sees it, in ms, and their share of the capacity, in %. A debug
-/// build (the suite's own, and CI's 6 s run beside the rest of the suite)
-/// spends the cores on its own code and the client's: it reports them.
+/// production runs) loaded by a release-built client (`cargo test
+/// --release`): the admitted's wait at the 99th percentile as the client
+/// sees it, in ms, and their share of the capacity, in %. A debug build
+/// (the suite's own, and CI's 6 s run beside the rest of the suite) spends
+/// the cores on its own code, and a debug client on its: at 3.7 times a
+/// release service's capacity the debug client took 52 % of the two cores
+/// and left the service 37 %. Either reports the figures only.
 const RELEASE_ADMITTED_P99_MS: u64 = 650;
 const RELEASE_GOODPUT_PCT: u64 = 70;
 
@@ -77,11 +80,24 @@ fn items_of(n: u64) -> impl Iterator<Item = (u64, i64)> {
     })
 }
 
+/// Request `n`'s body, written out by hand: the client shares the two
+/// cores with the service, and building 100 `serde_json::Value`s per
+/// request at five times the capacity took a core's share from it.
 fn body_of(n: u64) -> String {
-    let items: Vec<Value> = items_of(n)
-        .map(|(owner, delta)| json!({"owner": owner, "key": "likes", "delta": delta}))
-        .collect();
-    json!({ "items": items }).to_string()
+    use std::fmt::Write;
+    let mut body = String::with_capacity(ITEMS as usize * 44 + 16);
+    body.push_str("{\"items\":[");
+    for (i, (owner, delta)) in items_of(n).enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        let _ = write!(
+            body,
+            "{{\"owner\":{owner},\"key\":\"likes\",\"delta\":{delta}}}"
+        );
+    }
+    body.push_str("]}");
+    body
 }
 
 /// What one request met.
@@ -234,6 +250,11 @@ backend_test! {
     #[backends(postgres, mysql)]
     async fn five_times_capacity_is_shed_and_nothing_is_lost(t: TestDb) {
         raise_own_file_limit();
+        let written: Value = serde_json::from_str(&body_of(7)).unwrap();
+        let items: Vec<Value> = items_of(7)
+            .map(|(owner, delta)| json!({"owner": owner, "key": "likes", "delta": delta}))
+            .collect();
+        assert_eq!(written, json!({ "items": items }), "the request body written by hand");
         let scratch = Scratch::of(&t).await;
         let file = std::env::temp_dir().join(format!("counter-service-overload-{}-{}.toml", t.backend, std::process::id()));
         std::fs::write(&file, config_text("open = true", &scratch, NAMESPACES)).unwrap();
@@ -385,7 +406,7 @@ backend_test! {
         assert_eq!((lost, doubled), (0, 0), "[{}] totals after {sent_all} requests", t.backend);
         assert_eq!(transport, 0, "[{}] requests without an answer", t.backend);
         assert!(shed_503 > 0 && shed_wait > 0, "[{}] the offered load was not shed by the queue's wait: {shed_503} answered 503, {shed_wait} shed by the wait, {shed_queued} at the item bound, {shed_concurrent} at the concurrency limit", t.backend);
-        if std::env::var_os("COUNTER_TEST_SERVICE_BIN").is_some() {
+        if std::env::var_os("COUNTER_TEST_SERVICE_BIN").is_some() && !cfg!(debug_assertions) {
             assert!(admitted_p99_ms < RELEASE_ADMITTED_P99_MS, "[{}] admitted adds waited {admitted_p99_ms} ms (p99)", t.backend);
             assert!(goodput_pct >= RELEASE_GOODPUT_PCT, "[{}] admitted {admitted_items_per_s} items/s under the overload, {goodput_pct} % of the capacity {capacity_items_per_s:.0}", t.backend);
         }
