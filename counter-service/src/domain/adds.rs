@@ -327,6 +327,21 @@ fn database(at_commit: bool) -> impl Fn(sea_orm::DbErr) -> Failure {
     }
 }
 
+/// How a group's batch failed: refused for good (an overflowing slot, bad
+/// input: run each request alone), or the database's trouble, which may
+/// have applied it when `maybe_applied` (its own commit's answer lost).
+fn batch_failure(e: counter_core::CounterError, maybe_applied: bool) -> Failure {
+    match e.kind() {
+        ErrorKind::InvalidInput | ErrorKind::Overflow | ErrorKind::Misuse => {
+            Failure::Split(e.into())
+        }
+        _ => Failure::Retry {
+            cause: e,
+            at_commit: maybe_applied,
+        },
+    }
+}
+
 /// A request's fate in a committed group.
 enum Done {
     Answered(Outcome),
@@ -491,14 +506,9 @@ async fn deltas_alone<I: ServiceOwner>(
                 .map_err(|e| Failure::Exclude(index, e.into()))?;
         }
     }
-    batch.apply(db).await.map_err(|e| match e.kind() {
-        ErrorKind::InvalidInput | ErrorKind::Overflow | ErrorKind::Misuse => {
-            Failure::Split(e.into())
-        }
-        _ => Failure::Retry {
-            at_commit: e.outcome_unknown(),
-            cause: e,
-        },
+    batch.apply(db).await.map_err(|e| {
+        let maybe_applied = e.outcome_unknown();
+        batch_failure(e, maybe_applied)
     })?;
     Ok(jobs
         .iter()
@@ -619,15 +629,10 @@ async fn group_in<I: ServiceOwner>(
         }
         counts.push((applied, duplicates));
     }
-    batch.apply_in(txn).await.map_err(|e| match e.kind() {
-        ErrorKind::InvalidInput | ErrorKind::Overflow | ErrorKind::Misuse => {
-            Failure::Split(e.into())
-        }
-        _ => Failure::Retry {
-            cause: e,
-            at_commit: false,
-        },
-    })?;
+    batch
+        .apply_in(txn)
+        .await
+        .map_err(|e| batch_failure(e, false))?;
     // 4. The totals `addAndGet` answers, in one read.
     let wanted: Vec<(I, &str)> = jobs
         .iter()
