@@ -2,6 +2,7 @@
 
 use crate::{
     domain::adds::Op,
+    domain::admission::Arrival,
     domain::idempotency,
     domain::writes::{self, BatchAddReply, BatchItem},
     problem::{Problem, ProblemBody},
@@ -73,7 +74,7 @@ impl Local {
             ns.source_for(None),
             idempotency_key.map(str::to_owned),
             None,
-            std::time::Instant::now(),
+            Arrival::now(),
             Op::Batch,
             items,
         )

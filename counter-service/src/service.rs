@@ -104,6 +104,10 @@ async fn connect(config: &Config) -> Result<DatabaseConnection, StartError> {
     Ok(db)
 }
 
+/// How long a pooled connection may sit idle before it is pinged on its
+/// next acquire.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
+
 /// The pool settings of `url`, the database's or a replica's (`pooler`
 /// is the database's: a replica behind a transaction pooler says so in its
 /// own URL, `statement-cache-capacity=0`).
@@ -119,6 +123,12 @@ fn pool_options(config: &Config, url: &str) -> ConnectOptions {
         .min_connections(0)
         .connect_timeout(Duration::from_secs(10))
         .acquire_timeout(Duration::from_secs(10))
+        // sqlx pings a connection on every acquire by default: a round trip
+        // before each statement or transaction. Only one idle long enough
+        // for a server, proxy or firewall to have dropped it is pinged; a
+        // hot connection that died fails its statement, which is retried
+        // or answered 503 `transient` like any lost connection.
+        .test_before_acquire_if_idle_for(IDLE_BEFORE_PING)
         .sqlx_logging(false);
     if let Some(schema) = &config.database.schema {
         options.set_schema_search_path(schema.clone());

@@ -9,7 +9,9 @@ use axum::{
 use serde::de::DeserializeOwned;
 
 use crate::{
-    config::Scope, domain::auth::Caller, domain::namespace::Namespace, problem::Problem,
+    config::Scope,
+    domain::{admission::Arrival, auth::Caller, namespace::Namespace},
+    problem::Problem,
     state::AppState,
 };
 
@@ -43,15 +45,27 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Received(pub Instant);
 
-impl<S: Send + Sync> FromRequestParts<S> for Received {
+/// What a queue's admission knows of a request before its body is read:
+/// when it was [`Received`] and its `Content-Length`.
+fn arrival_of(parts: &Parts) -> Arrival {
+    Arrival {
+        received: parts
+            .extensions
+            .get::<Received>()
+            .map_or_else(Instant::now, |received| received.0),
+        body_bytes: parts
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()),
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Arrival {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Received>()
-            .copied()
-            .unwrap_or_else(|| Received(Instant::now())))
+        Ok(arrival_of(parts))
     }
 }
 
@@ -153,8 +167,8 @@ impl<N: Needs> FromRequestParts<AppState> for Target<N> {
         let Ns(name) = Ns::from_request_parts(parts, state).await?;
         let namespace = state.namespace(&caller, &name, N::SCOPE)?;
         match N::QUEUE {
-            Some(Queue::Adds) => namespace.room_for_adds()?,
-            Some(Queue::Observes) => namespace.room_for_observes()?,
+            Some(Queue::Adds) => namespace.room_for_adds(arrival_of(parts))?,
+            Some(Queue::Observes) => namespace.room_for_observes(arrival_of(parts))?,
             None => {}
         }
         Ok(Self {

@@ -15,11 +15,14 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
-    extract::{Json, Observing, Query, Reading, Received, Target},
+    extract::{Json, Observing, Query, Reading, Target},
     read::{check_batch, split},
     served::{ReadFrom, Served},
 };
-use crate::domain::schema::{MemberValue, OwnerValue};
+use crate::domain::{
+    admission::Arrival,
+    schema::{MemberValue, OwnerValue},
+};
 use crate::{
     dispatch,
     domain::namespace::{Handle, Namespace},
@@ -87,7 +90,7 @@ pub struct ObserveReply {
 pub(crate) async fn observe(
     State(state): State<AppState>,
     target: Target<Observing>,
-    Received(received): Received,
+    arrival: Arrival,
     Json(request): Json<ObserveRequest>,
 ) -> Result<axum::Json<ObserveReply>, Problem> {
     let namespace = target.namespace(&state);
@@ -105,7 +108,7 @@ pub(crate) async fn observe(
         .observes
         .as_ref()
         .ok_or_else(|| Problem::internal("the observe queue is not started"))?;
-    let admitted = queue.admit(observed as usize, received)?;
+    let admitted = queue.admit(observed as usize, arrival)?;
     let batch = dispatch!(&namespace.table, h => batch_of(namespace, h, observations)?);
     queue.submit(batch, observed as usize, admitted).await?;
     Ok(axum::Json(ObserveReply { observed }))

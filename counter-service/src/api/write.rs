@@ -12,10 +12,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::extract::{Adding, Json, Received, Target};
+use super::extract::{Adding, Json, Target};
 use crate::{
     domain::{
         adds::{Op, Outcome},
+        admission::Arrival,
         idempotency,
         schema::OwnerValue,
         writes::{AddAndGetReply, AddReply, BatchAddReply, BatchItem, apply},
@@ -99,12 +100,12 @@ pub struct BatchAddRequest {
 pub(crate) async fn add(
     State(state): State<AppState>,
     target: Target<Adding>,
-    received: Received,
+    arrival: Arrival,
     headers: HeaderMap,
     Json(request): Json<AddRequest>,
 ) -> Result<Response, Problem> {
     let items = vec![request.into()];
-    write(state, target, received, &headers, Op::Add, items).await
+    write(state, target, arrival, &headers, Op::Add, items).await
 }
 
 /// Adds `delta` to one counter and answers its new total (idempotent like
@@ -128,12 +129,12 @@ pub(crate) async fn add(
 pub(crate) async fn add_and_get(
     State(state): State<AppState>,
     target: Target<Adding>,
-    received: Received,
+    arrival: Arrival,
     headers: HeaderMap,
     Json(request): Json<AddRequest>,
 ) -> Result<Response, Problem> {
     let items = vec![request.into()];
-    write(state, target, received, &headers, Op::AddAndGet, items).await
+    write(state, target, arrival, &headers, Op::AddAndGet, items).await
 }
 
 /// Applies many deltas in one transaction, all or nothing. Items with an
@@ -159,7 +160,7 @@ pub(crate) async fn add_and_get(
 pub(crate) async fn batch_add(
     State(state): State<AppState>,
     target: Target<Adding>,
-    received: Received,
+    arrival: Arrival,
     headers: HeaderMap,
     Json(request): Json<BatchAddRequest>,
 ) -> Result<Response, Problem> {
@@ -169,13 +170,13 @@ pub(crate) async fn batch_add(
     }
     metrics::histogram!("counter_service_batch_size", "op" => "batchAdd")
         .record(request.items.len() as f64);
-    write(state, target, received, &headers, Op::Batch, request.items).await
+    write(state, target, arrival, &headers, Op::Batch, request.items).await
 }
 
 async fn write(
     state: AppState,
     target: Target<Adding>,
-    Received(received): Received,
+    arrival: Arrival,
     headers: &HeaderMap,
     op: Op,
     items: Vec<BatchItem>,
@@ -187,7 +188,7 @@ async fn write(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let source = namespace.source_for(target.caller.token());
-    respond(apply(namespace, source, key, request_id, received, op, items).await?)
+    respond(apply(namespace, source, key, request_id, arrival, op, items).await?)
 }
 
 /// The `Idempotency-Key` header, checked.

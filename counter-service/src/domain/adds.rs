@@ -25,7 +25,7 @@
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use chrono::{DateTime, Utc};
@@ -36,7 +36,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::{
-    domain::admission::{Admission, Admitted},
+    domain::admission::{Admission, Admitted, Arrival},
     domain::idempotency,
     domain::owner::ServiceOwner,
     domain::writes::{AddAndGetReply, AddReply, BatchAddReply},
@@ -189,19 +189,20 @@ impl<I: ServiceOwner> AddQueue<I> {
         Self { jobs, admission }
     }
 
-    /// `Ok` if one more item would be admitted now; the refusal if not.
-    pub fn has_room(&self) -> Result<(), Problem> {
-        self.admission.has_room()
+    /// `Ok` if a request arriving as `arrival` says would be admitted
+    /// now; the refusal, before its body is read, if not.
+    pub fn has_room(&self, arrival: Arrival) -> Result<(), Problem> {
+        self.admission.has_room(arrival)
     }
 
-    /// A place in the queue for a request of `items` items that the
-    /// service `received` then, held until the request is answered or
+    /// A place in the queue for a request of `items` items that arrived
+    /// as `arrival` says, held until the request is answered or
     /// dropped; 503 `overloaded` at once if its items would pass the
     /// queue's bound of items or of time. Taken before the request's items
     /// are checked: under overload most requests are refused, and a refusal
     /// then costs no checking and no canonical form.
-    pub fn admit(&self, items: usize, received: Instant) -> Result<Admitted, Problem> {
-        self.admission.admit(items, received)
+    pub fn admit(&self, items: usize, arrival: Arrival) -> Result<Admitted, Problem> {
+        self.admission.admit(items, arrival)
     }
 
     /// Applies `write`, in the place `admitted` holds, with whatever else is

@@ -28,6 +28,16 @@
 //! rate measured on small groups would admit less and less. So a queue
 //! always admits up to a full group for each of its workers (the `floor`),
 //! whatever the rate: that much is drained by the next groups anyway.
+//!
+//! Under overload most requests are refused, so a refusal must cost little:
+//! a refused request whose body was read and parsed took as much of the
+//! cores as one the workers then serve. So before the body is read
+//! ([`Admission::has_room`]) the request is checked with the time it has
+//! already waited and the items its `Content-Length` suggests: the queue
+//! learns the bytes per item of the bodies it parses, and a body is taken
+//! to hold half the items its length gives at that rate (whitespace and
+//! longer keys make a body fatter per item, never thinner than the bound
+//! supposes by more than that). An idle queue reads any body.
 
 use std::{
     sync::{Arc, Mutex, MutexGuard},
@@ -40,6 +50,28 @@ use crate::problem::Problem;
 const WEIGHT: f64 = 0.1;
 /// The longest `Retry-After` a refusal announces, in seconds.
 const MAX_RETRY_AFTER_S: u64 = 60;
+
+/// The newest body's weight in the bytes-per-item average.
+const BYTES_WEIGHT: f64 = 0.05;
+
+/// What admission knows of a request before its body is parsed: when the
+/// service received it, and how long its body says it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival {
+    pub received: Instant,
+    /// The body's `Content-Length`, when it declared one.
+    pub body_bytes: Option<u64>,
+}
+
+impl Arrival {
+    /// A request arriving now with no declared body (the in-process path).
+    pub fn now() -> Self {
+        Self {
+            received: Instant::now(),
+            body_bytes: None,
+        }
+    }
+}
 
 /// Which queue: what a refusal and the metrics name.
 #[derive(Debug, Clone, Copy)]
@@ -107,6 +139,9 @@ struct State {
     /// Moving averages of a group's items and of the busy time it took.
     items_avg: f64,
     secs_avg: f64,
+    /// The bytes per item of the bodies parsed so far (moving average; 0
+    /// until one is).
+    bytes_per_item: f64,
 }
 
 impl State {
@@ -131,6 +166,28 @@ impl State {
         Some(Duration::from_secs_f64(
             ((self.queued + items) as f64 / rate).min(86_400.0),
         ))
+    }
+
+    /// Takes a parsed body of `bytes` holding `items` items as the bytes
+    /// per item's next sample.
+    fn learn(&mut self, bytes: u64, items: usize) {
+        let sample = bytes as f64 / items as f64;
+        if self.bytes_per_item == 0.0 {
+            self.bytes_per_item = sample;
+        } else {
+            self.bytes_per_item += BYTES_WEIGHT * (sample - self.bytes_per_item);
+        }
+    }
+
+    /// The items a body of `bytes` is taken to hold before it is parsed:
+    /// half what the bytes per item seen so far give, at least 1.
+    fn estimate(&self, bytes: Option<u64>) -> usize {
+        match bytes {
+            Some(bytes) if self.bytes_per_item > 0.0 => {
+                ((bytes as f64 / (2.0 * self.bytes_per_item)) as usize).max(1)
+            }
+            _ => 1,
+        }
     }
 }
 
@@ -171,14 +228,22 @@ impl Admission {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Admits a request of `items` items (at least one counts) that the
-    /// service `received` then, held until the returned [`Admitted`] is
+    /// Admits a request of `items` items (at least one counts) that
+    /// arrived as `arrival` says, held until the returned [`Admitted`] is
     /// dropped; 503 `overloaded` at once when either bound would be passed.
-    pub fn admit(&self, items: usize, received: Instant) -> Result<Admitted, Problem> {
+    pub fn admit(&self, items: usize, arrival: Arrival) -> Result<Admitted, Problem> {
         let items = items.max(1);
         let now = Instant::now();
         let mut state = self.state();
-        self.check(&state, items, now, now.saturating_duration_since(received))?;
+        if let Some(bytes) = arrival.body_bytes {
+            state.learn(bytes, items);
+        }
+        self.check(
+            &state,
+            items,
+            now,
+            now.saturating_duration_since(arrival.received),
+        )?;
         if state.queued == 0 {
             state.busy_since = Some(now);
         }
@@ -189,10 +254,27 @@ impl Admission {
         })
     }
 
-    /// Whether one more item would be admitted now: a request is refused
-    /// before its body is read when not.
-    pub fn has_room(&self) -> Result<(), Problem> {
-        self.check(&self.state(), 1, Instant::now(), Duration::ZERO)
+    /// Whether a request arriving as `arrival` says would be admitted now,
+    /// judged by the time it has waited and the items its body's length
+    /// suggests (see the module's doc): it is refused before its body is
+    /// read when not. An idle queue reads any body.
+    pub fn has_room(&self, arrival: Arrival) -> Result<(), Problem> {
+        let state = self.state();
+        let items = match state.queued {
+            0 => 1,
+            _ => state.estimate(arrival.body_bytes),
+        };
+        let now = Instant::now();
+        self.check(
+            &state,
+            items,
+            now,
+            now.saturating_duration_since(arrival.received),
+        )
+        .map_err(|refusal| match items {
+            1 => refusal,
+            estimated => refusal.with("estimated_items", estimated as u64),
+        })
     }
 
     /// Whether `items` more, received `waited` ago, fit both bounds now.
@@ -304,13 +386,13 @@ mod tests {
     #[test]
     fn an_idle_queue_or_an_unknown_rate_admits() {
         let a = admission(100, 250);
-        let first = a.admit(90, Instant::now()).expect("an idle queue admits");
+        let first = a.admit(90, Arrival::now()).expect("an idle queue admits");
         // No group answered yet: no rate, so only the item bound holds.
-        let _second = a.admit(10, Instant::now()).expect("no rate known yet");
-        let refused = a.admit(1, Instant::now()).unwrap_err();
+        let _second = a.admit(10, Arrival::now()).expect("no rate known yet");
+        let refused = a.admit(1, Arrival::now()).unwrap_err();
         assert_eq!(refused.document()["bound"], "queued add items");
         drop(first);
-        assert!(a.admit(90, Instant::now()).is_ok());
+        assert!(a.admit(90, Arrival::now()).is_ok());
     }
 
     #[test]
@@ -318,19 +400,22 @@ mod tests {
         let a = admission(1_000_000, 250);
         // 1,000 items a second.
         steady(&a, 100, Duration::from_millis(100), 20);
-        let ahead = a.admit(200, Instant::now()).expect("an idle queue admits");
+        let ahead = a.admit(200, Arrival::now()).expect("an idle queue admits");
         // 200 ahead + 40 = 240 ms: admitted.
-        let _fits = a.admit(40, Instant::now()).expect("within the bound");
+        let _fits = a.admit(40, Arrival::now()).expect("within the bound");
         // 240 ahead + 2,000 = 2.24 s: refused, about 2 s to wait.
-        let refused = a.admit(2_000, Instant::now()).unwrap_err();
+        let refused = a.admit(2_000, Arrival::now()).unwrap_err();
         let doc = refused.document();
         assert_eq!(doc["bound"], "add queue wait");
         let wait = doc["expected_wait_ms"].as_u64().unwrap();
         assert!((2_200..=2_300).contains(&wait), "{wait}");
         assert_eq!(refused.retry_after(), Some(2));
-        assert!(a.has_room().is_ok(), "one more item still fits");
+        assert!(
+            a.has_room(Arrival::now()).is_ok(),
+            "one more item still fits"
+        );
         drop(ahead);
-        assert!(a.admit(200, Instant::now()).is_ok(), "the queue drained");
+        assert!(a.admit(200, Arrival::now()).is_ok(), "the queue drained");
     }
 
     #[test]
@@ -338,15 +423,17 @@ mod tests {
         let a = admission(1_000_000, 250);
         // 1,000 items a second, 100 ahead: 100 ms for the queue.
         steady(&a, 100, Duration::from_millis(100), 20);
-        let _ahead = a.admit(100, Instant::now()).expect("an idle queue admits");
+        let _ahead = a.admit(100, Arrival::now()).expect("an idle queue admits");
         let now = Instant::now();
         // Received 100 ms ago: 100 + 101 ms, within 250 ms.
         let _fresh = a
-            .admit(1, now - Duration::from_millis(100))
+            .admit(1, received(now - Duration::from_millis(100)))
             .expect("within the bound");
         // Received 200 ms ago: 200 + 102 ms is past it, although the
         // queue alone would answer in time.
-        let refused = a.admit(1, now - Duration::from_millis(200)).unwrap_err();
+        let refused = a
+            .admit(1, received(now - Duration::from_millis(200)))
+            .unwrap_err();
         let doc = refused.document();
         assert_eq!(doc["bound"], "add queue wait");
         assert!(doc["waited_ms"].as_u64().unwrap() >= 200, "{doc}");
@@ -356,7 +443,7 @@ mod tests {
         // An idle queue admits whatever the request waited before it.
         let b = admission(1_000_000, 250);
         steady(&b, 100, Duration::from_millis(100), 20);
-        assert!(b.admit(1, now - Duration::from_secs(5)).is_ok());
+        assert!(b.admit(1, received(now - Duration::from_secs(5))).is_ok());
     }
 
     #[test]
@@ -368,20 +455,20 @@ mod tests {
             let started = stalled - Duration::from_millis(10) * g;
             a.drained_at(1_000, started, started + Duration::from_millis(10));
         }
-        let _ahead = a.admit(10, Instant::now()).unwrap();
+        let _ahead = a.admit(10, Arrival::now()).unwrap();
         let big = a
-            .admit(20_000, Instant::now())
+            .admit(20_000, Arrival::now())
             .expect("200 ms at the rate before the stall");
         drop(big);
         // Busy for the whole second since, with nothing answered: at most
         // 1,000 items in that second, so 300 more would wait ~330 ms.
         a.state().busy_since = Some(stalled);
         assert!(
-            a.admit(10, Instant::now()).is_ok(),
+            a.admit(10, Arrival::now()).is_ok(),
             "30 ms at the rate the stall allows"
         );
         assert!(
-            a.admit(300, Instant::now()).is_err(),
+            a.admit(300, Arrival::now()).is_err(),
             "the stall slows the estimate"
         );
     }
@@ -412,11 +499,68 @@ mod tests {
         );
         // 100 items a second: 4,000 would wait 40 s.
         steady(&a, 10, Duration::from_millis(100), 20);
-        let _ahead = a.admit(1, Instant::now()).unwrap();
-        let _within = a.admit(3_999, Instant::now()).expect("within the floor");
+        let _ahead = a.admit(1, Arrival::now()).unwrap();
+        let _within = a.admit(3_999, Arrival::now()).expect("within the floor");
         assert!(
-            a.admit(1, Instant::now()).is_err(),
+            a.admit(1, Arrival::now()).is_err(),
             "past the floor, the wait bounds"
         );
+    }
+
+    /// A request received at `at`, with no body declared.
+    fn received(at: Instant) -> Arrival {
+        Arrival {
+            received: at,
+            body_bytes: None,
+        }
+    }
+
+    /// A request of `bytes` received now.
+    fn body(bytes: u64) -> Arrival {
+        Arrival {
+            received: Instant::now(),
+            body_bytes: Some(bytes),
+        }
+    }
+
+    #[test]
+    fn a_body_is_refused_before_it_is_read_by_the_items_its_length_suggests() {
+        let a = admission(1_000, 60_000);
+        // Nothing learned yet: a body counts as one item.
+        assert!(a.has_room(body(1_000_000)).is_ok());
+        // Two bodies of 100 items at 40 bytes each: 40 bytes an item.
+        let _first = a.admit(100, body(4_000)).unwrap();
+        let _second = a.admit(100, body(4_000)).unwrap();
+        // 200 queued. 32,000 bytes are taken for half their 800 items:
+        // 200 + 400 fit the 1,000.
+        assert!(a.has_room(body(32_000)).is_ok());
+        // 80,000 bytes: 200 + 1,000 do not, refused unread.
+        let refused = a.has_room(body(80_000)).unwrap_err();
+        let doc = refused.document();
+        assert_eq!(doc["bound"], "queued add items");
+        assert_eq!(doc["estimated_items"], 1_000);
+        // No length declared: one item, as before.
+        assert!(a.has_room(Arrival::now()).is_ok());
+    }
+
+    #[test]
+    fn an_idle_queue_reads_any_body() {
+        let a = admission(1_000, 60_000);
+        drop(a.admit(100, body(4_000)).unwrap());
+        // Idle again: the body is read, and admit judges its real items.
+        assert!(a.has_room(body(400_000)).is_ok());
+    }
+
+    #[test]
+    fn the_time_a_request_already_waited_refuses_it_before_its_body_is_read() {
+        let a = admission(1_000_000, 250);
+        // 1,000 items a second, 100 queued: 100 ms ahead of a new request.
+        steady(&a, 100, Duration::from_millis(100), 20);
+        let _ahead = a.admit(100, Arrival::now()).unwrap();
+        assert!(a.has_room(Arrival::now()).is_ok());
+        let refused = a
+            .has_room(received(Instant::now() - Duration::from_millis(200)))
+            .unwrap_err();
+        assert_eq!(refused.document()["bound"], "add queue wait");
     }
 }

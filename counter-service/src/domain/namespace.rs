@@ -7,7 +7,7 @@ use counter_redis::{CachedCounters, CountCache};
 
 use crate::{
     domain::adds::AddQueue,
-    domain::admission::{Admission, QueueKind},
+    domain::admission::{Admission, Arrival, QueueKind},
     domain::observes::ObserveQueue,
 };
 use serde::Serialize;
@@ -343,16 +343,16 @@ impl Namespace {
 
     /// `Ok` if the observe queue would admit one more observation now; its
     /// refusal if not.
-    pub fn room_for_observes(&self) -> Result<(), Problem> {
+    pub fn room_for_observes(&self, arrival: Arrival) -> Result<(), Problem> {
         self.observes
             .as_ref()
-            .map_or(Ok(()), ObserveQueue::has_room)
+            .map_or(Ok(()), |queue| queue.has_room(arrival))
     }
 
     /// `Ok` if the add queue would admit one more item now; its refusal if
     /// not (a request is refused before its body is read).
-    pub fn room_for_adds(&self) -> Result<(), Problem> {
-        dispatch!(&self.table, h => h.adds.as_ref().map_or(Ok(()), AddQueue::has_room))
+    pub fn room_for_adds(&self, arrival: Arrival) -> Result<(), Problem> {
+        dispatch!(&self.table, h => h.adds.as_ref().map_or(Ok(()), |adds| adds.has_room(arrival)))
     }
 
     /// Puts `cache` in front of this namespace's batch gets (and registers

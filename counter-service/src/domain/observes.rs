@@ -11,7 +11,7 @@
 //! group's outcome: its requests were checked before they were queued, so
 //! what can still fail is the database's, and theirs alike.
 
-use std::{collections::VecDeque, sync::Arc, time::Instant};
+use std::{collections::VecDeque, sync::Arc};
 
 use counter_core::DeltaBatch;
 use counter_redis::CountCache;
@@ -19,7 +19,7 @@ use sea_orm::DatabaseConnection;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::{
-    domain::admission::{Admission, Admitted},
+    domain::admission::{Admission, Admitted, Arrival},
     problem::Problem,
 };
 
@@ -89,16 +89,16 @@ impl ObserveQueue {
 
     /// `Ok` if one more observation would be admitted now; the refusal if
     /// not.
-    pub fn has_room(&self) -> Result<(), Problem> {
-        self.admission.has_room()
+    pub fn has_room(&self, arrival: Arrival) -> Result<(), Problem> {
+        self.admission.has_room(arrival)
     }
 
     /// A place in the queue for `observations` observations that the
     /// service `received` then; 503 `overloaded` at once, nothing applied,
     /// if they would pass the queue's bound. Taken before the members are
     /// hashed, so that a refusal costs none of it.
-    pub fn admit(&self, observations: usize, received: Instant) -> Result<Admitted, Problem> {
-        self.admission.admit(observations, received)
+    pub fn admit(&self, observations: usize, arrival: Arrival) -> Result<Admitted, Problem> {
+        self.admission.admit(observations, arrival)
     }
 
     /// Commits `batch` (of `observations` observations), in the place

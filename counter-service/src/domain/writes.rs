@@ -3,8 +3,6 @@
 //! `counters:add`, `counters:addAndGet` and `counters:batchAdd`, and of the
 //! in-process [`Local`](crate::Local).
 
-use std::time::Instant;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -14,6 +12,7 @@ use crate::{
     dispatch,
     domain::{
         adds::{Item, Op, Outcome, Write},
+        admission::Arrival,
         idempotency,
         namespace::Namespace,
         owner::ServiceOwner,
@@ -79,13 +78,13 @@ pub(crate) async fn apply(
     source: String,
     key: Option<String>,
     request_id: Option<String>,
-    received: Instant,
+    arrival: Arrival,
     op: Op,
     items: Vec<BatchItem>,
 ) -> Result<Outcome, Problem> {
     dispatch!(&namespace.table, h => {
         let adds = h.adds.as_ref().ok_or_else(|| Problem::internal("the add queue is not started"))?;
-        let admitted = adds.admit(items.len(), received)?;
+        let admitted = adds.admit(items.len(), arrival)?;
         let mut write = check(namespace, op, key, items)?;
         write.request_id = request_id;
         write.source = source;

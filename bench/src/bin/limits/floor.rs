@@ -462,7 +462,9 @@ pub(crate) async fn run(
 
 /// The raw loads' pool: as many connections as the measured service has
 /// (its configured pool; one on SQLite, as the service opens it), so a raw
-/// statement meets the same concurrency at the database as the route's.
+/// statement meets the same concurrency at the database as the route's,
+/// and like the service's it pings only a connection idle for a second
+/// (sqlx pings on every acquire by default: a round trip per statement).
 async fn raw_pool(url: &str, service: &str) -> Result<DatabaseConnection, BoxError> {
     let config = counter_service::Config::from_text(service, "limits", std::iter::empty(), &[])?;
     let connections = match url.starts_with("sqlite:") {
@@ -473,6 +475,7 @@ async fn raw_pool(url: &str, service: &str) -> Result<DatabaseConnection, BoxErr
     options
         .max_connections(connections)
         .acquire_timeout(Duration::from_secs(60))
+        .test_before_acquire_if_idle_for(Duration::from_secs(1))
         .sqlx_logging(false);
     Ok(Database::connect(options).await?)
 }
