@@ -166,9 +166,17 @@ impl<N: Needs> FromRequestParts<AppState> for Target<N> {
         let Calling(caller) = Calling::from_request_parts(parts, state).await?;
         let Ns(name) = Ns::from_request_parts(parts, state).await?;
         let namespace = state.namespace(&caller, &name, N::SCOPE)?;
+        // A body declared over the size bound is left to its 413.
+        let arrival = || {
+            let mut arrival = arrival_of(parts);
+            arrival.body_bytes = arrival
+                .body_bytes
+                .filter(|bytes| *bytes <= state.server.max_body_bytes as u64);
+            arrival
+        };
         match N::QUEUE {
-            Some(Queue::Adds) => namespace.room_for_adds(arrival_of(parts))?,
-            Some(Queue::Observes) => namespace.room_for_observes(arrival_of(parts))?,
+            Some(Queue::Adds) => namespace.room_for_adds(arrival())?,
+            Some(Queue::Observes) => namespace.room_for_observes(arrival())?,
             None => {}
         }
         Ok(Self {

@@ -35,9 +35,11 @@
 //! ([`Admission::has_room`]) the request is checked with the time it has
 //! already waited and the items its `Content-Length` suggests: the queue
 //! learns the bytes per item of the bodies it parses, and a body is taken
-//! to hold half the items its length gives at that rate (whitespace and
-//! longer keys make a body fatter per item, never thinner than the bound
-//! supposes by more than that). An idle queue reads any body.
+//! to hold half the items its length gives at that rate. So a body is
+//! refused for its length only if it would be refused were it twice as
+//! verbose per item as the average (whitespace, longer keys): never one the
+//! check after parsing would admit, whatever its shape within that. An
+//! idle queue reads any body.
 
 use std::{
     sync::{Arc, Mutex, MutexGuard},
