@@ -50,6 +50,6 @@ pub use config::{Config, ConfigError};
 pub use domain::jobs;
 pub use local::Local;
 pub use problem::ProblemBody;
-pub use service::{Service, StartError};
+pub use service::{Service, StartError, pool_options};
 
 use domain::namespace::dispatch;

@@ -108,10 +108,11 @@ async fn connect(config: &Config) -> Result<DatabaseConnection, StartError> {
 /// next acquire.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
-/// The pool settings of `url`, the database's or a replica's (`pooler`
-/// is the database's: a replica behind a transaction pooler says so in its
-/// own URL, `statement-cache-capacity=0`).
-fn pool_options(config: &Config, url: &str) -> ConnectOptions {
+/// The pool settings the service opens `url` with, the database's or a
+/// replica's (`pooler` is the database's: a replica behind a transaction
+/// pooler says so in its own URL, `statement-cache-capacity=0`). Public so
+/// that a bench's raw statements meet the database on the same pool.
+pub fn pool_options(config: &Config, url: &str) -> ConnectOptions {
     let mut options = ConnectOptions::new(url.to_owned());
     let sqlite = url.starts_with("sqlite:");
     options

@@ -45,7 +45,7 @@ use bench::{
 use counter_core::{CounterTable, Counters, DeltaBatch};
 use hyper::Method;
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
+    ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
     sea_query::{Alias, Expr, ExprTrait, OnConflict, Query},
 };
 use serde_json::{Map, Value, json};
@@ -460,23 +460,14 @@ pub(crate) async fn run(
     Ok((figures, ok))
 }
 
-/// The raw loads' pool: as many connections as the measured service has
-/// (its configured pool; one on SQLite, as the service opens it), so a raw
-/// statement meets the same concurrency at the database as the route's,
-/// and like the service's it pings only a connection idle for a second
-/// (sqlx pings on every acquire by default: a round trip per statement).
+/// The raw loads' pool: the measured service's own pool settings
+/// ([`counter_service::pool_options`]: its size, one connection on SQLite,
+/// a ping only for a connection idle for a second), so a raw statement
+/// meets the database as the route's does; only the acquire waits longer.
 async fn raw_pool(url: &str, service: &str) -> Result<DatabaseConnection, BoxError> {
     let config = counter_service::Config::from_text(service, "limits", std::iter::empty(), &[])?;
-    let connections = match url.starts_with("sqlite:") {
-        true => 1,
-        false => config.database.max_connections,
-    };
-    let mut options = ConnectOptions::new(url.to_owned());
-    options
-        .max_connections(connections)
-        .acquire_timeout(Duration::from_secs(60))
-        .test_before_acquire_if_idle_for(Duration::from_secs(1))
-        .sqlx_logging(false);
+    let mut options = counter_service::pool_options(&config, url);
+    options.acquire_timeout(Duration::from_secs(60));
     Ok(Database::connect(options).await?)
 }
 
