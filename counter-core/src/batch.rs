@@ -590,13 +590,14 @@ impl DeltaBatch {
     pub(crate) fn into_chunks(self, dialect: Dialect) -> (BatchReport, Vec<Chunk>) {
         let mut outcome = BatchReport::default();
         let mut chunks = Vec::new();
-        let mut push = |name: &str, rows: Vec<UpsertRow>| {
+        let mut push = |name: &str, rows: Vec<UpsertRow>, region: Option<crate::Region>| {
             for rows in rows.chunks(sql::UPSERT_ROWS_PER_STATEMENT) {
                 outcome.rows += rows.len();
                 outcome.statements += 1;
                 chunks.push(Chunk {
                     table: name.to_owned(),
                     rows: rows.to_vec(),
+                    region: region.clone(),
                 });
             }
         };
@@ -613,7 +614,8 @@ impl DeltaBatch {
                     delta: pending.delta,
                 })
                 .collect();
-            push(&name, rows);
+            let region = t.table.region();
+            push(&name, rows, region.clone());
             let Some(bucket_table) = t.table.bucket_table() else {
                 continue;
             };
@@ -629,7 +631,7 @@ impl DeltaBatch {
                     delta: pending.delta,
                 })
                 .collect();
-            push(&bucket_table, rows);
+            push(&bucket_table, rows, region);
         }
         (outcome, chunks)
     }

@@ -199,13 +199,16 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             return Ok(0);
         }
         let floor = unique.then_some(sql::sketches::ALL_TIME);
+        // In a region, its own buckets only: each region prunes its own.
+        let slots = sql::FoldSlots::of_region(self.table().region().as_ref());
         let mut deleted = 0;
         let mut stretches = walk::Stretches::<I>::new("prune", table, PRUNE_ROWS_PER_STATEMENT);
         while let Some(range) = stretches.next(db).await? {
             for (window, keys) in &by_window {
                 // The last start whose bucket ends at or before `before`.
                 let last = before.timestamp() - window.seconds();
-                let stmt = sql::prune_buckets(dialect, table, &range, keys.clone(), floor, last);
+                let stmt =
+                    sql::prune_buckets(dialect, table, &range, keys.clone(), floor, last, slots);
                 let done = retry::run(db, table, || detach::execute(db, stmt.clone())).await?;
                 deleted += done.rows_affected();
             }

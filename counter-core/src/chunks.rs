@@ -45,6 +45,9 @@ use crate::{
 pub(crate) struct Chunk {
     pub table: String,
     pub rows: Vec<UpsertRow>,
+    /// The region of the table's writes: a row there is never settled
+    /// (a settlement spreads a total over slots other regions own).
+    pub region: Option<crate::Region>,
 }
 
 impl Chunk {
@@ -107,6 +110,8 @@ pub(crate) async fn write<C: ConnectionTrait>(
 pub(crate) struct Sent {
     written: Written,
     unsettled: Vec<(String, UpsertRow)>,
+    /// The region of the first unsettled row's table, if any.
+    region: Option<crate::Region>,
 }
 
 impl Sent {
@@ -136,6 +141,9 @@ pub(crate) async fn send<C: ConnectionTrait>(
                 .partition(|r| !settle::beyond_cap(r.delta)),
             Mode::Settle => (Vec::new(), chunk.rows.iter().collect()),
         };
+        if !beyond.is_empty() && sent.region.is_none() {
+            sent.region.clone_from(&chunk.region);
+        }
         sent.unsettled
             .extend(beyond.into_iter().map(|r| (table.to_owned(), r.clone())));
         if fast.is_empty() {
@@ -145,7 +153,12 @@ pub(crate) async fn send<C: ConnectionTrait>(
         let refused = send_guarded(txn, dialect, table, &fast).await?;
         for (row, refused) in fast.into_iter().zip(refused) {
             match refused {
-                true => sent.unsettled.push((table.to_owned(), row)),
+                true => {
+                    if sent.region.is_none() {
+                        sent.region.clone_from(&chunk.region);
+                    }
+                    sent.unsettled.push((table.to_owned(), row));
+                }
                 false => sent.written.add(table, row),
             }
         }
@@ -165,9 +178,17 @@ pub(crate) async fn settle<C: ConnectionTrait>(
     let Sent {
         mut written,
         unsettled,
+        region,
     } = sent;
-    let mut settled = Ok(());
-    for (table, row) in &unsettled {
+    // A region settles nothing: refused before anything more is written.
+    let mut settled = match (&region, unsettled.is_empty()) {
+        (Some(_), false) => {
+            crate::Region::refuse(region.as_ref(), "settling an add at the slot cap")
+                .map_err(CounterError::carry)
+        }
+        _ => Ok(()),
+    };
+    for (table, row) in unsettled.iter().filter(|_| region.is_none()) {
         settled = settle::row(txn, dialect, table, row, written.rows_of(table)).await;
         if settled.is_err() {
             break;

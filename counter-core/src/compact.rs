@@ -238,10 +238,18 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         for key in options.keys.iter().flatten() {
             validate_key(key)?;
         }
-        let share = match options.slots {
-            SlotsToFold::All => None,
-            SlotsToFold::Share(writer) => Some(writer),
-            SlotsToFold::Auto => Writer::of_galera_node(db).await?,
+        let share = match (options.slots, self.table().region()) {
+            // A region folds its own rows and no other's: replication
+            // carries only each region's own.
+            (SlotsToFold::Auto, Some(region)) => Some(Writer::new(region.index(), region.count())?),
+            (_, Some(_)) => {
+                self.table()
+                    .refuse_in_region("compacting other slots than the region's own")?;
+                None
+            }
+            (SlotsToFold::All, None) => None,
+            (SlotsToFold::Share(writer), None) => Some(writer),
+            (SlotsToFold::Auto, None) => Writer::of_galera_node(db).await?,
         };
         let slots = share.map_or(FoldSlots::ALL, |w| FoldSlots::share(w.index(), w.count()));
         let mut report = CompactReport {

@@ -261,6 +261,34 @@ pub enum CounterError {
         reason: &'static str,
     },
 
+    /// An operation that would change rows of other regions than this
+    /// process's, or that is exact only with every region's rows in front
+    /// of it, refused on a table placed in a [`Region`](crate::Region): a
+    /// repairing recount (it adds `truth - current`, and `current` misses
+    /// whatever replication has not brought yet), a reset or purge of
+    /// named owners, folding every slot or another share, settling an add
+    /// at the slot cap. Replication carries only each region's own rows, so
+    /// a change to another's would never reach it. See the guide's
+    /// "Regions" for what to run instead.
+    #[error(
+        "{operation} is refused in region `{region}`: it would change or depend on rows other regions own"
+    )]
+    CrossRegion {
+        /// The region of the table (or the process).
+        region: String,
+        /// What was refused.
+        operation: &'static str,
+    },
+
+    /// A region name broke the rules of [`Region::new`](crate::Region::new).
+    #[error("invalid region name {name:?}: {reason}")]
+    InvalidRegion {
+        /// The offending name (shortened to 80 characters for display).
+        name: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+
     /// A counter table that something else created (SeaORM's schema sync)
     /// has a column that [`Counters::create_table`](crate::Counters::create_table)
     /// cannot give the collation counting needs: on MySQL a string
@@ -474,7 +502,8 @@ impl CounterError {
             | Self::InvalidOwner { .. }
             | Self::OutOfRange { .. }
             | Self::InvalidRange { .. }
-            | Self::NotWindowed { .. } => ErrorKind::InvalidInput,
+            | Self::NotWindowed { .. }
+            | Self::InvalidRegion { .. } => ErrorKind::InvalidInput,
             Self::Overflow { .. } => ErrorKind::Overflow,
             Self::Conflict { .. } | Self::ReconcileBusy { .. } => ErrorKind::Transient,
             Self::MissingTable { .. } => ErrorKind::SchemaMissing,
@@ -484,6 +513,7 @@ impl CounterError {
             | Self::TransactionRequired { .. }
             | Self::BatchNeedsTransaction { .. }
             | Self::ClusterUnsafe { .. }
+            | Self::CrossRegion { .. }
             | Self::TableShape { .. }
             | Self::WrongKeyKind { .. }
             | Self::WalkStalled { .. } => ErrorKind::Misuse,

@@ -87,6 +87,7 @@ mod purge;
 mod rank;
 mod read;
 mod reconcile;
+mod region;
 mod retry;
 mod schema;
 #[cfg(feature = "serde")]
@@ -124,6 +125,7 @@ pub use owner::{OwnerColumn, OwnerId};
 pub use rank::Ranked;
 pub use read::CountMap;
 pub use reconcile::{Drift, Reconcile, ReconcileReport, RowsOf, Truth};
+pub use region::{Region, RegionLag};
 #[cfg(feature = "migration")]
 pub use schema::migration::{
     BackfillMigration, CascadeMigration, CounterTableMigration, CounterTableUpgrade,

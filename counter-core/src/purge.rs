@@ -25,14 +25,20 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// the slot rows deleted: what deleting those owner rows does on a table
     /// with `cascade`. Call it after deleting the owners; a write for one of
     /// them that commits later counts again, from zero.
+    ///
+    /// In a [`Region`](crate::Region), only the region's own rows: replication
+    /// carries the deletes to the others, and each region purges its own
+    /// share (the owner rows' delete reaches every region, so run it, or
+    /// [`Counters::purge_orphans`], in each).
     pub async fn purge<C: ConnectionTrait>(&self, db: &C, owners: &[I]) -> Result<u64> {
         let owners = sorted_unique(owners)?;
         let dialect = Dialect::of(db)?;
+        let slots = self.own_slots();
         let mut deleted = 0;
         for (table, _) in sql::tables(self.table()) {
             deleted += self
                 .delete_in_chunks(db, &table, &owners, |ids| {
-                    sql::delete_owners(dialect, &table, ids)
+                    sql::delete_owners(dialect, &table, ids, slots)
                 })
                 .await?;
         }
@@ -83,6 +89,9 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         validate_key(key)?;
         let operation = if unique { "reset_unique" } else { "reset" };
         self.table().check_kind(key, unique, operation)?;
+        // Zero means every region's rows gone, and a region deletes only
+        // its own.
+        self.table().refuse_in_region(operation)?;
         let owners = sorted_unique(owners)?;
         let dialect = Dialect::of(db)?;
         let table = self.table();
@@ -103,6 +112,11 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 .await?;
         }
         Ok(deleted)
+    }
+
+    /// The slots a delete of this table may touch: its region's, or all.
+    fn own_slots(&self) -> sql::FoldSlots {
+        sql::FoldSlots::of_region(self.table().region().as_ref())
     }
 
     /// One `DELETE` from `table` per 1,000 of `owners` (`statement` builds
@@ -141,7 +155,8 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     ///
     /// The owner table is the one the derives and `counter_table!` name;
     /// a handle built by hand needs [`CounterTable::with_owner`](crate::CounterTable::with_owner),
-    /// or this is [`CounterError::NoOwnerTable`].
+    /// or this is [`CounterError::NoOwnerTable`]. In a
+    /// [`Region`](crate::Region), the region's own rows, as [`Counters::purge`].
     pub async fn purge_orphans<C: ConnectionTrait>(&self, db: &C) -> Result<u64> {
         let owner = self
             .table()
@@ -150,6 +165,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 table: self.table().name().to_owned(),
             })?;
         let dialect = Dialect::of(db)?;
+        let slots = self.own_slots();
         let mut deleted = 0;
         for (table, _) in sql::tables(self.table()) {
             let select = sql::orphan_owners(dialect, &table, owner);
@@ -160,7 +176,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                 .collect::<Result<Vec<I>, _>>()?;
             deleted += self
                 .delete_in_chunks(db, &table, &orphans, |ids| {
-                    sql::delete_orphans_of(dialect, &table, owner, ids)
+                    sql::delete_orphans_of(dialect, &table, owner, ids, slots)
                 })
                 .await?;
         }
@@ -169,12 +185,14 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
 
     /// Deletes every count in the table (totals and time buckets),
     /// returning the slot rows deleted: for a test suite that truncates the
-    /// owner table.
+    /// owner table. In a [`Region`](crate::Region), the region's own rows,
+    /// as [`Counters::purge`].
     pub async fn clear<C: ConnectionTrait>(&self, db: &C) -> Result<u64> {
         let dialect = Dialect::of(db)?;
+        let slots = self.own_slots();
         let mut deleted = 0;
         for (table, _) in sql::tables(self.table()) {
-            let stmt = sql::delete_all(dialect, &table);
+            let stmt = sql::delete_all(dialect, &table, slots);
             // The cache hears of the totals' table (its buckets are not cached).
             let touched = match table == self.table().name() {
                 true => Touched::clear(&table),

@@ -10,6 +10,7 @@ use std::{
 
 use crate::{
     error::{CounterError, Result},
+    region::Region,
     slots::Slots,
 };
 
@@ -71,23 +72,37 @@ impl SlotStrategy {
     /// # Ok::<(), counter_core::CounterError>(())
     /// ```
     pub fn pick(self, slots: Slots, counter: impl Hash) -> i16 {
-        self.pick_among(slots.get(), None, &counter)
+        self.pick_among(slots.get(), None, None, &counter)
     }
 
     /// The slot for the next write of `counter` among the first `width`
-    /// slots, within `writer`'s share of them if there is a writer.
-    pub(crate) fn pick_among(self, width: u16, writer: Option<Writer>, counter: &impl Hash) -> i16 {
+    /// slots: within `region`'s slots if there is a region (always one of
+    /// its own, however narrow the counter), and within `writer`'s share of
+    /// those if there is a writer.
+    pub(crate) fn pick_among(
+        self,
+        width: u16,
+        region: Option<&Region>,
+        writer: Option<Writer>,
+        counter: &impl Hash,
+    ) -> i16 {
         let width = u32::from(width.max(1));
-        let (first, step, choices) = match writer {
-            Some(w) => w.share(width),
+        // The region's slots, numbered 0.. within it: slot `base + stride * n`.
+        let (base, stride, owned) = match region {
+            Some(region) => region.share(width),
             None => (0, 1, width),
+        };
+        let (first, step, choices) = match writer {
+            Some(w) => w.share(owned),
+            None => (0, 1, owned),
         };
         let turn = match self {
             SlotStrategy::Rotating => ROTORS.next(counter) % choices,
             SlotStrategy::Random => rand::random_range(0..choices),
         };
-        // `Slots::MAX` (1024) fits in an i16, so the cast cannot truncate.
-        (first + step * turn) as i16
+        // Below `max(width, region count)`, both at most `Slots::MAX`
+        // (1024): fits in an i16.
+        (base + stride * (first + step * turn)) as i16
     }
 }
 
@@ -231,7 +246,7 @@ mod tests {
                 let writer = Writer::new(index, count).unwrap();
                 for _ in 0..width * 4 {
                     let slot =
-                        SlotStrategy::Rotating.pick_among(width, Some(writer), &("t", index));
+                        SlotStrategy::Rotating.pick_among(width, None, Some(writer), &("t", index));
                     assert!((0..width as i16).contains(&slot), "{count} {width} {slot}");
                     if !owner[slot as usize].contains(&index) {
                         owner[slot as usize].push(index);

@@ -13,6 +13,7 @@ use crate::{
     heat::{Flight, HEAT},
     key::validate_key,
     owner::OwnerId,
+    region::Region,
     slots::{SlotPolicy, Slots},
     sql::Dialect,
     strategy::{SlotStrategy, Writer},
@@ -55,6 +56,8 @@ struct TableConfig {
     strategy: SlotStrategy,
     /// This table's share of the slots, if not the process's.
     writer: Option<Writer>,
+    /// The region this table's writes belong to, if not the process's.
+    region: Option<Region>,
     /// The owner table, when known.
     owner: Option<OwnerTable>,
     /// Whether the table references `owner` with `ON DELETE CASCADE`.
@@ -95,6 +98,7 @@ impl CounterTable {
                 unique_keys: HashSet::new(),
                 strategy: SlotStrategy::default(),
                 writer: None,
+                region: None,
                 owner: None,
                 cascade: false,
             }),
@@ -135,6 +139,27 @@ impl CounterTable {
     /// own, else the process's, if any.
     pub fn writer(&self) -> Option<Writer> {
         self.inner.writer.or_else(Writer::installed)
+    }
+
+    /// Places this table in `region` (see [`Region`]), instead of the
+    /// process's ([`Region::install`]): its writes take only the region's
+    /// slots, and what would change other regions' rows is refused.
+    pub fn with_region(mut self, region: Region) -> Self {
+        Arc::make_mut(&mut self.inner).region = Some(region);
+        self
+    }
+
+    /// The region of this table's writes: its own, else the process's, if
+    /// any.
+    pub fn region(&self) -> Option<Region> {
+        self.inner.region.clone().or_else(Region::installed)
+    }
+
+    /// `Err(CrossRegion)` for `operation` if this table is in a region:
+    /// what an operation that must see or change every region's rows
+    /// calls first.
+    pub(crate) fn refuse_in_region(&self, operation: &'static str) -> Result<()> {
+        Region::refuse(self.region().as_ref(), operation)
     }
 
     /// Sets the slot count of one key.
@@ -512,9 +537,18 @@ impl CounterTable {
     /// of 64 slots then use different rows, not all the first 8.
     fn pick(&self, policy: SlotPolicy, width: u16, counter: impl std::hash::Hash) -> i16 {
         let writer = self.writer();
-        let slot = self.inner.strategy.pick_among(width, writer, &counter);
+        let region = self.region();
+        let slot = self
+            .inner
+            .strategy
+            .pick_among(width, region.as_ref(), writer, &counter);
         match policy.heat_range() {
-            Some(range) if writer.is_none() && width > range.min && width < range.max => {
+            Some(range)
+                if writer.is_none()
+                    && region.is_none()
+                    && width > range.min
+                    && width < range.max =>
+            {
                 let blocks = u64::from(range.max / width);
                 let block = PROCESS_BLOCKS.hash_one(&counter) % blocks;
                 // block * width + slot < range.max <= Slots::MAX: fits.
@@ -614,6 +648,13 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// The table configuration.
     pub fn table(&self) -> &CounterTable {
         &self.table
+    }
+
+    /// The same counters placed in `region` (see [`Region`]): how a typed
+    /// handle (`Entity::counters()`) counts in one region of several,
+    /// where the process as a whole is not in one ([`Region::install`]).
+    pub fn in_region(&self, region: Region) -> Self {
+        Self::with_table(self.table.clone().with_region(region))
     }
 
     /// The same table with keys chosen at run time: per-emoji reactions

@@ -118,6 +118,9 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         if !refused {
             return written.map(drop);
         }
+        // A region never settles: the spread takes slots other regions own.
+        self.table()
+            .refuse_in_region("settling an add at the slot cap")?;
         // Its slot met the cap: settled, with the counter's rows locked and
         // summed (`crate::settle`).
         let mut batch = DeltaBatch::new();

@@ -130,6 +130,9 @@ pub struct Config {
     /// Idempotency-Key handling.
     #[serde(default)]
     pub idempotency: IdempotencyConfig,
+    /// The region this instance counts in, when several PostgreSQL
+    /// clusters count the same counters (guide: "Regions").
+    pub region: Option<RegionConfig>,
     /// Bearer tokens; none at all only with `server.open = true`.
     #[serde(default)]
     pub tokens: Vec<TokenConfig>,
@@ -391,6 +394,86 @@ pub struct DatabaseConfig {
     /// The most a replica read may lag (default 1,000 ms, 100 ms to 1 h):
     /// it sees every add acknowledged longer ago than this.
     pub replica_max_lag_ms: u64,
+}
+
+/// `[region]`: this instance's region of several, each counting into its
+/// own PostgreSQL cluster and its own share of every counter's slots, the
+/// clusters joined by logical replication (`counter_core::Region`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionConfig {
+    /// The region's name: 1 to 64 ASCII letters, digits, `_` or `-`; the
+    /// same in every instance of the region, different in each region.
+    pub name: String,
+    /// Its index among the regions, 0 to `count - 1`: the slots `s` with
+    /// `s % count == index` are its own.
+    pub index: u16,
+    /// How many regions there are (at most 64); the same everywhere.
+    pub count: u16,
+    /// The PostgreSQL publication of this region's rows, created or
+    /// updated by `migrate` (with the heartbeat table); unset, `migrate`
+    /// creates the heartbeat table only and the publication is yours.
+    #[serde(default)]
+    pub publication: Option<String>,
+    /// How often this instance records the region's heartbeat and reads
+    /// the others' (default 1,000 ms, 100 ms to 60 s).
+    #[serde(default = "default_beat_ms")]
+    pub beat_ms: u64,
+    /// Another region whose heartbeat is older than this is reported as
+    /// not replicating (`/readyz`'s `region`; default 10,000 ms). Counting
+    /// goes on: a region cut off keeps accepting writes.
+    #[serde(default = "default_stale_after_ms")]
+    pub stale_after_ms: u64,
+}
+
+fn default_beat_ms() -> u64 {
+    1_000
+}
+
+fn default_stale_after_ms() -> u64 {
+    10_000
+}
+
+impl RegionConfig {
+    /// The region, checked.
+    pub fn region(&self) -> Result<counter_core::Region, ConfigError> {
+        counter_core::Region::new(self.name.clone(), self.index, self.count)
+            .map_err(|e| ConfigError::invalid("region", e.to_string()))
+    }
+
+    fn check(&self, database_url: &str) -> Vec<ConfigError> {
+        let mut errors: Vec<ConfigError> = self.region().err().into_iter().collect();
+        if !database_url.starts_with("postgres") {
+            errors.push(ConfigError::invalid(
+                "region",
+                "regions replicate with PostgreSQL logical replication: database.url is PostgreSQL's",
+            ));
+        }
+        if !(100..=60_000).contains(&self.beat_ms) {
+            errors.push(ConfigError::invalid(
+                "region.beat_ms",
+                format!("{} is not 100 to 60000", self.beat_ms),
+            ));
+        }
+        if self.stale_after_ms < 2 * self.beat_ms || self.stale_after_ms > 3_600_000 {
+            errors.push(ConfigError::invalid(
+                "region.stale_after_ms",
+                format!(
+                    "{} is not at least twice beat_ms ({}) and at most an hour",
+                    self.stale_after_ms, self.beat_ms
+                ),
+            ));
+        }
+        if let Some(publication) = &self.publication
+            && counter_core::validate_table_name(publication).is_err()
+        {
+            errors.push(ConfigError::invalid(
+                "region.publication",
+                "a publication name is 1 to 63 ASCII letters, digits or `_`, not starting with a digit",
+            ));
+        }
+        errors
+    }
 }
 
 /// `database.pooler`.
@@ -888,6 +971,9 @@ impl Config {
             }
         }
         errors.extend(self.database.check_replicas());
+        if let Some(region) = &self.region {
+            errors.extend(region.check(&self.database.url));
+        }
         if self.database.replica_urls.is_empty() {
             for (name, namespace) in &self.namespaces {
                 if namespace.replica_reads {

@@ -66,6 +66,9 @@ pub(crate) const REPLICA_FALLBACKS: &str = "counter_service_replica_fallbacks_to
 /// Each standby's lag as last measured (label `replica`), in seconds; -1
 /// while it is unknown (unreachable, promoted, or behind every probe kept).
 pub(crate) const REPLICA_LAG: &str = "counter_service_replica_lag_seconds";
+/// Each other region's heartbeat age here (label `region`), in seconds: how
+/// stale its share of a total may be (`[region]`).
+pub(crate) const REGION_LAG: &str = "counter_service_region_lag_seconds";
 /// Answers that went out before Redis confirmed their deletions.
 pub(crate) const UNCONFIRMED: &str = "counter_service_cache_unconfirmed_answers_total";
 
@@ -122,6 +125,10 @@ fn describe() {
     describe_gauge!(
         REPLICA_LAG,
         "Each standby's lag behind the primary's flushed WAL as last measured, in seconds; -1 while unknown (down, promoted, or further behind than any probe kept)."
+    );
+    describe_gauge!(
+        REGION_LAG,
+        "Each other region's latest heartbeat applied here by replication, its age in seconds: how stale that region's share of a total may be. Grows without bound while replication is cut."
     );
     describe_counter!(
         "counter_service_requests_total",

@@ -353,6 +353,17 @@ impl IntoResponse for Problem {
 /// 409, the database's trouble 503, a misuse (a bug of ours) 500.
 impl From<CounterError> for Problem {
     fn from(error: CounterError) -> Self {
+        // Not a bug of ours: the operation needs every region's rows, and
+        // this instance counts in one (`[region]`). A conflict with the
+        // deployment, the same on every retry.
+        if let CounterError::CrossRegion { .. } = error {
+            return Self::new(
+                StatusCode::CONFLICT,
+                "cross-region",
+                "cross_region",
+                error.to_string(),
+            );
+        }
         match error.kind() {
             ErrorKind::InvalidInput => Self::bad_request(error.to_string()),
             ErrorKind::Overflow => Self::new(

@@ -21,6 +21,7 @@ use crate::{
     domain::feed,
     domain::idempotency,
     domain::namespace::Namespace,
+    domain::regions::{self, Regional},
     domain::replicas::Replicas,
     state::{AppState, Shared},
 };
@@ -68,6 +69,10 @@ pub enum StartError {
     /// The broker could not be reached, or its consumer not started.
     #[error("broker: {0}")]
     Broker(String),
+    /// The region's heartbeat table is missing, or its publication could
+    /// not be made.
+    #[error("region: {0}")]
+    Region(String),
 }
 
 /// A started service: its state checked, its background tasks running.
@@ -193,6 +198,11 @@ impl Service {
         idempotency::create_tables(&db)
             .await
             .map_err(|e| StartError::Ledger(e.to_string()))?;
+        if let Some(settings) = &config.region {
+            regions::migrate(&db, settings, &namespaces)
+                .await
+                .map_err(|e| StartError::Region(e.to_string()))?;
+        }
         db.close()
             .await
             .map_err(|e| StartError::Database(e.to_string()))?;
@@ -267,6 +277,18 @@ impl Service {
             namespace.start_queues(&db, &config.server);
         }
         let replicas = connect_replicas(&config).await?.map(Arc::new);
+        let region = match &config.region {
+            None => None,
+            Some(settings) => {
+                let region = Regional::new(settings)?;
+                region.region.lags(&db).await.map_err(|e| {
+                    StartError::Region(format!(
+                        "the heartbeat table cannot be read ({e}); run `counter-service migrate`"
+                    ))
+                })?;
+                Some(Arc::new(region))
+            }
+        };
         let (stop, stopped) = watch::channel(false);
         let mut background = Vec::new();
         let feed = match &config.broker {
@@ -286,6 +308,7 @@ impl Service {
             tokens,
             server: config.server.clone(),
             cache,
+            region,
             replicas,
             metrics,
             feed,
@@ -299,6 +322,14 @@ impl Service {
                 (replicas.clone(), state.db.clone(), stopped.clone());
             background.push(tokio::spawn(async move {
                 replicas.keep_measuring(primary, stopped).await;
+            }));
+        }
+        if let Some(region) = &state.region {
+            let (region, db, stopped) = (region.clone(), state.db.clone(), stopped.clone());
+            // The first heartbeat before the first answer.
+            region.beat(&db).await;
+            background.push(tokio::spawn(async move {
+                region.keep_beating(db, stopped).await;
             }));
         }
         background.push(tokio::spawn(check::schedule(

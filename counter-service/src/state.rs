@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub tokens: Tokens,
     pub server: ServerConfig,
     pub cache: Option<counter_redis::CountCache>,
+    /// This instance's region, with `[region]`.
+    pub region: Option<Arc<crate::domain::regions::Regional>>,
     /// The standbys of lag-tolerant reads, if any are configured.
     pub replicas: Option<Arc<crate::domain::replicas::Replicas>>,
     pub metrics: PrometheusHandle,
@@ -68,6 +70,7 @@ impl AppState {
             &self.db,
             self.cache.as_ref(),
             self.feed.as_ref(),
+            self.region.as_ref().map(|r| r.dependency()),
             self.draining(),
         )
         .await

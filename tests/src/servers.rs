@@ -45,6 +45,11 @@ pub enum Stop {
     /// A clean shutdown: PostgreSQL `-m fast`, MariaDB `SIGTERM`.
     /// Transactions in flight are rolled back, clients disconnected.
     Graceful,
+    /// `SIGKILL` to the server and every process of it at once, as the
+    /// kernel's OOM killer or a lost machine would: nothing is told, no
+    /// shutdown checkpoint, recovery at the next start. (MariaDB: as
+    /// [`Stop::Crash`], which already is `kill -9`.)
+    Kill,
 }
 
 /// A private server that can be stopped and started again on the same
@@ -124,11 +129,19 @@ pub struct PrivatePostgres {
     port: u16,
     /// Whether commands run as the `postgres` OS user (we are root).
     as_postgres: bool,
+    /// Server settings beyond the defaults, as `-c name=value`.
+    settings: Vec<String>,
 }
 
 impl PrivatePostgres {
     /// initdb + start. Panics with the reason if anything fails.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`PrivatePostgres::start`] with server settings of its own, such as
+    /// `("wal_level", "logical")`, kept for every restart.
+    pub fn start_with(settings: &[(&str, &str)]) -> Self {
         let bin = pg_bin();
         let as_postgres = running_as_root();
         let dir = scratch_dir("counter-pg");
@@ -139,6 +152,10 @@ impl PrivatePostgres {
             dir,
             port,
             as_postgres,
+            settings: settings
+                .iter()
+                .map(|(name, value)| format!(" -c {name}={value}"))
+                .collect(),
         };
         if as_postgres {
             // initdb and postgres refuse to run as root.
@@ -203,9 +220,10 @@ impl PrivateServer for PrivatePostgres {
     fn start_server(&self) {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off \
-             -c shared_buffers=16MB -c max_connections=60",
+             -c shared_buffers=16MB -c max_connections=60{}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.settings.concat()
         );
         let started = self
             .pg_command("pg_ctl")
@@ -227,6 +245,7 @@ impl PrivateServer for PrivatePostgres {
         let mode = match how {
             Stop::Crash => "immediate",
             Stop::Graceful => "fast",
+            Stop::Kill => return self.kill_all(),
         };
         let stopped = self
             .pg_command("pg_ctl")
@@ -241,6 +260,61 @@ impl PrivateServer for PrivatePostgres {
             &self.log(),
         );
     }
+}
+
+impl PrivatePostgres {
+    /// `SIGKILL` to the postmaster and every child of it, then waits until
+    /// all are gone (their shared memory detached, so the next start
+    /// recovers instead of refusing).
+    fn kill_all(&self) {
+        let pid_file = self.data().join("postmaster.pid");
+        let postmaster = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<u32>().ok())
+            .expect("the private PostgreSQL server is running (postmaster.pid)");
+        let mut pids = vec![postmaster];
+        pids.extend(children_of(postmaster));
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(&list)
+            .stdin(Stdio::null())
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while pids
+            .iter()
+            .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the private PostgreSQL server's processes {list:?} outlived SIGKILL for 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The processes whose parent is `pid` (from `/proc/<pid>/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let child: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`: comm may hold spaces, so after the last ')'.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(child)
+        })
+        .collect()
 }
 
 impl Drop for PrivatePostgres {
@@ -445,7 +519,7 @@ impl PrivateServer for PrivateMariaDb {
             .as_mut()
             .expect("the private MariaDB server is not running");
         match how {
-            Stop::Crash => process.kill().expect("kill -9 the private MariaDB server"),
+            Stop::Crash | Stop::Kill => process.kill().expect("kill -9 the private MariaDB server"),
             Stop::Graceful => run(
                 Command::new("kill")
                     .args(["-TERM", &process.id().to_string()])

@@ -464,6 +464,11 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             dry_run: options.dry_run,
             ..ReconcileReport::default()
         };
+        if !options.dry_run {
+            // `truth - current` with `current` missing what replication has
+            // not brought yet would add it twice: a dry run only measures.
+            self.table().refuse_in_region("a repairing recount")?;
+        }
         let mut lock = match options.dry_run {
             true => None,
             false => Some(RecountLock::new(db, self.table().name(), key).await?),

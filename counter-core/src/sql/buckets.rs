@@ -62,6 +62,7 @@ pub(crate) fn prune_buckets(
     keys: Vec<String>,
     floor: Option<i64>,
     last: i64,
+    slots: super::FoldSlots,
 ) -> Statement {
     let mut delete = Query::delete();
     delete.from_table(Alias::new(table));
@@ -75,6 +76,9 @@ pub(crate) fn prune_buckets(
     // all-time sketches).
     if let Some(floor) = floor {
         delete.and_where(Expr::col(Alias::new(col::BUCKET)).gt(floor));
+    }
+    if let Some(share) = slots.condition() {
+        delete.and_where(share);
     }
     dialect.backend().build(&delete)
 }
@@ -109,6 +113,7 @@ mod tests {
             vec!["views".into()],
             None,
             0,
+            super::super::FoldSlots::ALL,
         );
         let kept = prune_buckets(
             Dialect::Sqlite,
@@ -117,11 +122,16 @@ mod tests {
             vec!["v".into()],
             Some(i64::MIN),
             0,
+            super::super::FoldSlots::share(1, 2),
         )
         .to_string();
         assert!(
             kept.contains(&format!("\"bucket\" > {}", i64::MIN)),
             "all-time sketches stay: {kept}"
+        );
+        assert!(
+            kept.ends_with(r#"AND "slot" % 2 = 1"#),
+            "a region prunes its own slots: {kept}"
         );
         assert_eq!(
             my.sql,

@@ -37,8 +37,15 @@ impl FoldSlots {
         self.share.map_or(0, |(index, _)| index)
     }
 
+    /// A region's slots ([`Region`](crate::Region): the same arithmetic as
+    /// a writer share), or every slot without a region: what a delete of a
+    /// table placed in a region may touch.
+    pub(crate) fn of_region(region: Option<&crate::Region>) -> Self {
+        region.map_or(Self::ALL, |r| Self::share(r.index(), r.count()))
+    }
+
     /// `slot % count = index`, for a share.
-    fn condition(self) -> Option<sea_orm::sea_query::SimpleExpr> {
+    pub(crate) fn condition(self) -> Option<sea_orm::sea_query::SimpleExpr> {
         self.share
             .map(|(index, count)| Expr::col(Alias::new(col::SLOT)).modulo(count).eq(index))
     }

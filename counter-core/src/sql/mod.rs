@@ -20,6 +20,7 @@ mod owners;
 mod range;
 mod rank;
 mod reconcile;
+pub(crate) mod regions;
 mod settle;
 pub(crate) mod sketches;
 mod sum;

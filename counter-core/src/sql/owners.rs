@@ -6,7 +6,7 @@ use sea_orm::{
     sea_query::{Alias, Expr, ExprTrait, Query, SimpleExpr, TableRef},
 };
 
-use super::{Dialect, col};
+use super::{Dialect, FoldSlots, col};
 use crate::table::OwnerTable;
 
 pub(super) fn owner_ref(owner: &OwnerTable) -> TableRef {
@@ -20,12 +20,21 @@ pub(super) fn owner_ref(owner: &OwnerTable) -> TableRef {
     }
 }
 
-/// `DELETE FROM t WHERE owner_id IN (...)`.
-pub(crate) fn delete_owners(dialect: Dialect, table: &str, owners: Vec<Value>) -> Statement {
-    let delete = Query::delete()
+/// `DELETE FROM t WHERE owner_id IN (...) [AND slot % n = i]`: a region
+/// deletes only its own slots.
+pub(crate) fn delete_owners(
+    dialect: Dialect,
+    table: &str,
+    owners: Vec<Value>,
+    slots: FoldSlots,
+) -> Statement {
+    let mut delete = Query::delete()
         .from_table(Alias::new(table))
         .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners))
         .to_owned();
+    if let Some(share) = slots.condition() {
+        delete.and_where(share);
+    }
     dialect.backend().build(&delete)
 }
 
@@ -45,11 +54,13 @@ pub(crate) fn delete_key_of_owners(
     dialect.backend().build(&delete)
 }
 
-/// `DELETE FROM t` (every count).
-pub(crate) fn delete_all(dialect: Dialect, table: &str) -> Statement {
-    dialect
-        .backend()
-        .build(&Query::delete().from_table(Alias::new(table)).to_owned())
+/// `DELETE FROM t [WHERE slot % n = i]` (every count, or a region's).
+pub(crate) fn delete_all(dialect: Dialect, table: &str, slots: FoldSlots) -> Statement {
+    let mut delete = Query::delete().from_table(Alias::new(table)).to_owned();
+    if let Some(share) = slots.condition() {
+        delete.and_where(share);
+    }
+    dialect.backend().build(&delete)
 }
 
 /// The condition "the owner row of this slot row exists".
@@ -99,11 +110,15 @@ pub(crate) fn delete_orphans_of(
     table: &str,
     owner: &OwnerTable,
     owners: Vec<Value>,
+    slots: FoldSlots,
 ) -> Statement {
-    let delete = Query::delete()
+    let mut delete = Query::delete()
         .from_table(Alias::new(table))
         .and_where(Expr::col(Alias::new(col::OWNER_ID)).is_in(owners))
         .and_where(owner_exists(table, owner).not())
         .to_owned();
+    if let Some(share) = slots.condition() {
+        delete.and_where(share);
+    }
     dialect.backend().build(&delete)
 }

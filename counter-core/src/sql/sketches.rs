@@ -292,10 +292,14 @@ pub(crate) fn split_counters(
     table: &str,
     after: Option<(Value, String, i64)>,
     limit: u64,
+    slots: super::FoldSlots,
 ) -> Statement {
     let group = [col::OWNER_ID, col::COUNT_KEY, col::BUCKET].map(Alias::new);
     let mut select = Query::select();
     select.columns(group.clone()).from(Alias::new(table));
+    if let Some(share) = slots.condition() {
+        select.and_where(share);
+    }
     if let Some((owner, key, bucket)) = after {
         let columns = Expr::tuple(group.clone().map(Expr::col));
         let values = Expr::tuple([Expr::val(owner), Expr::val(key), Expr::val(bucket)]);
@@ -316,11 +320,15 @@ pub(crate) fn count_rows(
     table: &str,
     keys: Option<Vec<String>>,
     owners: Option<Vec<Value>>,
+    slots: super::FoldSlots,
 ) -> Statement {
     let mut select = Query::select();
     select
         .expr_as(Expr::col(Alias::new(col::SLOT)).count(), Alias::new("n"))
         .from(Alias::new(table));
+    if let Some(share) = slots.condition() {
+        select.and_where(share);
+    }
     if let Some(keys) = keys {
         select.and_where(Expr::col(Alias::new(col::COUNT_KEY)).is_in(keys));
     }
@@ -340,13 +348,14 @@ impl<I: TryGetable> SplitCounter<I> {
     }
 }
 
-/// `SELECT slot, sketch FROM t WHERE <counter> ORDER BY slot FOR UPDATE`.
+/// `SELECT slot, sketch FROM t WHERE <counter> [AND slot % n = i] ORDER BY slot FOR UPDATE`.
 pub(crate) fn lock_counter(
     dialect: Dialect,
     table: &str,
     owner: &Value,
     key: &str,
     bucket: i64,
+    slots: super::FoldSlots,
 ) -> Statement {
     let mut select = Query::select();
     select
@@ -354,6 +363,9 @@ pub(crate) fn lock_counter(
         .from(Alias::new(table))
         .and_where(counter_condition(owner, key, bucket))
         .order_by(Alias::new(col::SLOT), Order::Asc);
+    if let Some(share) = slots.condition() {
+        select.and_where(share);
+    }
     if dialect != Dialect::Sqlite {
         select.lock(LockType::Update);
     }

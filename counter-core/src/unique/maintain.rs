@@ -48,10 +48,12 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
             return Ok(stats);
         };
         let dialect = Dialect::of(db)?;
+        // In a region, its own slots only: merged into its first own slot.
+        let slots = sql::FoldSlots::of_region(self.table().region().as_ref());
         // What is there, folded or not: a second compaction reports the
         // rows it found, not 0.
         let in_scope = self
-            .count_sketch_rows(db, dialect, &table, keys, owners)
+            .count_sketch_rows(db, dialect, &table, keys, owners, slots)
             .await?;
         let keys: Option<HashSet<&str>> = keys.map(|k| k.iter().map(String::as_str).collect());
         let owners: Option<HashSet<&I>> = owners.map(|o| o.iter().collect());
@@ -59,8 +61,13 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         let pool = detach::Detached::pool(db);
         let mut after = None;
         loop {
-            let next =
-                sketches::split_counters(dialect, &table, after.take(), SPLIT_COUNTERS_PER_QUERY);
+            let next = sketches::split_counters(
+                dialect,
+                &table,
+                after.take(),
+                SPLIT_COUNTERS_PER_QUERY,
+                slots,
+            );
             let rows = retry::run(db, &table, || detach::query_all(db, next.clone())).await?;
             let Some(last) = rows.last() else {
                 break;
@@ -80,6 +87,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
                         owner: counter.owner.into(),
                         key: counter.key,
                         bucket: counter.bucket,
+                        slots,
                     });
                 }
             }
@@ -127,6 +135,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         table: &str,
         keys: Option<&[String]>,
         owners: Option<&[I]>,
+        slots: sql::FoldSlots,
     ) -> Result<u64> {
         let keys = keys.map(<[String]>::to_vec);
         let chunks: Vec<Option<Vec<Value>>> = match owners {
@@ -138,7 +147,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
         };
         let mut rows = 0;
         for owners in chunks {
-            let count = sketches::count_rows(dialect, table, keys.clone(), owners);
+            let count = sketches::count_rows(dialect, table, keys.clone(), owners, slots);
             let row = retry::run(db, table, || detach::query_one(db, count.clone())).await?;
             let n: i64 = match row {
                 Some(row) => row.try_get("", "n").map_err(CounterError::from)?,
@@ -158,6 +167,8 @@ struct Fold {
     owner: Value,
     key: String,
     bucket: i64,
+    /// The slots it merges: a region's, or all.
+    slots: sql::FoldSlots,
 }
 
 impl Fold {
@@ -165,7 +176,14 @@ impl Fold {
     /// the others; the rows it found.
     async fn run<C: ConnectionTrait>(&self, txn: &C) -> std::result::Result<u64, DbErr> {
         let (dialect, table) = (self.dialect, self.table.as_str());
-        let lock = sketches::lock_counter(dialect, table, &self.owner, &self.key, self.bucket);
+        let lock = sketches::lock_counter(
+            dialect,
+            table,
+            &self.owner,
+            &self.key,
+            self.bucket,
+            self.slots,
+        );
         let rows = txn.query_all_raw(lock).await?;
         let mut slots = Vec::with_capacity(rows.len());
         let mut merged = Sketch::new();

@@ -32,7 +32,7 @@ use tokio::sync::Semaphore;
 use axum::{
     Router,
     extract::{DefaultBodyLimit, Request, State},
-    http::{HeaderName, Uri},
+    http::{HeaderName, HeaderValue, Uri},
     middleware::{self, Next},
     response::{IntoResponse, Response},
 };
@@ -204,6 +204,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .layer(middleware::from_fn(scrape::track))
         .layer(middleware::from_fn_with_state(
             state.clone(),
+            region_headers,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
             close_when_draining,
         ))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
@@ -237,6 +241,32 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .with_state(state)
+}
+
+/// With `[region]`, tells every API answer's caller which region served it
+/// and how fresh the other regions' shares are (`Counter-Region`,
+/// `Counter-Region-Lag-Ms`; see [`served`]).
+async fn region_headers(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(region) = state
+        .region
+        .as_ref()
+        .filter(|_| request.uri().path().starts_with("/v1/"))
+    else {
+        return next.run(request).await;
+    };
+    let region = region.clone();
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    if let Ok(name) = HeaderValue::from_str(region.region.name()) {
+        headers.insert(served::REGION, name);
+    }
+    if let Some(lag) = region.oldest() {
+        headers.insert(
+            served::REGION_LAG_MS,
+            HeaderValue::from(lag.as_millis() as u64),
+        );
+    }
+    response
 }
 
 /// Sheds load: an API request beyond `server.max_concurrent_requests`

@@ -20,6 +20,13 @@ pub(crate) const READ_SOURCE: HeaderName = HeaderName::from_static("counter-read
 /// when the read began, in milliseconds (at most the bound).
 pub(crate) const READ_LAG_MS: HeaderName = HeaderName::from_static("counter-read-lag-ms");
 
+/// With `[region]`, on every API answer: the region that served it.
+pub(crate) const REGION: HeaderName = HeaderName::from_static("counter-region");
+/// With `[region]`, on every API answer: the age of the oldest of the other
+/// regions' heartbeats here, in milliseconds (how stale another region's
+/// share of a total may be); absent until every region has been heard from.
+pub(crate) const REGION_LAG_MS: HeaderName = HeaderName::from_static("counter-region-lag-ms");
+
 /// The request's `Counter-Read-From`, if it has one.
 pub(crate) struct ReadFrom(Option<bool>);
 

@@ -40,6 +40,12 @@ pub struct Readiness {
     /// The queue consumer, if configured: needed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broker: Option<Dependency>,
+    /// Replication from the other regions, with `[region]`: reported, not
+    /// required (a region cut off keeps counting). `ok` is false while a
+    /// region's heartbeat is older than `region.stale_after_ms` or was
+    /// never seen here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<Dependency>,
 }
 
 /// Each dependency asked once, with its timeout: what `/readyz` answers
@@ -48,6 +54,7 @@ pub(crate) async fn readiness(
     db: &DatabaseConnection,
     cache: Option<&CountCache>,
     feed: Option<&FeedStatus>,
+    region: Option<Dependency>,
     draining: bool,
 ) -> Readiness {
     // A standby answers pings: ask whether it takes writes, which every
@@ -102,6 +109,7 @@ pub(crate) async fn readiness(
         database,
         cache,
         broker,
+        region,
     }
 }
 
@@ -127,6 +135,7 @@ impl Readiness {
             ("database", Some(&self.database)),
             ("cache", self.cache.as_ref()),
             ("broker", self.broker.as_ref()),
+            ("region", self.region.as_ref()),
         ];
         for (name, dependency) in dependencies {
             if let Some(dependency) = dependency {

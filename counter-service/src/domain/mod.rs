@@ -19,6 +19,7 @@ pub(crate) mod namespace;
 pub(crate) mod observes;
 pub(crate) mod owner;
 pub(crate) mod rate;
+pub(crate) mod regions;
 pub(crate) mod replicas;
 pub(crate) mod schema;
 pub(crate) mod writes;

@@ -124,8 +124,10 @@ impl Namespace {
         let mut namespaces = BTreeMap::new();
         let mut tables = BTreeMap::new();
         let mut errors = Vec::new();
+        // A bad region is the region check's to report.
+        let region = config.region.as_ref().and_then(|r| r.region().ok());
         for (name, ns) in &config.namespaces {
-            let namespace = match Namespace::build(name, ns) {
+            let namespace = match Namespace::build(name, ns, region.as_ref()) {
                 Ok(namespace) => namespace,
                 Err(error) => {
                     errors.push(error);
@@ -152,7 +154,13 @@ impl Namespace {
 
     /// Builds and validates `config`, naming each bad value's path (all of
     /// them: a refused key does not hide the next one's mistake).
-    pub fn build(name: &str, config: &NamespaceConfig) -> Result<Self, ConfigError> {
+    /// Its table is placed in `region`, if there is one: every write takes
+    /// the region's slots only.
+    pub fn build(
+        name: &str,
+        config: &NamespaceConfig,
+        region: Option<&counter_core::Region>,
+    ) -> Result<Self, ConfigError> {
         let path = format!("namespaces.{name}");
         let valid_name = !name.is_empty()
             && name.len() <= MAX_NAMESPACE_LEN
@@ -232,6 +240,9 @@ impl Namespace {
             ));
         }
         ConfigError::all(errors)?;
+        if let Some(region) = region {
+            table = table.with_region(region.clone());
+        }
         let table = match config.owner {
             OwnerType::Integer => Table::Integer(Handle::new(table)),
             OwnerType::Uuid => Table::Uuid(Handle::new(table)),

@@ -22,6 +22,7 @@ mod logs;
 mod metrics;
 mod overload;
 mod patroni;
+mod regions;
 mod replicas;
 mod support;
 mod topology;

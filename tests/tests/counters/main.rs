@@ -16,6 +16,7 @@ mod overflow;
 mod owners;
 mod ranking;
 mod reads;
+mod regions;
 mod resets;
 mod round_trips;
 mod transactions;

@@ -11,4 +11,5 @@ mod galera;
 mod hostile;
 mod model;
 mod pooler;
+mod regions;
 mod soak;
