@@ -210,6 +210,9 @@ impl DeltaBatch {
                 deltas: BTreeMap::new(),
                 buckets: BTreeMap::new(),
             });
+        // Another handle of the same table name in another region (or
+        // none) came first: these rows would take that region's slots.
+        check_same_region(&deltas.table, table)?;
         if !buckets.is_empty() && deltas.table.window_for(key).is_none() {
             // Another handle of the same table name, without this window,
             // came first: its configuration is the batch's.
@@ -296,15 +299,13 @@ impl DeltaBatch {
                 key.to_owned(),
                 bucket,
             );
-            self.sketches
-                .entry(at)
-                .or_insert_with(|| PendingSketch {
-                    table: table.clone(),
-                    owner: owner.clone(),
-                    sketch: Sketch::new(),
-                })
-                .sketch
-                .insert(member);
+            let pending = self.sketches.entry(at).or_insert_with(|| PendingSketch {
+                table: table.clone(),
+                owner: owner.clone(),
+                sketch: Sketch::new(),
+            });
+            check_same_region(&pending.table, table)?;
+            pending.sketch.insert(member);
         }
         Ok(self)
     }
@@ -329,6 +330,9 @@ impl DeltaBatch {
         // Every sum checked first, then stored: all or nothing.
         for (name, theirs) in &other.tables {
             let ours = self.tables.get(name);
+            if let Some(ours) = ours {
+                check_same_region(&ours.table, &theirs.table)?;
+            }
             for (at, pending) in &theirs.deltas {
                 let had = ours.and_then(|t| t.deltas.get(at)).map_or(0, |p| p.delta);
                 fold(had, pending.delta, &at.1)?;
@@ -344,6 +348,11 @@ impl DeltaBatch {
                 }
                 let had = ours.and_then(|t| t.buckets.get(at)).map_or(0, |p| p.delta);
                 fold(had, pending.delta, &at.1)?;
+            }
+        }
+        for (at, theirs) in &other.sketches {
+            if let Some(ours) = self.sketches.get(at) {
+                check_same_region(&ours.table, &theirs.table)?;
             }
         }
         let DeltaBatch { tables, sketches } = other;
@@ -635,6 +644,23 @@ impl DeltaBatch {
         }
         (outcome, chunks)
     }
+}
+
+/// `Ok` if `first` (the configuration a batch holds for a table name) and
+/// `next` (another handle of the same name) are in the same region, or
+/// both in none; else `CrossRegion`: `next`'s rows would take the slots of
+/// `first`'s region.
+fn check_same_region(first: &CounterTable, next: &CounterTable) -> Result<()> {
+    let (first, next) = (first.region(), next.region());
+    if first == next {
+        return Ok(());
+    }
+    Err(CounterError::CrossRegion {
+        region: next
+            .or(first)
+            .map_or_else(String::new, |r| r.name().to_owned()),
+        operation: "one batch writing a table from two regions",
+    })
 }
 
 /// `total + delta`, checked.

@@ -463,9 +463,9 @@ pub enum BufferError {
     FlushInDoubt,
 
     /// A [`CounterBuffer`](crate::CounterBuffer) add through a handle whose
-    /// table the buffer already holds with another owner type or another
-    /// window for the key: one buffer keeps one configuration per table
-    /// name. The delta was not taken.
+    /// table the buffer already holds with another owner type, another
+    /// window for the key or another [`Region`](crate::Region): one buffer
+    /// keeps one configuration per table name. The delta was not taken.
     #[error(
         "counter table `{table}` is already in this buffer with another configuration of `{key}`"
     )]

@@ -121,6 +121,16 @@ impl Region {
     /// Places every table of the process that names no region of its own
     /// in this one; call it once at start-up. The tables the derives make
     /// (counter caches included) take their region from here.
+    ///
+    /// ```rust,standalone_crate
+    /// use counter_core::{CounterTable, Region};
+    ///
+    /// Region::new("us", 1, 2)?.install();
+    /// let table = CounterTable::new("post_counters")?.with_slots(4)?;
+    /// assert_eq!(table.region().map(|r| r.name().to_owned()), Some("us".to_owned()));
+    /// assert!((0..8).all(|_| table.next_slot(&7_i64, "likes") % 2 == 1));
+    /// # Ok::<(), counter_core::CounterError>(())
+    /// ```
     pub fn install(self) {
         *PROCESS_REGION
             .write()

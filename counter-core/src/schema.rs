@@ -23,6 +23,7 @@ impl<I: OwnerId, S: KeySpace> Counters<I, S> {
     /// change is logged (`warn`). A change MySQL refuses is
     /// [`CounterError::TableShape`](crate::CounterError::TableShape).
     pub async fn create_table<C: ConnectionTrait>(&self, db: &C) -> Result<()> {
+        refuse_cascade_in_region(self.table())?;
         let dialect = Dialect::of(db)?;
         for stmt in sql::create_table(dialect, self.table(), I::COLUMN) {
             retry::run(db, self.table().name(), || {
@@ -290,6 +291,7 @@ pub mod migration {
     #[async_trait]
     impl MigrationTrait for CounterTableMigration {
         async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            super::refuse_cascade_in_region(&self.table)?;
             for stmt in sql::create_table(dialect(manager)?, &self.table, self.owner) {
                 manager.get_connection().execute_raw(stmt).await?;
             }
@@ -387,6 +389,10 @@ pub mod migration {
                     table: self.table.name().to_owned(),
                 }
                 .into());
+            }
+            if on {
+                self.table
+                    .refuse_in_region("a reference with ON DELETE CASCADE")?;
             }
             for (name, layout) in sql::tables(&self.table) {
                 for attempt in 1..=CASCADE_ATTEMPTS {
@@ -530,5 +536,15 @@ pub mod migration {
         fn use_transaction(&self) -> Option<bool> {
             Some(false)
         }
+    }
+}
+
+/// A reference with `ON DELETE CASCADE` deletes every region's rows of an
+/// owner in the region that deletes it, and those deletes of other regions'
+/// rows are never replicated: refused in a region (`CrossRegion`).
+fn refuse_cascade_in_region(table: &crate::CounterTable) -> Result<()> {
+    match table.cascade() {
+        Some(_) => table.refuse_in_region("a reference with ON DELETE CASCADE"),
+        None => Ok(()),
     }
 }

@@ -271,6 +271,40 @@ mod tests {
     }
 
     #[test]
+    fn a_region_takes_only_its_slots_and_its_writers_share_them() {
+        let region = Region::new("eu", 2, 3).unwrap();
+        for width in [1u16, 2, 3, 8, 64] {
+            let mut used = std::collections::BTreeMap::new();
+            for writer in 0..2 {
+                let share = Writer::new(writer, 2).unwrap();
+                for turn in 0..width * 4 {
+                    let slot = SlotStrategy::Rotating.pick_among(
+                        width,
+                        Some(&region),
+                        Some(share),
+                        &("r", writer, turn / width),
+                    );
+                    assert!(region.owns_slot(slot), "width {width}: slot {slot}");
+                    assert!(slot < width.max(3) as i16, "width {width}: slot {slot}");
+                    used.entry(slot).or_insert_with(Vec::new).push(writer);
+                }
+            }
+            // Every slot of the region's in use; each writer's own where the
+            // region has a slot per writer.
+            let owned = (0..width.max(3) as i16)
+                .filter(|s| region.owns_slot(*s))
+                .count();
+            assert_eq!(used.len(), owned, "width {width}: {used:?}");
+            if owned >= 2 {
+                for writers in used.values_mut() {
+                    writers.dedup();
+                    assert_eq!(writers.len(), 1, "width {width}: {used:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn both_strategies_stay_in_range() {
         for strategy in [SlotStrategy::Rotating, SlotStrategy::Random] {
             for n in [1, 2, 16, 1024] {

@@ -107,8 +107,14 @@ async fn transaction(
             .map_err(retry)?;
         *statements += 1;
     }
-    let report = batch.apply_in(&txn).await.map_err(|e| match e.kind() {
-        ErrorKind::Overflow => Failed::Refused(Rejection::Overflow(e.to_string())),
+    let report = batch.apply_in(&txn).await.map_err(|e| match e {
+        // A retry meets these again: a total leaving `i64`, or (in a
+        // region) a slot at its cap that only a settlement over every
+        // region's slots could take further.
+        _ if e.kind() == ErrorKind::Overflow => Failed::Refused(Rejection::Overflow(e.to_string())),
+        counter_core::CounterError::CrossRegion { .. } => {
+            Failed::Refused(Rejection::Overflow(e.to_string()))
+        }
         _ => Failed::Retry(e.into()),
     })?;
     *statements += report.statements as u64;

@@ -473,8 +473,12 @@ async fn apply(
             }
             Err(error) => {
                 meter.failed(error.to_string());
-                let refused = CounterError::from_hook_error(&error)
-                    .is_some_and(|e| e.kind() == crate::ErrorKind::Overflow);
+                // Refusals a retry would meet again: an overflow, or an add
+                // at the slot cap in a region (`CrossRegion`).
+                let refused = CounterError::from_hook_error(&error).is_some_and(|e| {
+                    e.kind() == crate::ErrorKind::Overflow
+                        || matches!(e, CounterError::CrossRegion { .. })
+                });
                 if refused || classify(&error) == Classified::Overflow {
                     return Err(error);
                 }

@@ -512,6 +512,13 @@ impl CounterBuffer {
                     return Ok(());
                 }
                 Err(SketchRefused::Closed) => return Err(BufferError::Closed.into()),
+                Err(SketchRefused::Mismatch) => {
+                    return Err(BufferError::TableMismatch {
+                        table: counters.table().name().to_owned(),
+                        key: key.to_owned(),
+                    }
+                    .into());
+                }
                 Err(SketchRefused::Full) => {
                     let since = *waited.get_or_insert_with(|| {
                         Meter::bump(&shared.meter.full_waits, 1);

@@ -216,7 +216,10 @@ impl Pending {
             });
         }
         let known = self.known(table, column);
-        if known.column != column || known.table.window_for(id.key).is_some() != bucket.is_some() {
+        if known.column != column
+            || known.table.window_for(id.key).is_some() != bucket.is_some()
+            || known.table.region() != table.region()
+        {
             return Err(Refused::Mismatch);
         }
         let mut pending = Delta::default();

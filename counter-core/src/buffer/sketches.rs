@@ -136,6 +136,8 @@ pub(super) struct PendingSketches {
 /// Why an observe was not taken.
 pub(super) enum SketchRefused {
     Full,
+    /// The buffer holds the table in another region (or none).
+    Mismatch,
     /// The buffer is shutting down: its last drain may have run.
     Closed,
 }
@@ -176,10 +178,17 @@ impl PendingSketches {
         if new > 0 && pending.sketches.len() + new > self.capacity {
             return Err(SketchRefused::Full);
         }
-        if !pending.tables.contains_key(table.name()) {
-            pending
-                .tables
-                .insert(table.name().to_owned(), (table.clone(), column));
+        match pending.tables.get(table.name()) {
+            // Its members would go to the slots of the first one's region.
+            Some((known, _)) if known.region() != table.region() => {
+                return Err(SketchRefused::Mismatch);
+            }
+            Some(_) => {}
+            None => {
+                pending
+                    .tables
+                    .insert(table.name().to_owned(), (table.clone(), column));
+            }
         }
         for id in ids {
             pending.sketches.entry(id).or_default().insert_hash(hash);

@@ -90,13 +90,21 @@ pub(crate) fn publish(publication: &str, tables: &[String], region: &Region) -> 
     let list = list.join(", ");
     let name = quote(pg, publication);
     let options = "publish = 'insert, update, delete'";
+    // Two `migrate`s at once may both find no publication: the loser of
+    // the `CREATE` replaces the tables instead.
+    let replace = format!(
+        "ALTER PUBLICATION {name} SET TABLE {list}; ALTER PUBLICATION {name} SET ({options});"
+    );
     let block = format!(
         "DO $counter$ BEGIN \
            IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = '{publication}') THEN \
-             ALTER PUBLICATION {name} SET TABLE {list}; \
-             ALTER PUBLICATION {name} SET ({options}); \
+             {replace} \
            ELSE \
-             CREATE PUBLICATION {name} FOR TABLE {list} WITH ({options}); \
+             BEGIN \
+               CREATE PUBLICATION {name} FOR TABLE {list} WITH ({options}); \
+             EXCEPTION WHEN duplicate_object THEN \
+               {replace} \
+             END; \
            END IF; \
          END $counter$"
     );

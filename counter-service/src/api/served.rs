@@ -24,7 +24,8 @@ pub(crate) const READ_LAG_MS: HeaderName = HeaderName::from_static("counter-read
 pub(crate) const REGION: HeaderName = HeaderName::from_static("counter-region");
 /// With `[region]`, on every API answer: the age of the oldest of the other
 /// regions' heartbeats here, in milliseconds (how stale another region's
-/// share of a total may be); absent until every region has been heard from.
+/// share of a total may be); absent until every region has been heard
+/// from, or while this instance cannot read the heartbeats.
 pub(crate) const REGION_LAG_MS: HeaderName = HeaderName::from_static("counter-region-lag-ms");
 
 /// The request's `Counter-Read-From`, if it has one.

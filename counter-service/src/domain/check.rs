@@ -130,6 +130,10 @@ pub(crate) async fn schedule(
                 ..namespace.clone()
             };
             let key = key.clone();
+            // In a region a fix is refused (it needs every region's rows):
+            // the schedule measures the drift only.
+            let dry_run =
+                crate::dispatch!(&namespace.table, h => h.counters.table().region()).is_some();
             tasks.push(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_secs(every));
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -139,7 +143,7 @@ pub(crate) async fn schedule(
                         _ = tick.tick() => {}
                         _ = stop.changed() => return,
                     }
-                    if let Err(problem) = run(&db, &one_key, false).await {
+                    if let Err(problem) = run(&db, &one_key, dry_run).await {
                         tracing::warn!(namespace = %one_key.name, key, status = %problem.status(), "scheduled check failed");
                     }
                 }

@@ -75,10 +75,16 @@ impl Regional {
 
     /// The oldest of the other regions' heartbeats here, as last measured
     /// (plus the time since): how stale another region's share of a total
-    /// may be. `None` before any other region's heartbeat arrived.
+    /// may be. `None` until every other region's heartbeat has arrived, or
+    /// while the last measurement failed.
     pub fn oldest(&self) -> Option<Duration> {
         let (measured, lags) = &*self.lags.lock().expect("not poisoned");
-        let oldest = lags.as_ref().ok()?.iter().map(|lag| lag.age).max()?;
+        let lags = lags.as_ref().ok()?;
+        // A region never heard from could be any age behind.
+        if lags.len() + 1 < usize::from(self.region.count()) {
+            return None;
+        }
+        let oldest = lags.iter().map(|lag| lag.age).max()?;
         Some(oldest + measured.elapsed())
     }
 

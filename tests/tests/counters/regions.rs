@@ -11,7 +11,10 @@ use counter_core::{
     SlotPolicy, Truth, Window,
 };
 use counter_tests::{TestDb, backend_test, raw};
-use sea_orm::{ConnectionTrait, Statement};
+use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+
+/// The most one slot row holds (2^53 - 1): an add beyond it is settled.
+const SLOT_CAP: i64 = (1 << 53) - 1;
 
 /// Region 1 of 3 ("eu"): slots 1, 4, 7, ...
 fn eu() -> Region {
@@ -119,14 +122,43 @@ backend_test! {
         }
         assert_eq!(counters.get(&t.db, 1, "likes").await.unwrap(), 168, "[{b}]");
 
-        // An add at the slot cap would spread over every region's slots:
-        // refused, and the adds before it in the batch are taken back.
+        // An add at the slot cap would be settled by spreading the total
+        // over every slot, other regions' included: refused. A delta beyond
+        // the cap, in a batch on the pool: nothing written.
         let mut capped = DeltaBatch::new();
         capped.add(&counters, 2, "likes", 1).unwrap();
         capped.add(&counters, 3, "likes", i64::MAX / 2).unwrap();
         let err = capped.apply(&t.db).await.unwrap_err();
         assert!(matches!(err, CounterError::CrossRegion { .. }), "[{b}] {err}");
         assert_eq!(counters.get(&t.db, 2, "likes").await.unwrap(), 5, "[{b}]");
+        // Every slot of the region's at the cap: a single add meets it.
+        for slot in [1, 4, 7] {
+            raw::insert_slot(&t.db, name, 99_i64, "likes", slot, SLOT_CAP).await;
+        }
+        let err = counters.increment(&t.db, 99, "likes").await.unwrap_err();
+        assert!(matches!(err, CounterError::CrossRegion { .. }), "[{b}] {err}");
+        // In the caller's transaction, a batch whose second counter meets
+        // it: refused, the first counter's add taken back, and the
+        // transaction goes on.
+        let txn = t.db.begin().await.unwrap();
+        let mut batch = DeltaBatch::new();
+        batch.add(&counters, 2, "likes", 1).unwrap();
+        batch.add(&counters, 99, "likes", 1).unwrap();
+        let err = batch.apply_in(&txn).await.unwrap_err();
+        assert!(matches!(err, CounterError::CrossRegion { .. }), "[{b}] {err}");
+        counters.increment(&txn, 3, "likes").await.unwrap();
+        txn.commit().await.unwrap();
+        assert_eq!(counters.get(&t.db, 2, "likes").await.unwrap(), 5, "[{b}]");
+        assert_eq!(counters.get(&t.db, 99, "likes").await.unwrap(), 3 * SLOT_CAP, "[{b}]");
+        assert_eq!(counters.get(&t.db, 3, "likes").await.unwrap(), 6, "[{b}]");
+        counters.purge(&t.db, &[99]).await.unwrap();
+
+        // A batch that mixes the region's handle and another of the same
+        // table is refused before anything is sent.
+        let mut mixed = DeltaBatch::new();
+        mixed.add(&counters, 2, "likes", 1).unwrap();
+        let err = mixed.add(&everywhere, 2, "likes", 1).unwrap_err();
+        assert!(matches!(err, CounterError::CrossRegion { .. }), "[{b}] {err}");
 
         // Retention and purges delete the region's own rows only.
         let foreign_bucket = format!(
@@ -143,6 +175,25 @@ backend_test! {
         counters.purge(&t.db, &[1]).await.unwrap();
         assert_eq!(counters.get(&t.db, 1, "likes").await.unwrap(), 123, "[{b}]");
         assert_eq!(counters.get(&t.db, 1, "stars").await.unwrap(), 7, "[{b}]");
+        // Clearing the table clears the region's rows: the others stay.
+        counters.clear(&t.db).await.unwrap();
+        let left = slots_of(&t, name).await;
+        assert!(!left.is_empty() && left.iter().all(|s| !region.owns_slot(*s)), "[{b}] {left:?}");
+        assert_eq!(everywhere.get(&t.db, 1, "likes").await.unwrap(), 123, "[{b}]");
+        // A table with a cascading reference to its owner cannot be in a
+        // region: the owner's delete would delete every region's rows.
+        let cascading = Counters::<i64>::new(
+            CounterTable::new("regional_cascade")
+                .unwrap()
+                .with_cascade(counter_core::OwnerTable {
+                    schema: None,
+                    table: "posts".into(),
+                    column: "id".into(),
+                })
+                .with_region(eu()),
+        );
+        let err = cascading.create_table(&t.db).await.unwrap_err();
+        assert!(matches!(err, CounterError::CrossRegion { .. }), "[{b}] {err}");
         t.finish().await;
     }
 }
