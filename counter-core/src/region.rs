@@ -31,10 +31,19 @@ use crate::{
     sql::{self, Dialect},
 };
 
-/// One region of several that count the same counters: its name, and its
-/// share of every counter's slots (the slots `s` with `s % count ==
-/// index`). See the [module documentation](self) and the guide's
-/// "Regions".
+/// One region of several that count the same counters at once, each in a
+/// database of its own: its name, and its share of every counter's slots
+/// (the slots `s` with `s % count == index`).
+///
+/// Every write of a table placed in a region takes one of its slots,
+/// however narrow the counter; compaction, retention and purges touch only
+/// its rows. No region ever writes a row another owns, so the databases'
+/// replication ([`Region::publish`]) never meets a conflict or overwrites a
+/// count, and a read sums every region's rows as it sums slots. What would
+/// change or must see every region's rows (a repairing recount, a reset,
+/// folding every slot) is [`CounterError::CrossRegion`]. The guide's
+/// "Regions" page has the setup, what each operation does in a region, and
+/// the measured figures.
 ///
 /// ```
 /// use counter_core::{CounterTable, Region};

@@ -538,6 +538,14 @@ impl CounterTable {
     fn pick(&self, policy: SlotPolicy, width: u16, counter: impl std::hash::Hash) -> i16 {
         let writer = self.writer();
         let region = self.region();
+        // An adaptive counter's width is the rows this process's writes of
+        // it need; in a region they must all be the region's own, so it
+        // spreads over `count` times as many slots (within its ceiling),
+        // the region's share of them being that many.
+        let width = match (policy.heat_range(), &region) {
+            (Some(range), Some(region)) => width.saturating_mul(region.count()).min(range.max),
+            _ => width,
+        };
         let slot = self
             .inner
             .strategy

@@ -103,6 +103,41 @@ backend_test! {
 
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[label = "adaptive_region"]
+    async fn a_regions_adaptive_counter_widens_over_its_own_slots(t: TestDb) {
+        let b = t.backend;
+        let region = counter_core::Region::new("eu", 1, 2).unwrap();
+        let counters = adaptive(&t, "adaptive_region", 1..=64).in_region(region.clone());
+        let table = counters.table().name();
+        counters.create_table(&t.db).await.unwrap();
+        for _ in 0..50 {
+            counters.increment(&t.db, COLD, "likes").await.unwrap();
+        }
+        let cold = raw::slot_rows(&t.db, table, COLD, "likes").await;
+        assert_eq!(cold, [(1, 50)], "[{b}] a lone writer's counter: one row, the region's first");
+        let acknowledged = hammer(&t, &counters, HOT, 3).await;
+        let hot = raw::slot_rows(&t.db, table, HOT, "likes").await;
+        assert_eq!(hot.iter().map(|(_, v)| v).sum::<i64>(), acknowledged, "[{b}]");
+        assert!(hot.iter().all(|(slot, _)| region.owns_slot(*slot) && *slot < 64), "[{b}] {hot:?}");
+        match b {
+            Backend::Sqlite => assert_eq!(hot.len(), 1, "[sqlite] {hot:?}"),
+            _ => assert!(hot.len() >= 4, "[{b}] never widened: {hot:?}"),
+        }
+        figures(
+            "adaptive_region",
+            b,
+            &[
+                ("writes", TASKS * OPS_PER_TASK as u64 + 50),
+                ("hot_rows", hot.len() as u64),
+                ("lost", acknowledged.abs_diff(hot.iter().map(|(_, v)| v).sum::<i64>())),
+            ],
+        );
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     #[label = "adaptive_folds"]
     async fn compaction_folds_a_cooled_counter_while_writes_go_on(t: TestDb) {
         let counters = adaptive(&t, "adaptive_fold", 1..=32);
