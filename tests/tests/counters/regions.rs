@@ -36,7 +36,8 @@ fn table(name: &str) -> Counters<i64> {
 async fn slots_of(t: &TestDb, table: &str) -> Vec<i16> {
     let sql = format!("SELECT slot FROM {table}");
     let statement = Statement::from_string(t.db.get_database_backend(), sql);
-    t.db.query_all_raw(statement)
+    t.sql()
+        .query_all_raw(statement)
         .await
         .expect("read slots")
         .iter()
@@ -167,7 +168,7 @@ backend_test! {
             hour.timestamp()
         );
         let statement = Statement::from_string(t.db.get_database_backend(), foreign_bucket);
-        t.db.execute_raw(statement).await.expect("a bucket row of another region");
+        t.sql().execute_raw(statement).await.expect("a bucket row of another region");
         let pruned = counters.prune(&t.db, hour + chrono::Duration::hours(2)).await.unwrap();
         assert!(pruned > 0, "[{b}]");
         let bucket_rows = raw::count_rows(&t.db, &format!("{name}_buckets")).await;
