@@ -16,7 +16,9 @@
 //!
 //! What would change another region's rows, or must see every region's
 //! rows at once to be exact (a repairing recount, a reset, folding every
-//! slot), is refused with [`CounterError::CrossRegion`].
+//! slot, settling an add at the slot cap, a table that cascades its
+//! owner's deletes, one batch given the table in two regions), is refused
+//! with [`CounterError::CrossRegion`].
 
 use std::{
     sync::{Arc, RwLock},
