@@ -139,6 +139,16 @@ impl PrivatePostgres {
         Self::start_with(&[])
     }
 
+    /// A cluster that can publish by logical replication (the regions'
+    /// tests), whose subscriptions reconnect to a publisher back from a
+    /// restart within 200 ms (5 s by default).
+    pub fn start_logical() -> Self {
+        Self::start_with(&[
+            ("wal_level", "logical"),
+            ("wal_retrieve_retry_interval", "200ms"),
+        ])
+    }
+
     /// [`PrivatePostgres::start`] with server settings of its own, such as
     /// `("wal_level", "logical")`, kept for every restart.
     pub fn start_with(settings: &[(&str, &str)]) -> Self {

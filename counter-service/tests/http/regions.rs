@@ -52,13 +52,7 @@ struct Region {
 }
 
 async fn region(name: &'static str, index: u16) -> Region {
-    let server = servers::launch(|| {
-        PrivatePostgres::start_with(&[
-            ("wal_level", "logical"),
-            ("wal_retrieve_retry_interval", "200ms"),
-        ])
-    })
-    .await;
+    let server = servers::launch(PrivatePostgres::start_logical).await;
     let text = format!(
         "[server]\nopen = true\n[database]\nurl = \"{}\"\nmax_connections = 8\n\
          [region]\nname = \"{name}\"\nindex = {index}\ncount = 2\npublication = \"counters_{name}\"\n\

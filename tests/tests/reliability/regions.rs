@@ -380,14 +380,7 @@ async fn converge(sides: &[Arc<Side>], tally: &Tally, since: Instant, what: &str
 
 /// Starts a region: its cluster (logical WAL), its tables, its publication.
 async fn region(name: &'static str, index: u16) -> Side {
-    let server = servers::launch(|| {
-        PrivatePostgres::start_with(&[
-            ("wal_level", "logical"),
-            // A subscription whose publisher came back reconnects soon.
-            ("wal_retrieve_retry_interval", "200ms"),
-        ])
-    })
-    .await;
+    let server = servers::launch(PrivatePostgres::start_logical).await;
     eprintln!(
         "region {name}: private PostgreSQL on port {}",
         server.port()
