@@ -49,11 +49,18 @@ pub(super) struct Shared {
     pub in_flight: Mutex<Option<Arc<Drained>>>,
     /// Sketches of unique keys waiting for a flush, and being flushed.
     pub sketches: PendingSketches,
-    /// Odd while a read could count a delta twice or not at all: during a
-    /// drain (deltas move from `pending` to `in_flight`) and from a
-    /// `COMMIT` being sent until `in_flight` is cleared. A read that saw the
-    /// same even value before and after is exact.
-    pub epoch: AtomicU64,
+    /// Odd while a drain moves deltas from `pending` to `in_flight`: an
+    /// [`unflushed`](super::CounterBuffer::unflushed) sum that spans one
+    /// could count a delta twice or not at all. A drain is in memory and
+    /// short, so a sum that meets one just waits it out.
+    pub drain_epoch: AtomicU64,
+    /// Odd from a `COMMIT` being sent until `in_flight` is cleared: a
+    /// stored total read meanwhile may or may not hold what is in flight.
+    /// A read that saw the same even value before and after is exact. Kept
+    /// apart from `drain_epoch` because drains come often under load, and
+    /// a read that had to start over at every drain could be starved by a
+    /// busy flusher (on one SQLite connection it always waits behind one).
+    pub commit_epoch: AtomicU64,
     /// Wakes the flusher before its interval ends.
     pub wake: Notify,
     /// Where a blocked `add` waits for a drain.
@@ -86,22 +93,22 @@ impl Shared {
         self.room.1.notify_all();
     }
 
-    /// Makes `epoch` odd if it is even: a read started now must wait.
-    fn unsettle(&self) {
-        let _ = self
-            .epoch
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
-                e.is_multiple_of(2).then_some(e + 1)
-            });
-    }
-
-    /// Makes `epoch` even (and new) if it is odd.
-    fn settle(&self) {
-        let _ = self
-            .epoch
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
-                (!e.is_multiple_of(2)).then_some(e + 1)
-            });
+    /// Moves deltas from `pending` to `in_flight` under `drain_epoch`.
+    /// The epoch is made even again even if the drain panics, so that no
+    /// sum waits for it forever.
+    fn drain(&self) -> Option<Arc<Drained>> {
+        struct Settle<'a>(&'a AtomicU64);
+        impl Drop for Settle<'_> {
+            fn drop(&mut self) {
+                settle(self.0);
+            }
+        }
+        unsettle(&self.drain_epoch);
+        let _settle = Settle(&self.drain_epoch);
+        let drained = self.pending.drain();
+        let drained = (!drained.is_empty()).then(|| Arc::new(drained));
+        self.set_in_flight(drained.clone());
+        drained
     }
 
     /// The drain being flushed, if any.
@@ -122,6 +129,20 @@ impl Shared {
             .in_flight_counters
             .store(counters, Ordering::Relaxed);
     }
+}
+
+/// Makes a seqlock epoch odd if it is even: a read started now must wait.
+fn unsettle(epoch: &AtomicU64) {
+    let _ = epoch.fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+        e.is_multiple_of(2).then_some(e + 1)
+    });
+}
+
+/// Makes a seqlock epoch even (and new) if it is odd.
+fn settle(epoch: &AtomicU64) {
+    let _ = epoch.fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+        (!e.is_multiple_of(2)).then_some(e + 1)
+    });
 }
 
 /// Spawns the flusher on `runtime`. However its task ends (done, panicked,
@@ -151,11 +172,7 @@ async fn run(shared: Arc<Shared>) {
         // Adds check `closing` under the shard locks, so a closing drain
         // must run even when nothing was counted pending a moment ago.
         if closing || shared.pending.counters() > 0 {
-            shared.unsettle();
-            let drained = shared.pending.drain();
-            let drained = (!drained.is_empty()).then(|| Arc::new(drained));
-            shared.set_in_flight(drained.clone());
-            shared.settle();
+            let drained = shared.drain();
             shared.room_freed();
             if let Some(drained) = drained {
                 flush(&shared, &mut seq, &drained).await;
@@ -335,7 +352,7 @@ async fn flush(shared: &Shared, seq: &mut u64, drained: &Drained) {
 /// Clears a flushed drain from the reads and counts it.
 fn finish_flush(shared: &Shared, seq: u64, drained: &Drained, started: Instant) {
     shared.set_in_flight(None);
-    shared.settle();
+    settle(&shared.commit_epoch);
     let meter = &shared.meter;
     let elapsed = started.elapsed();
     meter.last_flush_micros.store(
@@ -585,7 +602,7 @@ async fn apply_once(
     chunks::write(&txn, dialect, chunks, Mode::Fast).await?;
     // From here until `in_flight` is cleared, a read may see the rows both
     // in the table and in flight.
-    shared.unsettle();
+    unsettle(&shared.commit_epoch);
     *sent += 1;
     txn.commit().await?;
     Ok(Applied::Now)

@@ -240,7 +240,8 @@ impl BufferBuilder {
             config,
             writer,
             in_flight: Mutex::default(),
-            epoch: AtomicU64::new(0),
+            drain_epoch: AtomicU64::new(0),
+            commit_epoch: AtomicU64::new(0),
             wake: Notify::new(),
             room: (Mutex::new(()), Condvar::new()),
             requests: AtomicU64::new(0),
@@ -611,15 +612,31 @@ impl CounterBuffer {
             key: key.as_key_str(),
         };
         let shared = self.shared();
-        let flying = shared
-            .in_flight()
-            .map_or(0, |d| shared.pending.get_in(&d, id));
-        shared.pending.get(id).saturating_add(flying)
+        let mut spins = 0u32;
+        loop {
+            let before = shared.drain_epoch.load(Ordering::Acquire);
+            if before.is_multiple_of(2) {
+                let flying = shared
+                    .in_flight()
+                    .map_or(0, |d| shared.pending.get_in(&d, id));
+                let held = shared.pending.get(id).saturating_add(flying);
+                if shared.drain_epoch.load(Ordering::Acquire) == before {
+                    return held;
+                }
+            }
+            // A drain is a move in memory: wait it out on this thread.
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     /// The counter's total as this process sees it: stored, plus what this
     /// buffer holds for it (read-your-writes). Exact: a read that overlaps
-    /// a flush's drain or commit is repeated. With a
+    /// a flush's commit is repeated. With a
     /// [sink](BufferBuilder::sink), a flush the sink took is in neither
     /// until its consumer applies it: the read is low meanwhile.
     ///
@@ -638,11 +655,11 @@ impl CounterBuffer {
         let shared = self.shared();
         let deadline = Instant::now() + READ_WAIT;
         loop {
-            let before = shared.epoch.load(Ordering::Acquire);
+            let before = shared.commit_epoch.load(Ordering::Acquire);
             if before.is_multiple_of(2) {
                 let held = self.unflushed(&counters, owner.clone(), key);
                 let stored = counters.get(&shared.db, owner.clone(), key).await?;
-                if shared.epoch.load(Ordering::Acquire) == before {
+                if shared.commit_epoch.load(Ordering::Acquire) == before {
                     return stored
                         .checked_add(held)
                         .ok_or_else(|| CounterError::Overflow {
