@@ -130,6 +130,9 @@ pub struct Config {
     /// Idempotency-Key handling.
     #[serde(default)]
     pub idempotency: IdempotencyConfig,
+    /// `counts:watch`: streams of totals pushed as they change.
+    #[serde(default)]
+    pub watch: WatchConfig,
     /// The region this instance counts in, when several PostgreSQL
     /// clusters count the same counters (guide: "Regions").
     pub region: Option<RegionConfig>,
@@ -640,6 +643,106 @@ impl Default for IdempotencyConfig {
     }
 }
 
+/// `[watch]`: the bounds and rhythm of `counts:watch` streams.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchConfig {
+    /// Streams open at once on this instance (default 10,000); more is
+    /// 503 `overloaded`.
+    pub max_streams: usize,
+    /// Streams one token may hold open at once on this instance (default
+    /// 100); more is 429. An open service (no tokens) has only
+    /// `max_streams`.
+    pub max_streams_per_token: usize,
+    /// Owners one stream may watch (default 100).
+    pub max_owners: usize,
+    /// The shortest time between two events of one stream (default 100
+    /// ms): changes meanwhile are sent together, as their latest totals.
+    pub min_interval_ms: u64,
+    /// How other instances' changes arrive: `auto` (default: Redis
+    /// pub/sub with `[cache]`, else PostgreSQL `LISTEN`/`NOTIFY` unless
+    /// `database.pooler = "transaction"`, else polling) or `poll` (every
+    /// watched total read again every `poll_ms`).
+    pub bus: BusSetting,
+    /// How often every watched total is read again (default 1,000 ms when
+    /// polling, and 30,000 ms as a safety net behind a bus: a message the
+    /// bus lost, a write made outside the service).
+    pub poll_ms: Option<u64>,
+    /// A stream whose client has not taken what it was sent for this long
+    /// is closed (default 10,000 ms)...
+    pub slow_after_ms: u64,
+    /// ...as is one with more than this many bytes sent to it and not
+    /// taken (default 262,144).
+    pub max_backlog_bytes: u64,
+    /// A comment line sent on a quiet stream this often, so proxies keep
+    /// it open (default 15,000 ms).
+    pub keep_alive_ms: u64,
+}
+
+/// `watch.bus`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BusSetting {
+    /// The best the configuration offers.
+    #[default]
+    Auto,
+    /// No bus: every watched total read again every `poll_ms`.
+    Poll,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            max_streams: 10_000,
+            max_streams_per_token: 100,
+            max_owners: 100,
+            min_interval_ms: 100,
+            bus: BusSetting::Auto,
+            poll_ms: None,
+            slow_after_ms: 10_000,
+            max_backlog_bytes: 256 * 1024,
+            keep_alive_ms: 15_000,
+        }
+    }
+}
+
+impl WatchConfig {
+    fn check(&self) -> Vec<ConfigError> {
+        let bounded = [
+            ("watch.max_streams", self.max_streams as u64, 1, 1_000_000),
+            (
+                "watch.max_streams_per_token",
+                self.max_streams_per_token as u64,
+                1,
+                1_000_000,
+            ),
+            ("watch.max_owners", self.max_owners as u64, 1, 1_000),
+            ("watch.min_interval_ms", self.min_interval_ms, 10, 60_000),
+            (
+                "watch.poll_ms",
+                self.poll_ms.unwrap_or(1_000),
+                100,
+                3_600_000,
+            ),
+            ("watch.slow_after_ms", self.slow_after_ms, 100, 600_000),
+            (
+                "watch.max_backlog_bytes",
+                self.max_backlog_bytes,
+                4_096,
+                1 << 30,
+            ),
+            ("watch.keep_alive_ms", self.keep_alive_ms, 1_000, 600_000),
+        ];
+        bounded
+            .into_iter()
+            .filter(|(_, value, min, max)| !(*min..=*max).contains(value))
+            .map(|(name, value, min, max)| {
+                ConfigError::invalid(name, format!("{value} is not {min} to {max}"))
+            })
+            .collect()
+    }
+}
+
 /// `[[tokens]]`: one bearer token.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -971,6 +1074,7 @@ impl Config {
             }
         }
         errors.extend(self.database.check_replicas());
+        errors.extend(self.watch.check());
         if let Some(region) = &self.region {
             errors.extend(region.check(&self.database.url));
         }

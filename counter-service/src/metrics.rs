@@ -72,6 +72,17 @@ pub(crate) const REGION_LAG: &str = "counter_service_region_lag_seconds";
 /// Answers that went out before Redis confirmed their deletions.
 pub(crate) const UNCONFIRMED: &str = "counter_service_cache_unconfirmed_answers_total";
 
+/// `counts:watch` streams open now.
+pub(crate) const WATCH_STREAMS: &str = "counter_service_watch_streams";
+/// Events sent on watch streams, by `kind` (`snapshot`, `change`, `closed`).
+pub(crate) const WATCH_EVENTS: &str = "counter_service_watch_events_total";
+/// Watch streams the service ended, by `reason` (`slow_consumer`, `draining`).
+pub(crate) const WATCH_CLOSED: &str = "counter_service_watch_closed_total";
+/// Messages of the watch bus, by `direction` (`sent`, `received`).
+pub(crate) const WATCH_BUS_MESSAGES: &str = "counter_service_watch_bus_messages_total";
+/// Sends and listens of the watch bus that failed.
+pub(crate) const WATCH_BUS_ERRORS: &str = "counter_service_watch_bus_errors_total";
+
 /// Connections open now.
 pub(crate) const CONNECTIONS_OPEN: &str = "counter_service_connections_open";
 /// Connections closed at the cap to make room for a new one.
@@ -185,6 +196,23 @@ fn describe() {
     describe_gauge!(
         DEPENDENCY_UP,
         "1 while a dependency answers, else 0, by dependency (database, cache, broker); read at each scrape."
+    );
+    describe_gauge!(WATCH_STREAMS, "counts:watch streams open now.");
+    describe_counter!(
+        WATCH_EVENTS,
+        "Events sent on counts:watch streams, by kind (snapshot, change, closed)."
+    );
+    describe_counter!(
+        WATCH_CLOSED,
+        "counts:watch streams the service ended, by reason (slow_consumer: the client did not take what it was sent; draining: a shutdown)."
+    );
+    describe_counter!(
+        WATCH_BUS_MESSAGES,
+        "Messages of the bus that tells other instances which owners changed, by direction (sent, received)."
+    );
+    describe_counter!(
+        WATCH_BUS_ERRORS,
+        "Sends and listens of the watch bus that failed (watchers then catch up at the next poll)."
     );
     describe_gauge!(CONNECTIONS_OPEN, "HTTP connections open now.");
     describe_counter!(

@@ -155,6 +155,22 @@ impl Problem {
         problem
     }
 
+    /// 429: the token holds `max` watch streams on this instance already.
+    pub fn too_many_streams(max: usize) -> Self {
+        let mut problem = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-streams",
+            "rate_limited",
+            format!(
+                "this token holds {max} watch streams here already (`watch.max_streams_per_token`); close one, or watch more owners per stream"
+            ),
+        )
+        .with("bound", "watch streams per token")
+        .with("max", max);
+        problem.retry_after = Some(1);
+        problem
+    }
+
     /// 409: an `Idempotency-Key` (or item id) used before with another body.
     pub fn idempotency_conflict(key: &str) -> Self {
         Self::new(
@@ -300,6 +316,9 @@ impl Problem {
             "unknown-job" => "Unknown job",
             "unavailable" => "Service unavailable",
             "unsupported-media-type" => "Unsupported media type",
+            "too-many-streams" => "Too many streams",
+            "cross-region" => "Another region's rows",
+            "database-refused" => "Database refused the request",
             _ => "Internal error",
         }
     }
@@ -434,4 +453,41 @@ pub(crate) fn preview(text: &str) -> String {
         shown.push('…');
     }
     shown.escape_debug().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Problem;
+
+    /// Every problem but a bug's has a title of its own: a slug missing
+    /// from `title` would be titled "Internal error".
+    #[test]
+    fn every_problem_has_its_own_title() {
+        let region = counter_core::CounterError::CrossRegion {
+            region: "a".into(),
+            operation: "reset",
+        };
+        let problems = [
+            Problem::bad_request("x"),
+            Problem::unknown_namespace("x"),
+            Problem::no_route("/x"),
+            Problem::method_not_allowed(),
+            Problem::unauthorized("x"),
+            Problem::forbidden("x".into()),
+            Problem::rate_limited(1),
+            Problem::too_many_streams(1),
+            Problem::idempotency_conflict("k"),
+            Problem::job_running("j", "n"),
+            Problem::unknown_job("j"),
+            Problem::timeout(1),
+            Problem::overloaded("x"),
+            Problem::permanent("database", "x"),
+            Problem::unavailable("database", "x"),
+            Problem::from(region),
+        ];
+        for problem in problems {
+            assert_ne!(problem.title(), "Internal error", "{problem:?}");
+        }
+        assert_eq!(Problem::internal("x").title(), "Internal error");
+    }
 }

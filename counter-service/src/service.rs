@@ -23,6 +23,7 @@ use crate::{
     domain::namespace::Namespace,
     domain::regions::{self, Regional},
     domain::replicas::Replicas,
+    domain::watch::{Hub, Reason},
     state::{AppState, Shared},
 };
 
@@ -302,8 +303,11 @@ impl Service {
                 Some(status)
             }
         };
+        let (watch, watching) = Hub::start(db.clone(), &namespaces, &config, stopped.clone());
+        background.extend(watching);
         let state = AppState::new(Shared {
             db,
+            watch,
             namespaces,
             tokens,
             server: config.server.clone(),
@@ -418,6 +422,8 @@ async fn drain_after(
     shutdown.await;
     let _ = began.set(Instant::now());
     state.draining.store(true, Ordering::Relaxed);
+    // Watchers reconnect now, to an instance that stays.
+    state.watch.close_all(Reason::Draining);
     let drain = Duration::from_millis(state.server.drain_ms);
     tracing::info!(
         drain_ms = drain.as_millis() as u64,

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub feed: Option<FeedStatus>,
     /// How long idempotency keys are kept.
     pub retention: Duration,
+    /// The `counts:watch` streams.
+    pub watch: crate::domain::watch::Hub,
     /// The maintenance jobs this instance runs and keeps.
     pub jobs: Arc<crate::domain::jobs::Jobs>,
     /// The OpenAPI document, set once the router is built.

@@ -86,6 +86,8 @@ pub(crate) fn raise_file_limit() -> Option<u64> {
 /// What a connection has done, for the idle timeout and for eviction.
 struct Activity {
     bytes: AtomicU64,
+    /// Bytes written to the client: what a stream's backlog is measured by.
+    written: AtomicU64,
     /// Milliseconds since `epoch` of the last byte read or answer sent.
     last: AtomicU64,
     in_flight: AtomicUsize,
@@ -97,6 +99,7 @@ impl Activity {
     fn new(epoch: Instant) -> Self {
         let activity = Self {
             bytes: AtomicU64::new(0),
+            written: AtomicU64::new(0),
             last: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             close: Notify::new(),
@@ -243,8 +246,11 @@ async fn connection(
         activity: activity.clone(),
     });
     let requests = activity.clone();
-    let service = service_fn(move |request: hyper::Request<Incoming>| {
+    let service = service_fn(move |mut request: hyper::Request<Incoming>| {
         let flight = InFlight::start(requests.clone());
+        request
+            .extensions_mut()
+            .insert(Connection(requests.clone()));
         let answer = router.clone().oneshot(request);
         async move {
             let response = answer.await;
@@ -301,7 +307,41 @@ impl Drop for InFlight {
     }
 }
 
-/// A TCP stream that counts what the client sends.
+/// The connection a request came on, in the request's extensions: what a
+/// response that streams (`counts:watch`) needs of it. Absent when the
+/// router is served some other way (a test's `oneshot`).
+#[derive(Clone)]
+pub(crate) struct Connection(Arc<Activity>);
+
+impl Connection {
+    /// Keeps the connection counted busy (never closed as idle, never
+    /// evicted) for as long as the guard lives: a stream's body is sent
+    /// after its handler returned.
+    pub fn streaming(&self) -> Streaming {
+        Streaming {
+            _busy: InFlight::start(self.0.clone()),
+        }
+    }
+
+    /// Bytes written to the client so far.
+    pub fn written(&self) -> u64 {
+        self.0.written.load(Ordering::Relaxed)
+    }
+
+    /// Closes the connection now, whatever it is sending: a client that
+    /// stopped reading cannot be told anything more, and what hyper holds
+    /// for it is freed.
+    pub fn close(&self) {
+        self.0.close.notify_one();
+    }
+}
+
+/// See [`Connection::streaming`].
+pub(crate) struct Streaming {
+    _busy: InFlight,
+}
+
+/// A TCP stream that counts what the client sends and what it is sent.
 struct Counted {
     inner: TcpStream,
     activity: Arc<Activity>,
@@ -326,13 +366,23 @@ impl AsyncRead for Counted {
     }
 }
 
+impl Counted {
+    fn wrote(&self, polled: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = polled {
+            self.activity.written.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
 impl AsyncWrite for Counted {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.wrote(polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -348,7 +398,8 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(polled)
     }
 
     fn is_write_vectored(&self) -> bool {

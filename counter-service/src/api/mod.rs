@@ -6,6 +6,7 @@
 //! POST /v1/{ns}/counters:add          POST /v1/{ns}/counters:addAndGet
 //! POST /v1/{ns}/counters:batchAdd     GET|POST /v1/{ns}/counts:batchGet
 //! POST /v1/{ns}/counters:observe      GET|POST /v1/{ns}/uniques:batchGet
+//! GET  /v1/{ns}/counts:watch          (Server-Sent Events)
 //! GET  /v1/{ns}/top                   GET  /v1/{ns}/series
 //! GET  /v1/{ns}/keys                  POST /v1/{ns}/admin:check  POST /v1/{ns}/admin:compact
 //! GET  /v1/{ns}/admin/jobs/{id}       GET  /v1/{ns}/admin/jobs   POST /v1/{ns}/counters:clear
@@ -23,6 +24,7 @@ mod read;
 pub(crate) mod scrape;
 mod served;
 mod unique;
+mod watch;
 mod write;
 
 use std::{sync::Arc, time::Duration};
@@ -60,6 +62,13 @@ pub const REQUEST_ID: &str = "x-request-id";
                        unique counts. \
                        Every error is RFC 9457 problem details with a `kind`."
     ),
+    // The data of `counts:watch`'s events: named in its description, typed
+    // here (an event stream's body has no schema of its own).
+    components(schemas(
+        crate::domain::watch::WatchedValues,
+        crate::domain::watch::ClosedEvent,
+        crate::domain::watch::Reason
+    )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(
@@ -151,6 +160,7 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(write::add_and_get))
         .routes(routes!(write::batch_add))
         .routes(routes!(read::batch_get, read::batch_get_post))
+        .routes(routes!(watch::watch))
         .routes(routes!(unique::observe))
         .routes(routes!(unique::batch_get, unique::batch_get_post))
         .routes(routes!(read::top))
@@ -377,7 +387,7 @@ mod tests {
                 );
                 let expected = match name {
                     "ns" | "id" => "path",
-                    "Idempotency-Key" | "Counter-Read-From" => "header",
+                    "Idempotency-Key" | "Counter-Read-From" | "Last-Event-ID" => "header",
                     _ => "query",
                 };
                 assert_eq!(place, expected, "{method} {path}: {name}");

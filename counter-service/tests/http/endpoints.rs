@@ -16,6 +16,7 @@ const ROUTES: &[&str] = &[
     "POST /v1/{ns}/counters:batchAdd",
     "GET /v1/{ns}/counts:batchGet",
     "POST /v1/{ns}/counts:batchGet",
+    "GET /v1/{ns}/counts:watch",
     "POST /v1/{ns}/counters:observe",
     "GET /v1/{ns}/uniques:batchGet",
     "POST /v1/{ns}/uniques:batchGet",
@@ -66,6 +67,19 @@ backend_test! {
             .await
             .ok();
         assert_eq!(batch, json!({"applied": 4, "duplicates": 0}), "[{b}]");
+
+        // A watch: its first event holds the same totals.
+        let addr = service.base.trim_start_matches("http://").to_owned();
+        let mut watcher = crate::watch::Watcher::open(&addr, "/v1/posts/counts:watch?owners=1,2&keys=likes,reaction:heart", None, &[], None)
+            .await
+            .unwrap();
+        let snapshot = watcher.next_within(std::time::Duration::from_secs(10)).await.unwrap();
+        assert_eq!(
+            (snapshot.event.as_str(), &snapshot.data),
+            ("snapshot", &json!({"counts": {"1": {"likes": 5, "reaction:heart": 0}, "2": {"likes": 7, "reaction:heart": 0}}, "uniques": {}})),
+            "[{b}]"
+        );
+        drop(watcher);
 
         // Batch gets, by GET and by POST, zero-filled.
         let got = service.get("/v1/posts/counts:batchGet?owners=1,2,3,4&keys=likes,views,reaction:heart", None).await.ok();

@@ -27,3 +27,4 @@ mod replicas;
 mod support;
 mod topology;
 mod unique;
+mod watch;
