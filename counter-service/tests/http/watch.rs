@@ -423,6 +423,20 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// CPU time process `pid` has used (user and system), in ms.
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 12th and 13th of them, in clock ticks (100 a second here).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    (fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()) * 10
+}
+
 /// Opens `count` watchers, watcher `i` on owner `i % OWNERS + 1` through
 /// instance `i % 2`, each past its snapshot.
 async fn open_watchers(addrs: &[String; 2], first: usize, count: usize) -> Vec<(usize, Watcher)> {
@@ -506,6 +520,7 @@ backend_test! {
         let addrs = ports.map(|p| format!("127.0.0.1:{p}"));
         let apis = ports.map(|p| Api::new(format!("http://127.0.0.1:{p}")));
         let rss = || pids.iter().map(|&p| rss_kb(p)).sum::<u64>();
+        let cpu = || pids.iter().map(|&p| cpu_ms(p)).sum::<u64>();
         // Both pools warm before the figures.
         for api in &apis {
             api.totals("posts", None, json!([1]), json!(["likes"])).await;
@@ -514,7 +529,9 @@ backend_test! {
         let rss_none = rss();
 
         // The add rate with nobody watching, for the one with watchers.
+        let cpu_before = cpu();
         let unwatched = add_load(&apis[0], UNWATCHED_ADDS).await;
+        let unwatched_cpu = cpu() - cpu_before;
         let unwatched_rate = UNWATCHED_ADDS as f64 / unwatched.1.as_secs_f64();
 
         let watchers = open_watchers(&addrs, 0, WATCHERS).await;
@@ -552,7 +569,9 @@ backend_test! {
 
         // 20,000 adds of 1 over 100 owners, all through the first instance:
         // the second's watchers learn of them by the bus (or a poll).
+        let cpu_before = cpu();
         let (acked, adds_took) = add_load(&apis[0], ADDS).await;
+        let watched_cpu = cpu() - cpu_before;
         let finals = apis[0].totals("posts", None, json!((1..=OWNERS).collect::<Vec<_>>()), json!(["likes"])).await;
         let total: i64 = (1..=OWNERS).map(|o| finals[o.to_string()]["likes"].as_i64().unwrap()).sum();
         assert_eq!(total, (UNWATCHED_ADDS + ADDS) as i64, "every add counted once");
@@ -576,6 +595,7 @@ backend_test! {
             assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "watcher {i}: totals out of order or repeated");
             by_owner.entry(owner).or_default().push((i % 2, seen));
         }
+        let events: usize = by_owner.values().flatten().map(|(_, seen)| seen.len()).sum();
         for (owner, total, at) in &acked {
             for (instance, seen) in &by_owner[owner] {
                 let first = seen.partition_point(|(t, _)| t < total);
@@ -622,6 +642,11 @@ backend_test! {
                 ("adds", ADDS as u64),
                 ("adds_per_s_unwatched", unwatched_rate as u64),
                 ("adds_per_s", (ADDS as f64 / adds_took.as_secs_f64()) as u64),
+                // The instances' CPU per add, without and with the watchers,
+                // and the events the watchers received.
+                ("service_cpu_us_per_add_unwatched", unwatched_cpu * 1_000 / UNWATCHED_ADDS as u64),
+                ("service_cpu_us_per_add", watched_cpu * 1_000 / ADDS as u64),
+                ("events", events as u64),
                 ("push_bus", u64::from(bus == "postgres")),
                 ("same_instance_p50_ms", local.0),
                 ("same_instance_p99_ms", local.1),
