@@ -6,7 +6,7 @@
 //! POST /v1/{ns}/counters:add          POST /v1/{ns}/counters:addAndGet
 //! POST /v1/{ns}/counters:batchAdd     GET|POST /v1/{ns}/counts:batchGet
 //! POST /v1/{ns}/counters:observe      GET|POST /v1/{ns}/uniques:batchGet
-//! GET  /v1/{ns}/counts:watch          (Server-Sent Events)
+//! GET  /v1/{ns}/counts:watch          GET  /v1/{ns}/top:watch  (Server-Sent Events)
 //! GET  /v1/{ns}/top                   GET  /v1/{ns}/series
 //! GET  /v1/{ns}/keys                  POST /v1/{ns}/admin:check  POST /v1/{ns}/admin:compact
 //! GET  /v1/{ns}/admin/jobs/{id}       GET  /v1/{ns}/admin/jobs   POST /v1/{ns}/counters:clear
@@ -66,6 +66,8 @@ pub const REQUEST_ID: &str = "x-request-id";
     // here (an event stream's body has no schema of its own).
     components(schemas(
         crate::domain::watch::WatchedValues,
+        crate::domain::watch::WatchedRanking,
+        crate::domain::watch::RankedTotal,
         crate::domain::watch::ClosedEvent,
         crate::domain::watch::Reason
     )),
@@ -161,6 +163,7 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(write::batch_add))
         .routes(routes!(read::batch_get, read::batch_get_post))
         .routes(routes!(watch::watch))
+        .routes(routes!(watch::top_watch))
         .routes(routes!(unique::observe))
         .routes(routes!(unique::batch_get, unique::batch_get_post))
         .routes(routes!(read::top))

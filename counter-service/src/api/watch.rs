@@ -1,5 +1,6 @@
-//! `counts:watch`: the totals of some owners as Server-Sent Events, pushed
-//! as they change (the work is `domain::watch`'s; this is the wire).
+//! `counts:watch` and `top:watch`: the totals of some owners, or a
+//! ranking's first owners, as Server-Sent Events pushed as they change (the
+//! work is `domain::watch`'s; this is the wire).
 //!
 //! ```text
 //! event: snapshot          every watched total, first
@@ -33,7 +34,7 @@ use super::connections::Connection;
 use super::extract::{Query, Reading, Target};
 use super::read::split;
 use crate::{
-    domain::watch::{ClosedEvent, Event, Link},
+    domain::watch::{ClosedEvent, Event, Interest, Link},
     problem::{Problem, ProblemBody},
     state::AppState,
 };
@@ -98,6 +99,64 @@ pub(crate) async fn watch(
     let interest = state
         .watch
         .interest(namespace, &owners, &keys, state.server.max_batch_keys)?;
+    stream(&state, &target, connection, interest).await
+}
+
+/// `top:watch`'s query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct TopWatchQuery {
+    /// The key ranked (a counted key).
+    pub key: String,
+    /// Owners ranked, 1 to `watch.max_owners` (default 10).
+    pub limit: Option<usize>,
+}
+
+/// Watches a ranking's first owners: a `text/event-stream` whose first
+/// event (`snapshot`) holds the ranking as `GET top` would answer it and
+/// whose next ones (`change`) hold it again whenever it changed (an owner's
+/// total, or the order), read after the change committed, whichever
+/// instance took the write; at most one event per `watch.min_interval_ms`.
+/// It ends as `counts:watch` does (`closed`).
+#[utoipa::path(
+    operation_id = "topWatch",
+    get,
+    path = "/v1/{ns}/top:watch",
+    tag = "counts",
+    params(
+        ("ns" = String, Path, description = "The namespace"),
+        TopWatchQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Sent by a reconnecting client; the stream starts again with a snapshot either way"),
+    ),
+    responses(
+        (status = 200, description = "Server-Sent Events: `snapshot` and `change` events whose data is a `WatchedRanking`, a `closed` event whose data is a `ClosedEvent`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Bad input, or a limit over `watch.max_owners`", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 429, description = "The token's rate is used up, or it holds `watch.max_streams_per_token` streams here already", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The instance holds `watch.max_streams` streams already, or the first read failed", body = ProblemBody, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn top_watch(
+    State(state): State<AppState>,
+    target: Target<Reading>,
+    connection: Option<Extension<Connection>>,
+    Query(query): Query<TopWatchQuery>,
+) -> Result<Response, Problem> {
+    let namespace = target.namespace(&state);
+    let interest =
+        state
+            .watch
+            .ranking_interest(namespace, &query.key, query.limit.unwrap_or(10))?;
+    stream(&state, &target, connection, interest).await
+}
+
+/// Opens the stream of `interest` and answers it as Server-Sent Events.
+async fn stream(
+    state: &AppState,
+    target: &Target<Reading>,
+    connection: Option<Extension<Connection>>,
+    interest: Interest,
+) -> Result<Response, Problem> {
     let connection = connection.map(|Extension(c)| c);
     // The connection counts as busy while the stream is sent: never
     // closed as idle, never evicted for a newcomer.
@@ -112,8 +171,8 @@ pub(crate) async fn watch(
             let event = watch.next().await?;
             let id = id + 1;
             let (name, data) = match &event {
-                Event::Snapshot(values) => ("snapshot", serde_json::to_string(values)),
-                Event::Change(values) => ("change", serde_json::to_string(values)),
+                Event::Snapshot(payload) => ("snapshot", serde_json::to_string(payload)),
+                Event::Change(payload) => ("change", serde_json::to_string(payload)),
                 Event::Closed(reason) => (
                     "closed",
                     serde_json::to_string(&ClosedEvent { reason: *reason }),

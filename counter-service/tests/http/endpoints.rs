@@ -17,6 +17,7 @@ const ROUTES: &[&str] = &[
     "GET /v1/{ns}/counts:batchGet",
     "POST /v1/{ns}/counts:batchGet",
     "GET /v1/{ns}/counts:watch",
+    "GET /v1/{ns}/top:watch",
     "POST /v1/{ns}/counters:observe",
     "GET /v1/{ns}/uniques:batchGet",
     "POST /v1/{ns}/uniques:batchGet",
@@ -77,6 +78,16 @@ backend_test! {
         assert_eq!(
             (snapshot.event.as_str(), &snapshot.data),
             ("snapshot", &json!({"counts": {"1": {"likes": 5, "reaction:heart": 0}, "2": {"likes": 7, "reaction:heart": 0}}, "uniques": {}})),
+            "[{b}]"
+        );
+        drop(watcher);
+        let mut watcher = crate::watch::Watcher::open(&addr, "/v1/posts/top:watch?key=likes&limit=2", None, &[], None)
+            .await
+            .unwrap();
+        let snapshot = watcher.next_within(std::time::Duration::from_secs(10)).await.unwrap();
+        assert_eq!(
+            (snapshot.event.as_str(), &snapshot.data),
+            ("snapshot", &json!({"key": "likes", "owners": [{"owner": "2", "total": 7}, {"owner": "1", "total": 5}]})),
             "[{b}]"
         );
         drop(watcher);

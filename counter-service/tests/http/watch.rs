@@ -383,6 +383,62 @@ backend_test! {
 
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_watched_ranking_follows_owners_that_pass_each_other(t: TestDb) {
+        let scratch = Scratch::of(&t).await;
+        let rest = format!("[watch]\nmin_interval_ms = 20\n{NAMESPACES}{TOKENS}");
+        let service = Running::start(&config_text("", &scratch, &rest)).await;
+        let addr = address(&service);
+        let add = |owner: i64, key: &'static str, delta: i64| {
+            let api = service.api.clone();
+            async move {
+                api.post("/v1/posts/counters:add", Some(WRITER), json!({"owner": owner, "key": key, "delta": delta}))
+                    .await
+                    .ok();
+            }
+        };
+        for (owner, likes) in [(1, 50), (2, 40), (3, 30), (4, 20), (5, 10)] {
+            add(owner, "likes", likes).await;
+        }
+        let mut watcher = Watcher::open(&addr, "/v1/posts/top:watch?key=likes&limit=3", Some(READER), &[], None).await.unwrap();
+        let ranking = |pairs: &[(&str, i64)]| json!({"key": "likes", "owners": pairs.iter().map(|(o, n)| json!({"owner": o, "total": n})).collect::<Vec<_>>()});
+        let first = watcher.next_within(Duration::from_secs(10)).await.unwrap();
+        assert_eq!((first.event.as_str(), &first.data), ("snapshot", &ranking(&[("1", 50), ("2", 40), ("3", 30)])));
+
+        // An owner below the first three passes into them; one inside moves
+        // up; a change outside them (owner 4 stays fourth), another key and
+        // another namespace change nothing shown.
+        add(5, "likes", 35).await;
+        let mut last = first;
+        let want = ranking(&[("1", 50), ("5", 45), ("2", 40)]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while last.data != want {
+            last = watcher.next_within(deadline.saturating_duration_since(Instant::now())).await.unwrap_or_else(|| panic!("no ranking {want} within 20 s; last {last:?}"));
+            assert_eq!(last.event, "change");
+        }
+        add(4, "likes", 1).await;
+        add(1, "views", 100).await;
+        service.post("/v1/tags/counters:add", Some(WRITER), json!({"owner": "1", "key": "uses", "delta": 500})).await.ok();
+        let quiet = watcher.next_within(Duration::from_millis(500)).await;
+        assert!(quiet.is_none(), "a change that moves nothing shown: {quiet:?}");
+        add(2, "likes", 20).await;
+        let moved = watcher.next_within(Duration::from_secs(10)).await.unwrap();
+        assert_eq!(moved.data, ranking(&[("2", 60), ("1", 50), ("5", 45)]));
+
+        // Refusals: a unique key, a limit over max_owners (100).
+        for path in ["/v1/posts/top:watch?key=viewers", "/v1/posts/top:watch?key=likes&limit=101", "/v1/posts/top:watch?key=likes&limit=0"] {
+            match Watcher::open(&addr, path, Some(READER), &[], None).await {
+                Ok(_) => panic!("{path} was not refused"),
+                Err((status, problem)) => assert_eq!((status, problem["kind"].as_str()), (400, Some("invalid_input")), "{path}: {problem}"),
+            }
+        }
+        drop(watcher);
+        service.stop().await;
+        t.finish().await;
+    }
+}
+
+backend_test! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_stopping_instance_ends_its_streams_at_once(t: TestDb) {
         let scratch = Scratch::of(&t).await;
         let rest = format!("{NAMESPACES}{TOKENS}");

@@ -15,7 +15,7 @@ use sea_orm::DatabaseConnection;
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::{
-    Event, Interest, Link, Reason,
+    Event, Interest, Link, Payload, RankingInterest, Reason,
     bus::{self, Bus, Changed, Changes},
     mailbox::{Mailbox, Total, Value},
     read,
@@ -52,6 +52,8 @@ struct Inner {
     registry: Mutex<Registry>,
     /// Watched owners changed since the last refresh.
     dirty: Changes,
+    /// Tables whose watched rankings may have changed since.
+    ranked: Mutex<HashSet<String>>,
     /// This instance's changes for the others, when there is a bus.
     outbox: Option<Arc<Changes>>,
     /// Reads are numbered as they start: a later read sees every commit
@@ -67,6 +69,8 @@ struct Registry {
     streams: HashMap<u64, Arc<Mailbox>>,
     /// Stream ids by table, then by owner watched.
     watching: HashMap<String, HashMap<String, Vec<u64>>>,
+    /// Ranking streams by table.
+    rankings: HashMap<String, Vec<u64>>,
     per_token: HashMap<String, usize>,
     /// Streams the service ended, and when their connection is closed if
     /// they are still sending then.
@@ -124,6 +128,14 @@ impl Inner {
     /// for a refresh.
     fn mark(&self, table: &str, owners: Option<Vec<String>>) {
         let registry = self.registry();
+        // Any change of the table may move its rankings.
+        if registry.rankings.contains_key(table) {
+            self.ranked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(table.to_owned());
+            self.dirty.wake.notify_one();
+        }
         let Some(watched) = registry.watching.get(table) else {
             return;
         };
@@ -146,10 +158,48 @@ impl Inner {
 
     /// Marks every watched owner for a refresh.
     fn mark_all(&self) {
-        let tables: Vec<String> = self.registry().watching.keys().cloned().collect();
+        let (tables, ranked): (Vec<String>, Vec<String>) = {
+            let registry = self.registry();
+            (
+                registry.watching.keys().cloned().collect(),
+                registry.rankings.keys().cloned().collect(),
+            )
+        };
         for table in tables {
             self.dirty.add(&table, None);
         }
+        if !ranked.is_empty() {
+            self.ranked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(ranked);
+            self.dirty.wake.notify_one();
+        }
+    }
+
+    /// The rankings to read again: each watched (key, limit) of each table
+    /// marked, with the streams that watch it.
+    fn rankings_to_read(&self) -> Vec<(String, RankingInterest, Vec<Arc<Mailbox>>)> {
+        let tables =
+            std::mem::take(&mut *self.ranked.lock().unwrap_or_else(PoisonError::into_inner));
+        let registry = self.registry();
+        let mut reads: HashMap<(String, RankingInterest), Vec<Arc<Mailbox>>> = HashMap::new();
+        for table in tables {
+            for id in registry.rankings.get(&table).into_iter().flatten() {
+                if let Some(stream) = registry.streams.get(id)
+                    && let Some(ranking) = &stream.interest.ranking
+                {
+                    reads
+                        .entry((table.clone(), ranking.clone()))
+                        .or_default()
+                        .push(stream.clone());
+                }
+            }
+        }
+        reads
+            .into_iter()
+            .map(|((table, ranking), streams)| (table, ranking, streams))
+            .collect()
     }
 
     /// A write of this instance committed: its watchers here, and the
@@ -195,6 +245,12 @@ impl Inner {
             return;
         };
         let table = self.table_of(&stream.interest.namespace);
+        if let Some(ids) = registry.rankings.get_mut(&table) {
+            ids.retain(|other| *other != id);
+            if ids.is_empty() {
+                registry.rankings.remove(&table);
+            }
+        }
         if let Some(owners) = registry.watching.get_mut(&table) {
             for owner in &stream.interest.owners {
                 if let Some(ids) = owners.get_mut(owner) {
@@ -278,6 +334,7 @@ impl Hub {
             bus: bus.clone(),
             registry: Mutex::default(),
             dirty: Changes::new(MAX_CHANGED_OWNERS),
+            ranked: Mutex::default(),
             reads: AtomicU64::new(0),
             _observer: Mutex::default(),
         });
@@ -372,6 +429,29 @@ impl Hub {
             owners: rendered,
             counted,
             unique,
+            ranking: None,
+        })
+    }
+
+    /// The first `limit` owners of `key`'s ranking in `namespace`,
+    /// checked: a counted key, 1 to `watch.max_owners` owners.
+    pub fn ranking_interest(
+        &self,
+        namespace: &Namespace,
+        key: &str,
+        limit: usize,
+    ) -> Result<Interest, Problem> {
+        let max = self.inner.settings.max_owners;
+        if !(1..=max).contains(&limit) {
+            return Err(Problem::over_bound("watched ranking limit", max, limit).with("min", 1));
+        }
+        let key = namespace.counted_key(key)?.to_owned();
+        Ok(Interest {
+            namespace: namespace.name.clone(),
+            owners: Vec::new(),
+            counted: Vec::new(),
+            unique: Vec::new(),
+            ranking: Some(RankingInterest { key, limit }),
         })
     }
 
@@ -406,9 +486,13 @@ impl Hub {
             let id = registry.next;
             let stream = Arc::new(Mailbox::new(id, token.to_owned(), interest, link));
             registry.streams.insert(id, stream.clone());
-            let watching = registry.watching.entry(table.clone()).or_default();
-            for owner in &stream.interest.owners {
-                watching.entry(owner.clone()).or_default().push(id);
+            if stream.interest.ranking.is_some() {
+                registry.rankings.entry(table.clone()).or_default().push(id);
+            } else {
+                let watching = registry.watching.entry(table.clone()).or_default();
+                for owner in &stream.interest.owners {
+                    watching.entry(owner.clone()).or_default().push(id);
+                }
             }
             *registry.per_token.entry(token.to_owned()).or_default() += 1;
             metrics::gauge!(WATCH_STREAMS).set(registry.streams.len() as f64);
@@ -424,15 +508,23 @@ impl Hub {
         };
         let seq = inner.reads.fetch_add(1, Ordering::SeqCst);
         let interest = &watch.stream.interest;
-        let values = read::values(
-            &inner.db,
-            namespace,
-            &interest.owners,
-            &interest.counted,
-            &interest.unique,
-        )
-        .await?;
-        watch.stream.offer(seq, values.iter().map(|(t, v)| (t, *v)));
+        match &interest.ranking {
+            Some(ranking) => {
+                let read = read::ranking(&inner.db, namespace, &ranking.key, ranking.limit).await?;
+                watch.stream.offer_ranking(seq, &read);
+            }
+            None => {
+                let values = read::values(
+                    &inner.db,
+                    namespace,
+                    &interest.owners,
+                    &interest.counted,
+                    &interest.unique,
+                )
+                .await?;
+                watch.stream.offer(seq, values.iter().map(|(t, v)| (t, *v)));
+            }
+        }
         Ok(watch)
     }
 
@@ -481,7 +573,10 @@ impl Watch {
             if self.first {
                 self.first = false;
                 self.next_at = Instant::now() + interval;
-                let values = self.stream.take(true).unwrap_or_default();
+                let values = self
+                    .stream
+                    .take(true)
+                    .unwrap_or(Payload::Totals(Default::default()));
                 return Some(self.counted(Event::Snapshot(values)));
             }
             if !self.stream.has_changes() {
@@ -581,6 +676,24 @@ async fn refresh(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                         () = tokio::time::sleep(Duration::from_millis(500)) => {}
                         _ = stop.changed() => return,
                     }
+                }
+            }
+        }
+        for (table, ranking, streams) in inner.rankings_to_read() {
+            let Some(namespace) = inner.tables.get(&table) else {
+                continue;
+            };
+            let seq = inner.reads.fetch_add(1, Ordering::SeqCst);
+            match read::ranking(&inner.db, namespace, &ranking.key, ranking.limit).await {
+                Ok(read) => streams.iter().for_each(|s| s.offer_ranking(seq, &read)),
+                Err(error) => {
+                    tracing::warn!(namespace = %namespace.name, %error, "reading a watched ranking failed; retrying");
+                    inner
+                        .ranked
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(table);
+                    inner.dirty.wake.notify_one();
                 }
             }
         }

@@ -12,7 +12,7 @@ use std::{
 
 use tokio::sync::Notify;
 
-use super::{Interest, Link, Reason, WatchedValues};
+use super::{Interest, Link, Payload, Reason, WatchedRanking, WatchedValues};
 
 /// A watched total: (owner, key).
 pub(super) type Total = (String, String);
@@ -48,6 +48,11 @@ struct State {
     sent: HashMap<Total, Value>,
     /// The totals whose current value differs from the one sent.
     changed: BTreeSet<Total>,
+    /// A ranking stream's: the latest ranking read (with its read's
+    /// number), the one sent, and whether they differ.
+    ranking: Option<(u64, WatchedRanking)>,
+    ranking_sent: Option<WatchedRanking>,
+    ranking_changed: bool,
     closed: Option<Reason>,
     /// Bytes of events handed to the connection.
     handed: u64,
@@ -111,9 +116,48 @@ impl Mailbox {
         }
     }
 
+    /// Takes ranking `ranking` of read `seq`; wakes the stream if it
+    /// differs from the one its client was sent.
+    pub fn offer_ranking(&self, seq: u64, ranking: &WatchedRanking) {
+        let mut state = self.state();
+        if state
+            .ranking
+            .as_ref()
+            .is_some_and(|(known, _)| *known > seq)
+        {
+            return;
+        }
+        state.ranking = Some((seq, ranking.clone()));
+        let changed = state.ranking_sent.as_ref() != Some(ranking);
+        let woke = changed && !state.ranking_changed;
+        state.ranking_changed = changed;
+        drop(state);
+        if woke {
+            self.ready.notify_one();
+        }
+    }
+
     /// Every value known (the first event), or the changed ones; marked
     /// sent. `None` when nothing changed.
-    pub fn take(&self, all: bool) -> Option<WatchedValues> {
+    pub fn take(&self, all: bool) -> Option<Payload> {
+        if self.interest.ranking.is_some() {
+            let mut state = self.state();
+            if !all && !state.ranking_changed {
+                return None;
+            }
+            state.ranking_changed = false;
+            let ranking = state
+                .ranking
+                .as_ref()
+                .map(|(_, r)| r.clone())
+                .unwrap_or_default();
+            state.ranking_sent = Some(ranking.clone());
+            return Some(Payload::Ranking(ranking));
+        }
+        self.take_totals(all).map(Payload::Totals)
+    }
+
+    fn take_totals(&self, all: bool) -> Option<WatchedValues> {
         let mut state = self.state();
         let totals: Vec<Total> = if all {
             state.current.keys().cloned().collect()
@@ -142,7 +186,8 @@ impl Mailbox {
 
     /// Whether a change waits to be sent.
     pub fn has_changes(&self) -> bool {
-        !self.state().changed.is_empty()
+        let state = self.state();
+        !state.changed.is_empty() || state.ranking_changed
     }
 
     /// Ends the stream for `reason` (the first reason stays); `false` if

@@ -35,13 +35,49 @@ use serde::Serialize;
 pub(crate) use hub::Hub;
 
 /// What one stream watches, checked: owners rendered as answers render
-/// them, and the namespace's counted and unique keys among those asked.
+/// them, and the namespace's counted and unique keys among those asked; or
+/// the first owners of a counted key's ranking.
 #[derive(Debug, Clone)]
 pub(crate) struct Interest {
     pub namespace: String,
     pub owners: Vec<String>,
     pub counted: Vec<String>,
     pub unique: Vec<String>,
+    pub ranking: Option<RankingInterest>,
+}
+
+/// The `limit` first owners of `key`'s ranking.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RankingInterest {
+    pub key: String,
+    pub limit: usize,
+}
+
+/// A ranking's first owners: a `top:watch` event's data.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct WatchedRanking {
+    /// The key ranked.
+    pub key: String,
+    /// The first owners, highest total first (ties by owner).
+    pub owners: Vec<RankedTotal>,
+}
+
+/// One owner of a ranking.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct RankedTotal {
+    /// The owner, as answers render it.
+    pub owner: String,
+    /// Its total.
+    pub total: i64,
+}
+
+/// What an event carries: totals (`counts:watch`) or a ranking
+/// (`top:watch`), serialized as itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Payload {
+    Totals(WatchedValues),
+    Ranking(WatchedRanking),
 }
 
 /// Totals and estimates by owner, then key: an event's data.
@@ -62,10 +98,11 @@ impl WatchedValues {
 /// One event of a stream.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Event {
-    /// The first: every watched total.
-    Snapshot(WatchedValues),
-    /// The totals that changed since the event before.
-    Change(WatchedValues),
+    /// The first: every watched total, or the ranking.
+    Snapshot(Payload),
+    /// The totals that changed since the event before, or the ranking
+    /// again when it changed.
+    Change(Payload),
     /// The last: why the stream ends.
     Closed(Reason),
 }

@@ -5,7 +5,10 @@
 use counter_core::CounterError;
 use sea_orm::DatabaseConnection;
 
-use super::mailbox::{Total, Value};
+use super::{
+    RankedTotal, WatchedRanking,
+    mailbox::{Total, Value},
+};
 use crate::{
     dispatch,
     domain::namespace::{Handle, Namespace},
@@ -68,4 +71,27 @@ async fn typed<I: ServiceOwner>(
         }
     }
     Ok(values)
+}
+
+/// The first `limit` owners of `key`'s ranking in `namespace`.
+pub(super) async fn ranking(
+    db: &DatabaseConnection,
+    namespace: &Namespace,
+    key: &str,
+    limit: usize,
+) -> Result<WatchedRanking, CounterError> {
+    let owners = dispatch!(&namespace.table, h => h
+        .counters
+        .top(db, key, limit)
+        .await?
+        .into_iter()
+        .map(|r| RankedTotal {
+            owner: r.owner.render(),
+            total: r.total,
+        })
+        .collect());
+    Ok(WatchedRanking {
+        key: key.to_owned(),
+        owners,
+    })
 }
