@@ -178,6 +178,9 @@ async fn browse(page: &Page, api: &Api, seeded: &Seeded, shots: &Shots) {
     // 4. Hostile owner names are text.
     hostile_names(page, api).await;
 
+    // 6. The owner page and the ranking's first page follow adds live.
+    live(page, api, seeded).await;
+
     // 5. A reader has no admin button, and is refused the call it forges.
     page.navigate("#/checks").await;
     let checks = page
@@ -562,6 +565,89 @@ async fn range_sum(page: &Page, api: &Api, seeded: &Seeded) {
         json!(counts.len().to_string()),
         "[{b}] the chart's bucket count"
     );
+}
+
+/// An add lands while owner 4's page is open, then while the ranking's
+/// first page is: each shows it without a reload (`counts:watch`,
+/// `top:watch`). The adds are taken back after, for the steps that follow.
+async fn live(page: &Page, api: &Api, seeded: &Seeded) {
+    let b = &page.backend;
+    page.navigate("#/owner/posts/4").await;
+    let likes = "view.querySelector('[data-test=count][data-key=likes]')";
+    page.wait(
+        "owner 4's page, live",
+        &format!("const badge = view.querySelector('[data-test=live]'); const cell = {likes};
+                  return badge && badge.dataset.live === 'true' && cell && cell.textContent !== '…';"),
+    )
+    .await;
+    // Marked: the same view must change, not a new one load.
+    page.script(
+        "document.querySelector('#main > section.view').dataset.before = 'add'; return null;",
+    )
+    .await;
+    add(api, b, json!({"owner": 4, "key": "likes", "delta": 7})).await;
+    let expected = en_us(seeded.likes[&4] + 7);
+    let began = Instant::now();
+    page.wait(
+        "owner 4's likes after an add, with no reload",
+        &format!(
+            "const cell = {likes};
+                  return view.dataset.before === 'add' && cell && cell.innerText === '{expected}';"
+        ),
+    )
+    .await;
+    let owner_ms = began.elapsed().as_millis();
+
+    page.navigate("#/top/posts/likes").await;
+    let first = page
+        .wait(
+            "the ranking's first page, live",
+            "const badge = view.querySelector('[data-test=live]');
+             const row = view.querySelector('[data-test=top-row]');
+             if (!badge || badge.dataset.live !== 'true' || !row) return null;
+             return [row.dataset.owner, row.cells[2].innerText];",
+        )
+        .await;
+    let top: i64 = first[1].as_str().unwrap().replace(',', "").parse().unwrap();
+    // The lowest owner passes the first.
+    let (&last, &last_likes) = seeded
+        .likes
+        .iter()
+        .min_by_key(|(_, likes)| **likes)
+        .unwrap();
+    let delta = top - last_likes + 1;
+    page.script(
+        "document.querySelector('#main > section.view').dataset.before = 'add'; return null;",
+    )
+    .await;
+    add(
+        api,
+        b,
+        json!({"owner": last, "key": "likes", "delta": delta}),
+    )
+    .await;
+    let began = Instant::now();
+    page.wait(
+        "the ranking after an owner passed the first, with no reload",
+        &format!(
+            "const row = view.querySelector('[data-test=top-row]');
+                  return view.dataset.before === 'add' && row && row.dataset.owner === '{last}'
+                    && row.cells[2].innerText === '{}';",
+            en_us(top + 1)
+        ),
+    )
+    .await;
+    let ranking_ms = began.elapsed().as_millis();
+    eprintln!(
+        "[{b}] live console: owner page {owner_ms} ms, ranking {ranking_ms} ms after the add's 200"
+    );
+    add(api, b, json!({"owner": 4, "key": "likes", "delta": -7})).await;
+    add(
+        api,
+        b,
+        json!({"owner": last, "key": "likes", "delta": -delta}),
+    )
+    .await;
 }
 
 /// The ranking of `posts/likes`, followed page by page.

@@ -24,7 +24,10 @@ const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || '',
   info: null, // GET /v1/namespaces
   timers: [],
+  streams: [], // AbortControllers of the page's live streams
 };
+/** A live stream's pauses before it reconnects: from 1 s, doubling to 10 s. */
+const RECONNECT_MS = [1000, 10000];
 
 // ---------------------------------------------------------------- DOM
 
@@ -199,6 +202,8 @@ function parseHash() {
 function stopTimers() {
   for (const timer of state.timers) clearInterval(timer);
   state.timers = [];
+  for (const stream of state.streams) stream.abort();
+  state.streams = [];
 }
 
 async function render() {
@@ -308,13 +313,23 @@ async function topPage(view, [ns, key, page = '1', after]) {
   if (after) path += `&after=${enc(after)}`;
   const reply = await getJson(path);
   const offset = (number - 1) * TOP_PAGE;
-  const rows = reply.owners.map((entry, i) =>
+  const rowsOf = (owners) => owners.map((entry, i) =>
     el('tr', { 'data-test': 'top-row', 'data-owner': entry.owner },
       el('td', { class: 'num' }, String(offset + i + 1)),
       el('td', {}, link(entry.owner, ['owner', ns, entry.owner], { 'data-test': 'owner-link' })),
       el('td', { class: 'num' }, formatNumber(entry.total))));
-  append(view, table({ id: 'top', class: 'top', 'data-test': 'top-table' }, ['#', 'Owner', 'Total'], rows));
-  if (rows.length === 0) append(view, el('p', { class: 'note' }, 'No owner has counted this key yet.'));
+  const ranking = table({ id: 'top', class: 'top', 'data-test': 'top-table' }, ['#', 'Owner', 'Total'], rowsOf(reply.owners));
+  append(view, ranking);
+  if (reply.owners.length === 0) append(view, el('p', { class: 'note' }, 'No owner has counted this key yet.'));
+  // The first page follows the ranking as it moves (top:watch); later
+  // pages are read once, their cursor fixed.
+  if (!after) {
+    const badge = liveBadge();
+    view.querySelector('h1').append(' ', badge);
+    follow(`/v1/${enc(ns)}/top:watch?key=${enc(key)}&limit=${TOP_PAGE}`, badge, (data) => {
+      ranking.tBodies[0].replaceChildren(...rowsOf(data.owners));
+    });
+  }
   const pager = el('p', { class: 'pager' });
   if (after) append(pager, [link('First page', ['top', ns, key], { 'data-test': 'top-first' }), ' ']);
   if (reply.next) {
@@ -322,6 +337,78 @@ async function topPage(view, [ns, key, page = '1', after]) {
       { id: 'top-next', 'data-test': 'top-next' }));
   }
   append(view, pager);
+}
+
+// ---------------------------------------------------------------- live
+
+/** A badge saying whether a page's numbers are live. */
+function liveBadge() {
+  return el('span', { class: 'live', 'data-test': 'live', 'data-live': 'false' }, 'connecting…');
+}
+
+function setLive(badge, live) {
+  badge.dataset.live = live ? 'true' : 'false';
+  badge.textContent = live ? 'live' : 'reconnecting…';
+}
+
+/** One event of a text/event-stream block, or null (a comment). */
+function parseEvent(block) {
+  let name = 'message';
+  const data = [];
+  for (const line of block.split('\n')) {
+    if (line.startsWith('event:')) name = line.slice(6).trim();
+    else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+  }
+  if (data.length === 0) return null;
+  try {
+    return { name, data: JSON.parse(data.join('\n')) };
+  } catch {
+    return null;
+  }
+}
+
+/** Follows the service's event stream `path` while the page shows it,
+ *  handing each snapshot's and change's data to `onData`. With `fetch`,
+ *  not EventSource, which cannot send the token. After a `closed` event,
+ *  an error or the end, it reconnects (a new snapshot) after a pause. */
+function follow(path, badge, onData) {
+  const controller = new AbortController();
+  state.streams.push(controller);
+  (async () => {
+    let pause = RECONNECT_MS[0];
+    while (!controller.signal.aborted) {
+      try {
+        const headers = { Accept: 'text/event-stream' };
+        if (state.token) headers.Authorization = 'Bearer ' + state.token;
+        const response = await fetch(path, {
+          headers, credentials: 'omit', cache: 'no-store', signal: controller.signal,
+        });
+        if (!response.ok) throw new Error(String(response.status));
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value.replace(/\r\n/g, '\n');
+          let end;
+          while ((end = buffer.indexOf('\n\n')) >= 0) {
+            const event = parseEvent(buffer.slice(0, end));
+            buffer = buffer.slice(end + 2);
+            if (event && (event.name === 'snapshot' || event.name === 'change')) {
+              setLive(badge, true);
+              pause = RECONNECT_MS[0];
+              onData(event.data);
+            }
+          }
+        }
+      } catch {
+        if (controller.signal.aborted) return;
+      }
+      setLive(badge, false);
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      pause = Math.min(pause * 2, RECONNECT_MS[1]);
+    }
+  })();
 }
 
 // ---------------------------------------------------------------- 3. owner
@@ -351,7 +438,8 @@ async function ownerPage(view, [ns, owner]) {
 
   const counted = namespace.keys.filter((k) => !k.unique).map((k) => k.name).concat(namespace.in_use);
   const countsBody = el('tbody');
-  append(view, el('h2', {}, 'Counts'),
+  const badge = liveBadge();
+  append(view, el('h2', {}, 'Counts ', badge),
     el('table', { id: 'counts', class: 'counts', 'data-test': 'counts-table' },
       el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Key'), el('th', { scope: 'col' }, 'Total'))),
       countsBody));
@@ -367,6 +455,21 @@ async function ownerPage(view, [ns, owner]) {
     const got = await api(`/v1/${enc(ns)}/counts:batchGet`, { method: 'POST', body: { owners: [owner], keys } });
     const byKey = Object.values(got.json.counts)[0] || {};
     for (const key of keys) cells.get(key).textContent = formatNumber(byKey[key] ?? 0);
+    // Then each change as it lands (counts:watch), from any instance. A
+    // watch takes its owners as a comma-separated list: an owner with a
+    // comma in it is read once, not followed.
+    if (owner.includes(',')) {
+      badge.textContent = 'not live (a comma in the owner)';
+      continue;
+    }
+    const path = `/v1/${enc(ns)}/counts:watch?owners=${enc(owner)}&keys=${keys.map(enc).join(',')}`;
+    follow(path, badge, (data) => {
+      const changed = Object.values(data.counts)[0] || {};
+      for (const [key, total] of Object.entries(changed)) {
+        const cell = cells.get(key);
+        if (cell) cell.textContent = formatNumber(total);
+      }
+    });
   }
 
   const windowed = namespace.keys.filter((k) => !k.unique && k.window);
