@@ -39,6 +39,8 @@ pub struct CountCache {
 
 pub(crate) struct Shared {
     pub(crate) link: Link,
+    /// Where Redis is: a subscription connects on its own.
+    pub(crate) target: crate::RedisTarget,
     pub(crate) config: Config,
     pub(crate) meter: Meter,
     pub(crate) breaker: Breaker,
@@ -106,11 +108,12 @@ impl CountCache {
         CacheBuilder::new(target)
     }
 
-    pub(crate) fn start(link: Link, config: Config) -> Self {
+    pub(crate) fn start(link: Link, target: crate::RedisTarget, config: Config) -> Self {
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
             runtime: tokio::runtime::Handle::current(),
             link,
+            target,
             meter: Meter::default(),
             breaker: Breaker::new(config.breaker_failures, config.breaker_open),
             owed: Mutex::default(),

@@ -234,6 +234,7 @@ impl CacheBuilder {
         if let Some((_, why)) = checks.iter().find(|(ok, _)| !ok) {
             return Err(CacheError::InvalidSetting(why));
         }
+        let target = self.target.clone();
         let link = match self.target {
             RedisTarget::Standalone(url) => {
                 let client = redis::Client::open(url)?;
@@ -265,6 +266,6 @@ impl CacheBuilder {
                 Link::cluster(client.get_async_connection().await?)
             }
         };
-        Ok(CountCache::start(link, config))
+        Ok(CountCache::start(link, target, config))
     }
 }

@@ -52,6 +52,7 @@ mod cache;
 mod config;
 mod keys;
 mod link;
+mod pubsub;
 mod read;
 mod scripts;
 mod sentinel;
@@ -61,6 +62,7 @@ mod verify;
 
 pub use cache::CountCache;
 pub use config::{CacheBuilder, CacheError, RedisTarget};
+pub use pubsub::Subscription;
 pub use read::{CachedCounters, pause};
 pub use stats::CacheStats;
 pub use verify::VerifyReport;

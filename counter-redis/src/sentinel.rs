@@ -119,6 +119,12 @@ impl Followed {
         Ok(master)
     }
 
+    /// A client of the master the Sentinels name now (for a connection
+    /// of its own: a subscription).
+    pub(crate) async fn master_client(&self) -> RedisResult<redis::Client> {
+        self.sentinels.lock().await.async_get_client().await
+    }
+
     fn known(&self) -> Option<Master> {
         self.current
             .read()

@@ -303,7 +303,13 @@ impl Service {
                 Some(status)
             }
         };
-        let (watch, watching) = Hub::start(db.clone(), &namespaces, &config, stopped.clone());
+        let (watch, watching) = Hub::start(
+            db.clone(),
+            &namespaces,
+            cache.as_ref(),
+            &config,
+            stopped.clone(),
+        );
         background.extend(watching);
         let state = AppState::new(Shared {
             db,

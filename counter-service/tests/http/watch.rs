@@ -559,16 +559,25 @@ async fn add_load(api: &Api, count: usize) -> (Vec<(usize, i64, Instant)>, Durat
 }
 
 backend_test! {
-    #[backends(postgres, mysql)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn watchers_on_two_instances_see_every_add_figures(t: TestDb) {
         let scratch = Scratch::of(&t).await;
-        // PostgreSQL tells the other instance by NOTIFY; MariaDB without
-        // Redis, or PostgreSQL behind a transaction pooler, has no bus: the
-        // other instance's watchers learn at their next poll (1 s).
-        let bus = if t.backend == counter_tests::Backend::Postgres && !scratch.database.contains("pooler") { "postgres" } else { "poll" };
+        // One bus per backend: MariaDB with the cache's Redis (Pub/Sub),
+        // PostgreSQL by NOTIFY, SQLite none (as MariaDB without Redis, or
+        // PostgreSQL behind a transaction pooler): the other instance's
+        // watchers learn at their next poll (1 s).
+        let cache = match t.backend {
+            counter_tests::Backend::MySql => crate::support::cache_section(&t),
+            _ => None,
+        };
+        let bus = match t.backend {
+            _ if cache.is_some() => "redis",
+            counter_tests::Backend::Postgres if !scratch.database.contains("pooler") => "postgres",
+            _ => "poll",
+        };
         let file = std::env::temp_dir().join(format!("counter-service-watch-figures-{}-{}.toml", t.backend, std::process::id()));
-        std::fs::write(&file, config_text("open = true", &scratch, NAMESPACES)).unwrap();
+        let rest = format!("{}{NAMESPACES}", cache.unwrap_or_default());
+        std::fs::write(&file, config_text("open = true", &scratch, &rest)).unwrap();
         let ports = [free_port(), free_port()];
         let a = spawn_binary(&file, ports[0]).await;
         let b = spawn_binary(&file, ports[1]).await;
@@ -703,7 +712,8 @@ backend_test! {
                 ("service_cpu_us_per_add_unwatched", unwatched_cpu * 1_000 / UNWATCHED_ADDS as u64),
                 ("service_cpu_us_per_add", watched_cpu * 1_000 / ADDS as u64),
                 ("events", events as u64),
-                ("push_bus", u64::from(bus == "postgres")),
+                ("bus_redis", u64::from(bus == "redis")),
+                ("bus_postgres", u64::from(bus == "postgres")),
                 ("same_instance_p50_ms", local.0),
                 ("same_instance_p99_ms", local.1),
                 ("same_instance_max_ms", local.2),

@@ -44,6 +44,9 @@ backend_test! {
             .build()
             .await
             .unwrap();
+            // A message published through any node reaches a subscriber of
+            // another.
+            super::pubsub::heard_through(&cache, "[cluster]").await;
             let posts = Arc::new(cache.table(&own));
             assert_eq!(stale_keys(&posts, &db, &owners).await, 0);
             settled(&cache).await;

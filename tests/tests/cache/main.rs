@@ -7,6 +7,7 @@
 mod cluster;
 mod faults;
 mod flush;
+mod pubsub;
 mod races;
 mod reads;
 mod sentinel;

@@ -53,6 +53,8 @@ backend_test! {
         .build()
         .await
         .unwrap();
+        // Messages between processes reach the master the Sentinels name.
+        super::pubsub::heard_through(&cache, "[sentinel]").await;
         let posts = cache.table(post::Entity::counters());
 
         // The owner's total cached, on the master and both replicas (read

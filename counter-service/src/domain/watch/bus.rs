@@ -1,6 +1,6 @@
-//! How instances tell each other which owners changed: PostgreSQL
-//! `LISTEN`/`NOTIFY`, or nothing (every watched total is then read again
-//! every `watch.poll_ms`).
+//! How instances tell each other which owners changed: Redis Pub/Sub on
+//! the cache's Redis, PostgreSQL `LISTEN`/`NOTIFY`, or nothing (every
+//! watched total is then read again every `watch.poll_ms`).
 //!
 //! A message names a table and owners, never a value: the instance that
 //! hears it reads the totals itself. Messages are merged while one is
@@ -20,11 +20,19 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
+use counter_redis::CountCache;
+
 use crate::metrics::{WATCH_BUS_ERRORS, WATCH_BUS_MESSAGES};
 
+/// The channel on the cache's Redis (inside its namespace).
+const REDIS_CHANNEL: &str = "watch";
+
 /// Which bus this instance uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub(crate) enum Bus {
+    /// Redis Pub/Sub on the cache's Redis (`[cache]`), on a channel of the
+    /// cache's namespace.
+    Redis(CountCache),
     /// PostgreSQL `LISTEN`/`NOTIFY` on `channel`, listened to on a
     /// connection of its own to `url`.
     Postgres { url: String, channel: String },
@@ -36,6 +44,7 @@ impl Bus {
     /// The name `/readyz` and the log give it.
     pub fn name(&self) -> &'static str {
         match self {
+            Bus::Redis(_) => "redis",
             Bus::Postgres { .. } => "postgres",
             Bus::Poll => "poll",
         }
@@ -172,10 +181,10 @@ pub(super) fn encode(from: &str, table: &str, changed: &Changed) -> Vec<String> 
 /// merged into the next.
 const SEND_GAP: Duration = Duration::from_millis(5);
 
-/// Sends this instance's changes on `channel` until `stop`.
+/// Sends this instance's changes on `bus` until `stop`.
 pub(super) async fn send(
+    bus: Bus,
     db: DatabaseConnection,
-    channel: String,
     from: String,
     outbox: Arc<Changes>,
     mut stop: watch::Receiver<bool>,
@@ -187,13 +196,27 @@ pub(super) async fn send(
         }
         for (table, changed) in outbox.take() {
             for payload in encode(&from, &table, &changed) {
-                let statement = Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    "SELECT pg_notify($1, $2)",
-                    [channel.clone().into(), payload.into()],
-                );
-                match db.execute_raw(statement).await {
-                    Ok(_) => {
+                let sent = match &bus {
+                    Bus::Redis(cache) => cache
+                        .publish(REDIS_CHANNEL, payload.as_bytes())
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    Bus::Postgres { channel, .. } => {
+                        let statement = Statement::from_sql_and_values(
+                            DbBackend::Postgres,
+                            "SELECT pg_notify($1, $2)",
+                            [channel.clone().into(), payload.into()],
+                        );
+                        db.execute_raw(statement)
+                            .await
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    }
+                    Bus::Poll => Ok(()),
+                };
+                match sent {
+                    Ok(()) => {
                         metrics::counter!(WATCH_BUS_MESSAGES, "direction" => "sent").increment(1)
                     }
                     Err(error) => {
@@ -207,9 +230,67 @@ pub(super) async fn send(
     }
 }
 
-/// Listens on `channel` until `stop`, handing each other instance's
-/// message to `heard`, and `None` whenever messages may have been missed
-/// (the connection was lost and made again).
+/// Hands a message heard on the bus to `heard`, unless this instance sent
+/// it.
+fn take(payload: &[u8], me: &str, heard: &impl Fn(Option<Message>)) {
+    metrics::counter!(WATCH_BUS_MESSAGES, "direction" => "received").increment(1);
+    match serde_json::from_slice::<Message>(payload) {
+        Ok(message) if message.from == me => {}
+        Ok(message) => heard(Some(message)),
+        Err(error) => tracing::warn!(%error, "a message on the watch channel that is not one"),
+    }
+}
+
+/// Listens on the cache's Redis until `stop`, as [`listen`] does.
+pub(super) async fn listen_redis(
+    cache: CountCache,
+    me: String,
+    heard: impl Fn(Option<Message>) + Send + 'static,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let subscribed = tokio::select! {
+            subscribed = cache.subscribe(REDIS_CHANNEL) => subscribed,
+            _ = stop.changed() => return,
+        };
+        match subscribed {
+            Ok(mut subscription) => {
+                backoff = Duration::from_millis(100);
+                // Whatever happened while not subscribed is unknown.
+                heard(None);
+                loop {
+                    let message = tokio::select! {
+                        message = subscription.next() => message,
+                        _ = stop.changed() => return,
+                    };
+                    match message {
+                        Some(payload) => take(&payload, &me, &heard),
+                        None => break,
+                    }
+                }
+                metrics::counter!(WATCH_BUS_ERRORS).increment(1);
+                tracing::warn!(
+                    "the subscription to other instances' changes was lost; subscribing again"
+                );
+                heard(None);
+            }
+            Err(error) => {
+                metrics::counter!(WATCH_BUS_ERRORS).increment(1);
+                tracing::warn!(%error, "cannot subscribe to other instances' changes; retrying");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Listens on PostgreSQL's `channel` until `stop`, handing each other
+/// instance's message to `heard`, and `None` whenever messages may have
+/// been missed (the connection was lost and made again).
 pub(super) async fn listen(
     url: String,
     channel: String,
@@ -250,16 +331,7 @@ pub(super) async fn listen(
                 _ = stop.changed() => return,
             };
             match received {
-                Ok(Some(notification)) => {
-                    metrics::counter!(WATCH_BUS_MESSAGES, "direction" => "received").increment(1);
-                    match serde_json::from_str::<Message>(notification.payload()) {
-                        Ok(message) if message.from == me => {}
-                        Ok(message) => heard(Some(message)),
-                        Err(error) => {
-                            tracing::warn!(%error, "a message on the watch channel that is not one")
-                        }
-                    }
-                }
+                Ok(Some(notification)) => take(notification.payload().as_bytes(), &me, &heard),
                 // Lost and made again: messages may have been missed.
                 Ok(None) => heard(None),
                 Err(error) => {

@@ -299,13 +299,15 @@ impl Hub {
     pub fn start(
         db: DatabaseConnection,
         namespaces: &std::collections::BTreeMap<String, Namespace>,
+        cache: Option<&counter_redis::CountCache>,
         config: &Config,
         stop: watch::Receiver<bool>,
     ) -> (Self, Vec<JoinHandle<()>>) {
         let settings = config.watch.clone();
         let database = &config.database;
-        let bus = match settings.bus {
-            BusSetting::Auto
+        let bus = match (settings.bus, cache) {
+            (BusSetting::Auto, Some(cache)) => Bus::Redis(cache.clone()),
+            (BusSetting::Auto, None)
                 if database.url.starts_with("postgres")
                     && database.pooler != Pooler::Transaction =>
             {
@@ -330,7 +332,7 @@ impl Hub {
                 .collect(),
             db: db.clone(),
             settings,
-            outbox: (bus != Bus::Poll).then(|| Arc::new(Changes::new(MAX_CHANGED_OWNERS))),
+            outbox: (!matches!(bus, Bus::Poll)).then(|| Arc::new(Changes::new(MAX_CHANGED_OWNERS))),
             bus: bus.clone(),
             registry: Mutex::default(),
             dirty: Changes::new(MAX_CHANGED_OWNERS),
@@ -350,28 +352,38 @@ impl Hub {
             tokio::spawn(refresh(inner.clone(), stop.clone())),
             tokio::spawn(sweep(inner.clone(), stop.clone())),
         ];
-        if let (Bus::Postgres { url, channel }, Some(outbox)) = (&bus, &inner.outbox) {
+        if let Some(outbox) = &inner.outbox {
             tasks.push(tokio::spawn(bus::send(
+                bus.clone(),
                 db,
-                channel.clone(),
                 instance.clone(),
                 outbox.clone(),
                 stop.clone(),
             )));
             let heard = Arc::downgrade(&inner);
-            tasks.push(tokio::spawn(bus::listen(
-                url.clone(),
-                channel.clone(),
-                instance,
-                move |message| {
-                    let Some(inner) = heard.upgrade() else { return };
-                    match message {
-                        Some(m) => inner.mark(&m.table, (!m.all).then_some(m.owners)),
-                        None => inner.mark_all(),
-                    }
-                },
-                stop,
-            )));
+            let heard = move |message: Option<bus::Message>| {
+                let Some(inner) = heard.upgrade() else { return };
+                match message {
+                    Some(m) => inner.mark(&m.table, (!m.all).then_some(m.owners)),
+                    None => inner.mark_all(),
+                }
+            };
+            match &bus {
+                Bus::Redis(cache) => tasks.push(tokio::spawn(bus::listen_redis(
+                    cache.clone(),
+                    instance,
+                    heard,
+                    stop,
+                ))),
+                Bus::Postgres { url, channel } => tasks.push(tokio::spawn(bus::listen(
+                    url.clone(),
+                    channel.clone(),
+                    instance,
+                    heard,
+                    stop,
+                ))),
+                Bus::Poll => {}
+            }
         }
         tracing::info!(
             bus = bus.name(),
