@@ -231,6 +231,11 @@ pub struct ServerConfig {
     /// embedded in the binary, which call the API with the token typed
     /// into the page. `false`: `/ui` is a 404 like any unknown route.
     pub console: bool,
+    /// Origins whose pages may call the API from a browser (CORS), each
+    /// `scheme://host[:port]`, or `["*"]` for any (default none: a page of
+    /// another origin cannot call the service). Credentials are never
+    /// allowed: a token travels in `Authorization`, which the page sets.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -254,6 +259,7 @@ impl Default for ServerConfig {
             max_queued_items: 20_000,
             max_queue_wait_ms: 250,
             console: true,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -339,14 +345,51 @@ impl ServerConfig {
                 10_000_000,
             ),
         ];
-        let errors = bounded
+        let mut errors: Vec<ConfigError> = bounded
             .into_iter()
             .filter(|&(_, value, min, max)| !(min..=max).contains(&value))
             .map(|(path, value, min, max)| {
                 ConfigError::invalid(path, format!("{value} is not {min} to {max}"))
             })
             .collect();
+        errors.extend(self.check_cors());
         ConfigError::all(errors)
+    }
+
+    /// `cors_origins`: `*` alone, or origins without a path.
+    fn check_cors(&self) -> Vec<ConfigError> {
+        let origins = &self.cors_origins;
+        if origins.iter().any(|o| o == "*") {
+            return match origins.len() {
+                1 => Vec::new(),
+                _ => vec![ConfigError::invalid(
+                    "server.cors_origins",
+                    "`*` allows every origin: list it alone",
+                )],
+            };
+        }
+        origins
+            .iter()
+            .filter(|origin| {
+                let rest = origin
+                    .strip_prefix("https://")
+                    .or_else(|| origin.strip_prefix("http://"));
+                !rest.is_some_and(|host| {
+                    !host.is_empty()
+                        && host
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+                })
+            })
+            .map(|origin| {
+                ConfigError::invalid(
+                    "server.cors_origins",
+                    format!(
+                        "`{origin}` is not an origin: `https://host` or `http://host:port`, no path"
+                    ),
+                )
+            })
+            .collect()
     }
 
     /// `request_timeout_ms` as a duration.

@@ -64,7 +64,7 @@ impl Local {
             .ok_or_else(|| Problem::unknown_namespace(namespace))?;
         let max = self.state.server.max_batch_items;
         if items.is_empty() || items.len() > max {
-            return Err(Problem::over_bound("batch items", max, items.len()).with("min", 1));
+            return Err(Problem::out_of_range("batch items", 1, max, items.len()));
         }
         if let Some(key) = idempotency_key {
             idempotency::check_id(key)?;

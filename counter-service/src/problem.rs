@@ -95,6 +95,18 @@ impl Problem {
             .with("max", max)
     }
 
+    /// 400 for a count outside `min..=max` (a list's length, a limit),
+    /// naming the bound and saying which end it missed.
+    pub fn out_of_range(bound: &'static str, min: usize, max: usize, got: usize) -> Self {
+        if got < min {
+            return Self::bad_request(format!("{bound}: {got} is under the minimum of {min}"))
+                .with("bound", bound)
+                .with("min", min)
+                .with("max", max);
+        }
+        Self::over_bound(bound, max, got).with("min", min)
+    }
+
     /// 404: no such namespace.
     pub fn unknown_namespace(name: &str) -> Self {
         Self::new(
@@ -487,7 +499,31 @@ mod tests {
         ];
         for problem in problems {
             assert_ne!(problem.title(), "Internal error", "{problem:?}");
+            assert!(
+                crate::api::document::KINDS.contains(&problem.kind),
+                "{problem:?}: its kind is not in the document's enum"
+            );
         }
         assert_eq!(Problem::internal("x").title(), "Internal error");
+    }
+
+    /// An empty list is under the minimum, not "over the limit".
+    #[test]
+    fn a_count_out_of_range_names_the_end_it_missed() {
+        let empty = Problem::out_of_range("observations", 1, 1_000, 0).document();
+        assert_eq!(empty["detail"], "observations: 0 is under the minimum of 1");
+        assert_eq!(
+            (empty["min"].as_u64(), empty["max"].as_u64()),
+            (Some(1), Some(1_000))
+        );
+        let over = Problem::out_of_range("observations", 1, 1_000, 1_001).document();
+        assert_eq!(
+            over["detail"],
+            "observations: 1001 is over the limit of 1000"
+        );
+        assert_eq!(
+            (over["bound"].as_str(), over["min"].as_u64()),
+            (Some("observations"), Some(1))
+        );
     }
 }

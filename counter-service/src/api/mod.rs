@@ -18,6 +18,7 @@
 mod admin;
 pub(crate) mod connections;
 mod console;
+pub(crate) mod document;
 mod extract;
 mod ops;
 mod read;
@@ -69,7 +70,9 @@ pub const REQUEST_ID: &str = "x-request-id";
         crate::domain::watch::WatchedRanking,
         crate::domain::watch::RankedTotal,
         crate::domain::watch::ClosedEvent,
-        crate::domain::watch::Reason
+        crate::domain::watch::Reason,
+        admin::CheckReply,
+        admin::CompactReply
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -181,7 +184,7 @@ fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(ops::openapi))
         .split_for_parts();
     add_common_problems(&mut document);
-    (router, document)
+    (router, document::complete(document))
 }
 
 /// The OpenAPI document of this version of the service.
@@ -201,7 +204,7 @@ pub(crate) fn router(state: AppState) -> Router {
         true => routes.merge(crate::api::console::routes()),
         false => routes,
     };
-    routes
+    let routes = routes
         .fallback(|uri: Uri| async move { Problem::no_route(uri.path()) })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
         // Innermost first: the body bound, the deadline, the load shedding,
@@ -252,8 +255,59 @@ pub(crate) fn router(state: AppState) -> Router {
                 .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG))
                 .on_failure(()),
         )
-        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
-        .with_state(state)
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid));
+    // Outermost: a preflight is answered before anything else runs.
+    let routes = match cors(&state.server.cors_origins) {
+        Some(cors) => routes.layer(cors),
+        None => routes,
+    };
+    routes.with_state(state)
+}
+
+/// The CORS layer for `origins` (`server.cors_origins`), if any: the
+/// methods and request headers the API takes, the answer headers a page may
+/// read, preflights cached 10 minutes, never credentials.
+fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{Method, header};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    let names = |names: &[&'static str]| -> Vec<HeaderName> {
+        names.iter().map(|n| HeaderName::from_static(n)).collect()
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers(
+                [header::AUTHORIZATION, header::CONTENT_TYPE]
+                    .into_iter()
+                    .chain(names(&[
+                        "idempotency-key",
+                        "counter-read-from",
+                        "last-event-id",
+                        REQUEST_ID,
+                    ]))
+                    .collect::<Vec<_>>(),
+            )
+            .expose_headers(names(&[
+                REQUEST_ID,
+                "retry-after",
+                "location",
+                "idempotent-replayed",
+                "counter-read-source",
+                "counter-read-lag-ms",
+                "counter-region",
+                "counter-region-lag-ms",
+            ]))
+            .max_age(Duration::from_secs(600)),
+    )
 }
 
 /// With `[region]`, tells every API answer's caller which region served it

@@ -116,10 +116,15 @@ pub(super) fn check_batch<'k>(
 ) -> Result<(), Problem> {
     let (max_owners, max_keys) = (state.server.max_batch_owners, state.server.max_batch_keys);
     if owners.is_empty() || owners.len() > max_owners {
-        return Err(Problem::over_bound("batch owners", max_owners, owners.len()).with("min", 1));
+        return Err(Problem::out_of_range(
+            "batch owners",
+            1,
+            max_owners,
+            owners.len(),
+        ));
     }
     if keys.is_empty() || keys.len() > max_keys {
-        return Err(Problem::over_bound("batch keys", max_keys, keys.len()).with("min", 1));
+        return Err(Problem::out_of_range("batch keys", 1, max_keys, keys.len()));
     }
     for key in keys {
         admit(key)?;
@@ -237,7 +242,7 @@ pub(crate) async fn top(
     let key = namespace.counted_key(&query.key)?;
     let limit = query.limit.unwrap_or(10);
     if !(1..=MAX_TOP).contains(&limit) {
-        return Err(Problem::over_bound("limit", MAX_TOP, limit).with("min", 1));
+        return Err(Problem::out_of_range("limit", 1, MAX_TOP, limit));
     }
     let after = query.after.as_deref();
     let served = dispatch!(&namespace.table, h => {

@@ -97,7 +97,12 @@ pub(crate) async fn observe(
     let observations = request.observations;
     let max = state.server.max_batch_items;
     if observations.is_empty() || observations.len() > max {
-        return Err(Problem::over_bound("batch items", max, observations.len()).with("min", 1));
+        return Err(Problem::out_of_range(
+            "batch items",
+            1,
+            max,
+            observations.len(),
+        ));
     }
     metrics::histogram!("counter_service_batch_size", "op" => "observe")
         .record(observations.len() as f64);

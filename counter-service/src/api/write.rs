@@ -166,7 +166,12 @@ pub(crate) async fn batch_add(
 ) -> Result<Response, Problem> {
     let max = state.server.max_batch_items;
     if request.items.is_empty() || request.items.len() > max {
-        return Err(Problem::over_bound("batch items", max, request.items.len()).with("min", 1));
+        return Err(Problem::out_of_range(
+            "batch items",
+            1,
+            max,
+            request.items.len(),
+        ));
     }
     metrics::histogram!("counter_service_batch_size", "op" => "batchAdd")
         .record(request.items.len() as f64);

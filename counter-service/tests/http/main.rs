@@ -8,6 +8,7 @@ mod cache_reads;
 mod checks;
 mod connections;
 mod console;
+mod cors;
 mod dashboards;
 mod endpoints;
 mod failover;

@@ -410,12 +410,20 @@ impl Hub {
     ) -> Result<Interest, Problem> {
         let max_owners = self.inner.settings.max_owners;
         if owners.is_empty() || owners.len() > max_owners {
-            return Err(
-                Problem::over_bound("watched owners", max_owners, owners.len()).with("min", 1),
-            );
+            return Err(Problem::out_of_range(
+                "watched owners",
+                1,
+                max_owners,
+                owners.len(),
+            ));
         }
         if keys.is_empty() || keys.len() > max_keys {
-            return Err(Problem::over_bound("watched keys", max_keys, keys.len()).with("min", 1));
+            return Err(Problem::out_of_range(
+                "watched keys",
+                1,
+                max_keys,
+                keys.len(),
+            ));
         }
         let mut seen = HashSet::new();
         let mut rendered = Vec::with_capacity(owners.len());
@@ -455,7 +463,12 @@ impl Hub {
     ) -> Result<Interest, Problem> {
         let max = self.inner.settings.max_owners;
         if !(1..=max).contains(&limit) {
-            return Err(Problem::over_bound("watched ranking limit", max, limit).with("min", 1));
+            return Err(Problem::out_of_range(
+                "watched ranking limit",
+                1,
+                max,
+                limit,
+            ));
         }
         let key = namespace.counted_key(key)?.to_owned();
         Ok(Interest {
