@@ -67,6 +67,7 @@ pub(super) fn complete(document: utoipa::openapi::OpenApi) -> utoipa::openapi::O
     let mut document = serde_json::to_value(&document).expect("a document serializes");
     problem_body(&mut document);
     job(&mut document);
+    int64_strings(&mut document);
     for (path, item) in document["paths"].as_object_mut().expect("paths") {
         for (_, operation) in item.as_object_mut().expect("a path item") {
             answers(path, operation);
@@ -115,6 +116,120 @@ fn job(document: &mut Value) {
         "description": "Why it failed: the problem a request would have answered",
         "oneOf": [{"$ref": "#/components/schemas/ProblemBody"}, {"type": "null"}],
     });
+}
+
+/// The suffix of a schema's copy with its integers as strings.
+const AS_STRINGS: &str = "Int64String";
+
+/// Beside each `application/json` answer the same as
+/// `application/json; int64=string`, its schema's integers strings (copies
+/// of the schemas it uses, named `<Schema>Int64String`): what a client
+/// that asks for it (`api::int64`) is sent. A request's delta is a number
+/// or a decimal string in either case (a second request media type would
+/// break generators: openapi-python-client 0.29 writes code that does not
+/// run for one).
+fn int64_strings(document: &mut Value) {
+    for schema in ["AddRequest", "BatchItem"] {
+        let delta = &mut document["components"]["schemas"][schema]["properties"]["delta"];
+        let description = delta["description"].clone();
+        *delta = json!({
+            "description": description,
+            "oneOf": [
+                {"type": "integer", "format": "int64"},
+                {"type": "string", "pattern": "^-?[0-9]+$"},
+            ],
+        });
+    }
+    let components = document["components"]["schemas"].clone();
+    let mut copies = Map::new();
+    for (_, item) in document["paths"].as_object_mut().expect("paths") {
+        for (_, operation) in item.as_object_mut().expect("a path item") {
+            let responses = operation["responses"].as_object_mut().expect("responses");
+            let contents = responses.values_mut().filter_map(|r| r.get_mut("content"));
+            for content in contents {
+                let Some(json) = content.get("application/json") else {
+                    continue;
+                };
+                let mut schema = json["schema"].clone();
+                as_strings(&mut schema, &components, &mut copies);
+                content[super::int64::JSON_INT64_STRING] = json!({"schema": schema});
+            }
+        }
+    }
+    let schemas = document["components"]["schemas"]
+        .as_object_mut()
+        .expect("schemas");
+    schemas.extend(copies);
+}
+
+/// `schema` with every integer a decimal string, its references to
+/// components turned to their copies (made in `copies` as needed).
+fn as_strings(schema: &mut Value, components: &Value, copies: &mut Map<String, Value>) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(target) = object
+        .get("$ref")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    {
+        let name = target.rsplit('/').next().unwrap_or_default().to_owned();
+        let copy = format!("{name}{AS_STRINGS}");
+        if !copies.contains_key(&copy) {
+            // Placed first: a schema that refers to itself ends here.
+            copies.insert(copy.clone(), Value::Null);
+            let mut original = components[&name].clone();
+            as_strings(&mut original, components, copies);
+            copies.insert(copy.clone(), original);
+        }
+        object.insert("$ref".into(), json!(format!("#/components/schemas/{copy}")));
+        return;
+    }
+    let integer = |kind: &Value| kind == "integer";
+    match object.get("type") {
+        Some(kind) if integer(kind) => {
+            object.insert("type".into(), json!("string"));
+            object.insert("pattern".into(), json!("^-?[0-9]+$"));
+            for bound in ["format", "minimum", "maximum"] {
+                object.remove(bound);
+            }
+        }
+        Some(Value::Array(kinds)) if kinds.iter().any(integer) => {
+            let kinds: Vec<Value> = kinds
+                .iter()
+                .map(|k| {
+                    if integer(k) {
+                        json!("string")
+                    } else {
+                        k.clone()
+                    }
+                })
+                .collect();
+            object.insert("type".into(), Value::Array(kinds));
+            object.insert("pattern".into(), json!("^-?[0-9]+$"));
+            for bound in ["format", "minimum", "maximum"] {
+                object.remove(bound);
+            }
+        }
+        _ => {}
+    }
+    for key in ["items", "additionalProperties", "not"] {
+        if let Some(inner) = object.get_mut(key) {
+            as_strings(inner, components, copies);
+        }
+    }
+    if let Some(Value::Object(properties)) = object.get_mut("properties") {
+        properties
+            .values_mut()
+            .for_each(|p| as_strings(p, components, copies));
+    }
+    for key in ["oneOf", "anyOf", "allOf"] {
+        if let Some(Value::Array(parts)) = object.get_mut(key) {
+            parts
+                .iter_mut()
+                .for_each(|p| as_strings(p, components, copies));
+        }
+    }
 }
 
 fn header(kind: &str, description: &str) -> Value {
@@ -317,5 +432,54 @@ mod tests {
             );
         }
         assert_eq!(report.len(), 3);
+    }
+
+    /// Beside every JSON body its copy with integers as strings: none left
+    /// in the copies, and every copy referred to exists.
+    #[test]
+    fn every_json_body_has_its_int64_string_twin() {
+        let document = document();
+        let text = document.to_string();
+        let schemas = document["components"]["schemas"].as_object().unwrap();
+        let mut twins = 0;
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                for (status, response) in operation["responses"].as_object().unwrap() {
+                    let content = &response["content"];
+                    if content.get("application/json").is_some() {
+                        assert!(
+                            content.get("application/json; int64=string").is_some(),
+                            "{method} {path} {status}"
+                        );
+                        twins += 1;
+                    }
+                }
+            }
+        }
+        assert!(twins > 15, "{twins}");
+        let reply = &schemas["BatchGetReplyInt64String"];
+        assert_eq!(
+            reply["properties"]["counts"]["additionalProperties"]["additionalProperties"]["type"],
+            "string",
+            "{reply}"
+        );
+        for (name, schema) in schemas.iter().filter(|(n, _)| n.ends_with("Int64String")) {
+            assert!(
+                !schema.to_string().contains("\"integer\""),
+                "{name}: {schema}"
+            );
+        }
+        for reference in text.split("#/components/schemas/").skip(1) {
+            let name = reference.split('"').next().unwrap();
+            assert!(
+                schemas.contains_key(name),
+                "{name} referred to, not defined"
+            );
+        }
+        let delta = &schemas["AddRequest"]["properties"]["delta"]["oneOf"];
+        assert_eq!(
+            (delta[0]["type"].as_str(), delta[1]["type"].as_str()),
+            (Some("integer"), Some("string"))
+        );
     }
 }

@@ -20,6 +20,7 @@ pub(crate) mod connections;
 mod console;
 pub(crate) mod document;
 mod extract;
+pub(crate) mod int64;
 mod ops;
 mod read;
 pub(crate) mod scrape;
@@ -212,6 +213,7 @@ pub(crate) fn router(state: AppState) -> Router {
         // token, its rate, scope and namespace are each handler's first
         // extractor (`extract::Target`).
         .layer(DefaultBodyLimit::max(state.server.max_body_bytes))
+        .layer(middleware::from_fn(int64::rewrite))
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
         .layer(middleware::from_fn_with_state(
             Arc::new(Semaphore::new(state.server.max_concurrent_requests)),

@@ -21,7 +21,7 @@ use std::{convert::Infallible, sync::Arc};
 use axum::{
     Extension,
     extract::State,
-    http::{HeaderValue, header::HeaderName},
+    http::{HeaderMap, HeaderValue, header::HeaderName},
     response::{
         IntoResponse, Response,
         sse::{Event as SseEvent, KeepAlive, Sse},
@@ -91,6 +91,7 @@ pub(crate) async fn watch(
     State(state): State<AppState>,
     target: Target<Reading>,
     connection: Option<Extension<Connection>>,
+    headers: HeaderMap,
     Query(query): Query<WatchQuery>,
 ) -> Result<Response, Problem> {
     let namespace = target.namespace(&state);
@@ -99,7 +100,7 @@ pub(crate) async fn watch(
     let interest = state
         .watch
         .interest(namespace, &owners, &keys, state.server.max_batch_keys)?;
-    stream(&state, &target, connection, interest).await
+    stream(&state, &target, connection, &headers, interest).await
 }
 
 /// `top:watch`'s query.
@@ -140,6 +141,7 @@ pub(crate) async fn top_watch(
     State(state): State<AppState>,
     target: Target<Reading>,
     connection: Option<Extension<Connection>>,
+    headers: HeaderMap,
     Query(query): Query<TopWatchQuery>,
 ) -> Result<Response, Problem> {
     let namespace = target.namespace(&state);
@@ -147,7 +149,7 @@ pub(crate) async fn top_watch(
         state
             .watch
             .ranking_interest(namespace, &query.key, query.limit.unwrap_or(10))?;
-    stream(&state, &target, connection, interest).await
+    stream(&state, &target, connection, &headers, interest).await
 }
 
 /// Opens the stream of `interest` and answers it as Server-Sent Events.
@@ -155,8 +157,11 @@ async fn stream(
     state: &AppState,
     target: &Target<Reading>,
     connection: Option<Extension<Connection>>,
+    headers: &HeaderMap,
     interest: Interest,
 ) -> Result<Response, Problem> {
+    // `text/event-stream; int64=string`: the events' integers as strings.
+    let as_strings = super::int64::wanted(headers);
     let connection = connection.map(|Extension(c)| c);
     // The connection counts as busy while the stream is sent: never
     // closed as idle, never evicted for a newcomer.
@@ -166,19 +171,24 @@ async fn stream(
         .watch
         .watch(target.caller.token(), interest, link)
         .await?;
-    let events =
-        futures_util::stream::unfold((watch, busy, 0u64), |(mut watch, busy, id)| async move {
+    let events = futures_util::stream::unfold(
+        (watch, busy, 0u64),
+        move |(mut watch, busy, id)| async move {
             let event = watch.next().await?;
             let id = id + 1;
             let (name, data) = match &event {
-                Event::Snapshot(payload) => ("snapshot", serde_json::to_string(payload)),
-                Event::Change(payload) => ("change", serde_json::to_string(payload)),
+                Event::Snapshot(payload) => ("snapshot", serde_json::to_value(payload)),
+                Event::Change(payload) => ("change", serde_json::to_value(payload)),
                 Event::Closed(reason) => (
                     "closed",
-                    serde_json::to_string(&ClosedEvent { reason: *reason }),
+                    serde_json::to_value(ClosedEvent { reason: *reason }),
                 ),
             };
-            let data = data.unwrap_or_default();
+            let mut data = data.unwrap_or_default();
+            if as_strings {
+                super::int64::stringify(&mut data);
+            }
+            let data = data.to_string();
             // What the client must take of it: `event:`, `id:`, `data:` lines.
             watch.handed((name.len() + data.len() + 30) as u64);
             let sse = SseEvent::default()
@@ -186,7 +196,8 @@ async fn stream(
                 .id(id.to_string())
                 .data(data);
             Some((Ok::<_, Infallible>(sse), (watch, busy, id)))
-        });
+        },
+    );
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(state.watch.keep_alive()))
         .into_response();

@@ -39,8 +39,12 @@ pub struct AddRequest {
     pub owner: Value,
     /// A declared key, or one matching the namespace's key patterns.
     pub key: String,
-    /// The amount added (negative subtracts); default 1.
-    #[serde(default = "crate::domain::writes::one")]
+    /// The amount added (negative subtracts); default 1. A decimal string
+    /// is taken too.
+    #[serde(
+        default = "crate::domain::writes::one",
+        deserialize_with = "crate::domain::writes::int64"
+    )]
     pub delta: i64,
     /// When the event happened, for a windowed key's bucket (RFC 3339;
     /// default now).

@@ -22,6 +22,26 @@ use crate::{
 };
 
 /// An item's `delta` when it names none.
+/// A 64-bit integer as a JSON number or a decimal string: a JavaScript
+/// client cannot write one past 2^53 as a number.
+pub(crate) fn int64<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Int64 {
+        Number(i64),
+        Text(String),
+    }
+    match Int64::deserialize(deserializer)? {
+        Int64::Number(n) => Ok(n),
+        Int64::Text(text) => text.parse().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "`{}` is not a 64-bit integer",
+                crate::problem::preview(&text)
+            ))
+        }),
+    }
+}
+
 pub(crate) fn one() -> i64 {
     1
 }
@@ -39,7 +59,10 @@ pub struct BatchItem {
     /// The key.
     pub key: String,
     /// The amount; default 1.
-    #[serde(default = "crate::domain::writes::one")]
+    #[serde(
+        default = "crate::domain::writes::one",
+        deserialize_with = "crate::domain::writes::int64"
+    )]
     pub delta: i64,
     /// When it happened.
     pub at: Option<DateTime<Utc>>,

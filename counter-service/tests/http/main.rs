@@ -16,6 +16,7 @@ mod fleet;
 mod guide;
 mod hostile;
 mod idempotency;
+mod int64;
 mod jobs;
 mod lifecycle;
 mod load;
