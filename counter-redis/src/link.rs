@@ -428,10 +428,6 @@ impl Cluster {
         Ok(slots)
     }
 
-    /// `PING` to every master of a fresh slot map, by its address. (The
-    /// client's own all-masters routing skips a master it has no connection
-    /// to, and a slot's route falls back to another node, so a dead master
-    /// would pass either way.)
     /// `PUBLISH` through any node (a cluster carries it to every node).
     pub(crate) async fn publish(&self, command: &Cmd) -> RedisResult<u64> {
         let mut con = self.con.clone();
@@ -444,6 +440,10 @@ impl Cluster {
         u64::from_redis_value(answer).map_err(Into::into)
     }
 
+    /// `PING` to every master of a fresh slot map, by its address. (The
+    /// client's own all-masters routing skips a master it has no connection
+    /// to, and a slot's route falls back to another node, so a dead master
+    /// would pass either way.)
     async fn ping_masters(&self) -> RedisResult<()> {
         let slots = self.refresh_slots().await?;
         let mut masters: Vec<&str> = slots.iter().map(|(_, _, node)| node.as_str()).collect();

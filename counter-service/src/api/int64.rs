@@ -54,12 +54,27 @@ pub(crate) fn stringify(value: &mut Value) {
 /// of 32 keys), so never reached by one.
 const MAX_ANSWER: usize = 64 << 20;
 
+/// Says that an API answer depends on `Accept`: a cache must not give the
+/// strings to a client that asked for numbers.
+fn vary(response: &mut Response) {
+    response
+        .headers_mut()
+        .append(header::VARY, HeaderValue::from_static("accept"));
+}
+
 /// Rewrites a JSON answer's integers as strings when the request asked.
 pub(crate) async fn rewrite(request: Request, next: Next) -> Response {
-    if !wanted(request.headers()) {
-        return next.run(request).await;
+    // The API's answers only: `/openapi.json` and `/readyz` are what they are.
+    let api = request.uri().path().starts_with("/v1/");
+    if !api || !wanted(request.headers()) {
+        let mut response = next.run(request).await;
+        if api {
+            vary(&mut response);
+        }
+        return response;
     }
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    vary(&mut response);
     let json = response
         .headers()
         .get(header::CONTENT_TYPE)

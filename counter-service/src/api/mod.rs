@@ -288,7 +288,7 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST])
             .allow_headers(
-                [header::AUTHORIZATION, header::CONTENT_TYPE]
+                [header::AUTHORIZATION, header::CONTENT_TYPE, header::ACCEPT]
                     .into_iter()
                     .chain(names(&[
                         "idempotency-key",

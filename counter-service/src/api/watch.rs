@@ -145,10 +145,11 @@ pub(crate) async fn top_watch(
     Query(query): Query<TopWatchQuery>,
 ) -> Result<Response, Problem> {
     let namespace = target.namespace(&state);
-    let interest =
-        state
-            .watch
-            .ranking_interest(namespace, &query.key, query.limit.unwrap_or(10))?;
+    let interest = state.watch.ranking_interest(
+        namespace,
+        &query.key,
+        query.limit.unwrap_or(10.min(state.watch.max_owners())),
+    )?;
     stream(&state, &target, connection, &headers, interest).await
 }
 
@@ -190,11 +191,9 @@ async fn stream(
             }
             let data = data.to_string();
             // What the client must take of it: `event:`, `id:`, `data:` lines.
-            watch.handed((name.len() + data.len() + 30) as u64);
-            let sse = SseEvent::default()
-                .event(name)
-                .id(id.to_string())
-                .data(data);
+            let id_text = id.to_string();
+            watch.handed((name.len() + id_text.len() + data.len() + 21) as u64);
+            let sse = SseEvent::default().event(name).id(id_text).data(data);
             Some((Ok::<_, Infallible>(sse), (watch, busy, id)))
         },
     );

@@ -21,7 +21,6 @@ use crate::{
     problem::Problem,
 };
 
-/// An item's `delta` when it names none.
 /// A 64-bit integer as a JSON number or a decimal string: a JavaScript
 /// client cannot write one past 2^53 as a number.
 pub(crate) fn int64<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
@@ -42,6 +41,7 @@ pub(crate) fn int64<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result
     }
 }
 
+/// An item's `delta` when it names none.
 pub(crate) fn one() -> i64 {
     1
 }

@@ -163,7 +163,7 @@ pub(super) fn encode(from: &str, table: &str, changed: &Changed) -> Vec<String> 
     let mut size = 0;
     for owner in owners {
         // An owner's JSON string: quotes, escapes at most doubling it.
-        let cost = owner.len() * 2 + 3;
+        let cost = serde_json::to_string(owner).map_or(owner.len() * 6, |s| s.len()) + 1;
         if !batch.is_empty() && size + cost > MAX_PAYLOAD - 200 {
             payloads.push(message(std::mem::take(&mut batch), false));
             size = 0;

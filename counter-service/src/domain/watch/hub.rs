@@ -59,6 +59,13 @@ struct Inner {
     /// Reads are numbered as they start: a later read sees every commit
     /// an earlier one saw.
     reads: AtomicU64,
+    /// Set once the instance drains: new streams are refused, and one
+    /// registering meanwhile is ended at once.
+    closing: std::sync::atomic::AtomicBool,
+    /// Streams at most: `watch.max_streams`, within nine tenths of
+    /// `server.max_connections` (a stream's connection is never evicted,
+    /// so streams must leave room for every other caller).
+    max_streams: usize,
     /// Kept alive here: the library's registry holds it weakly.
     _observer: Mutex<Option<Arc<dyn CommitObserver>>>,
 }
@@ -337,6 +344,12 @@ impl Hub {
             registry: Mutex::default(),
             dirty: Changes::new(MAX_CHANGED_OWNERS),
             ranked: Mutex::default(),
+            closing: Default::default(),
+            max_streams: config
+                .watch
+                .max_streams
+                .min(config.server.max_connections * 9 / 10)
+                .max(1),
             reads: AtomicU64::new(0),
             _observer: Mutex::default(),
         });
@@ -391,6 +404,11 @@ impl Hub {
             bus.name()
         );
         (Self { inner }, tasks)
+    }
+
+    /// Owners a stream may watch (`watch.max_owners`).
+    pub fn max_owners(&self) -> usize {
+        self.inner.settings.max_owners
     }
 
     /// How often a quiet stream gets a comment line.
@@ -497,9 +515,14 @@ impl Hub {
             .tables
             .get(&table)
             .ok_or_else(|| Problem::unknown_namespace(&interest.namespace))?;
+        if inner.closing.load(Ordering::SeqCst) {
+            return Err(Problem::overloaded(
+                "watch streams: this instance is draining",
+            ));
+        }
         let stream = {
             let mut registry = inner.registry();
-            if registry.streams.len() >= settings.max_streams {
+            if registry.streams.len() >= inner.max_streams {
                 return Err(Problem::overloaded("watch streams"));
             }
             let token = token.unwrap_or_default();
@@ -523,6 +546,10 @@ impl Hub {
             metrics::gauge!(WATCH_STREAMS).set(registry.streams.len() as f64);
             stream
         };
+        // A drain that began while it registered ends it at once.
+        if inner.closing.load(Ordering::SeqCst) {
+            inner.end(&stream, Reason::Draining);
+        }
         // Registered first: a change committed from here on marks it.
         let watch = Watch {
             hub: inner.clone(),
@@ -555,6 +582,7 @@ impl Hub {
 
     /// Ends every stream for `reason` (the instance is draining).
     pub fn close_all(&self, reason: Reason) {
+        self.inner.closing.store(true, Ordering::SeqCst);
         let streams: Vec<Arc<Mailbox>> = self.inner.registry().streams.values().cloned().collect();
         for stream in &streams {
             self.inner.end(stream, reason);
@@ -748,16 +776,22 @@ async fn sweep(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
         let due: Vec<Arc<Mailbox>> = {
             let mut registry = inner.registry();
             let mut due = Vec::new();
-            registry
-                .hanging_up
-                .retain(|(stream, at)| match stream.upgrade() {
-                    Some(stream) if *at <= now => {
-                        due.push(stream);
-                        false
+            let hanging_up = std::mem::take(&mut registry.hanging_up);
+            // Only a stream still registered is still being sent: one that
+            // ended left its connection to its next request.
+            registry.hanging_up = hanging_up
+                .into_iter()
+                .filter(|(stream, at)| match stream.upgrade() {
+                    Some(stream) if registry.streams.contains_key(&stream.id) => {
+                        if *at <= now {
+                            due.push(stream);
+                            return false;
+                        }
+                        true
                     }
-                    Some(_) => true,
-                    None => false,
-                });
+                    _ => false,
+                })
+                .collect();
             due
         };
         for stream in due {
@@ -770,6 +804,16 @@ async fn sweep(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
 struct Observer(Weak<Inner>);
 
 impl Observer {
+    fn tell_later(&self, table: &str, owners: Option<Vec<sea_orm::Value>>) {
+        let (me, table) = (Observer(self.0.clone()), table.to_owned());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                me.tell(&table, owners.as_deref());
+            });
+        }
+    }
+
     fn tell(&self, table: &str, owners: Option<&[sea_orm::Value]>) {
         let Some(inner) = self.0.upgrade() else {
             return;
@@ -786,8 +830,11 @@ impl CommitObserver for Observer {
         Box::pin(std::future::ready(()))
     }
 
+    /// A caller's transaction that commits later: told now, and again a
+    /// second later (a read now may come before the commit).
     fn uncommitted(&self, table: &str, owners: &[sea_orm::Value]) {
         self.tell(table, Some(owners));
+        self.tell_later(table, Some(owners.to_vec()));
     }
 
     fn cleared<'a>(&'a self, table: &'a str) -> ObserverFuture<'a> {
@@ -797,6 +844,7 @@ impl CommitObserver for Observer {
 
     fn uncommitted_clear(&self, table: &str) {
         self.tell(table, None);
+        self.tell_later(table, None);
     }
 }
 

@@ -54,8 +54,9 @@ struct State {
     ranking_sent: Option<WatchedRanking>,
     ranking_changed: bool,
     closed: Option<Reason>,
-    /// Bytes of events handed to the connection.
+    /// Bytes of events handed to the connection, and the largest event.
     handed: u64,
+    largest: u64,
     /// Bytes the client had taken at the last look, and since when it has
     /// taken none while some waited for it.
     taken: u64,
@@ -214,7 +215,9 @@ impl Mailbox {
 
     /// Counts `bytes` of an event handed to the connection.
     pub fn handed(&self, bytes: u64) {
-        self.state().handed += bytes;
+        let mut state = self.state();
+        state.handed += bytes;
+        state.largest = state.largest.max(bytes);
     }
 
     /// Whether the client keeps up: `false` when bytes handed to its
@@ -226,7 +229,8 @@ impl Mailbox {
         let taken = link.written().saturating_sub(self.written_at_start);
         let mut state = self.state();
         let backlog = state.handed.saturating_sub(taken);
-        if backlog > max_backlog {
+        // One event larger than the bound is no sign of a slow client.
+        if backlog > max_backlog.max(2 * state.largest) {
             return false;
         }
         if backlog == 0 || taken > state.taken {
