@@ -27,7 +27,6 @@ async fn preflight(service: &Running, origin: &str) -> crate::support::Reply {
 }
 
 backend_test! {
-    #[backends(sqlite)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pages_of_configured_origins_may_call_and_no_others(t: TestDb) {
         let scratch = Scratch::of(&t).await;

@@ -34,7 +34,6 @@ pub async fn heard_through(cache: &CountCache, what: &str) {
 }
 
 backend_test! {
-    #[backends(sqlite)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn processes_hear_each_other_on_their_namespace_s_channels(t: TestDb) {
         let Some(url) = shared_url(t.backend, t.label()) else {
