@@ -350,6 +350,16 @@ mod tests {
         }
         let kinds = &document()["components"]["schemas"]["ProblemKind"]["enum"];
         assert_eq!(kinds.as_array().unwrap().len(), KINDS.len());
+        for problem in crate::problem::samples()
+            .into_iter()
+            .chain([crate::problem::Problem::internal("x")])
+        {
+            let sent = problem.document()["kind"].clone();
+            assert!(
+                KINDS.iter().any(|k| sent == *k),
+                "{problem:?}: its kind is not in the enum"
+            );
+        }
     }
 
     /// Headers, 405 and 415, the probes' security, the top limit, the job
