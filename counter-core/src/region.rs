@@ -1,6 +1,7 @@
 //! Regions: several databases that count the same counters at once, each
 //! writing only rows of its own, the rows carried between them by the
-//! database's replication (PostgreSQL logical replication).
+//! database's replication (PostgreSQL's logical replication, or MariaDB's
+//! replication of row binary logs, set up by the servers' options).
 //!
 //! A slotted counter is already a sum of rows that different writers own.
 //! Region `index` of `count` owns the slots `s` with `s % count == index`
@@ -248,8 +249,10 @@ impl Region {
     /// flushes, MQ messages, the service's idempotency keys): each region
     /// keeps its own.
     ///
-    /// PostgreSQL only ([`CounterError::UnsupportedBackend`] elsewhere);
-    /// the server needs `wal_level = logical`.
+    /// PostgreSQL only ([`CounterError::UnsupportedBackend`] elsewhere:
+    /// MariaDB's servers leave out the ledgers by their own options, and
+    /// need no filter against loops, the guide's "Regions"); the server
+    /// needs `wal_level = logical`.
     pub async fn publish<C: ConnectionTrait>(
         &self,
         db: &C,

@@ -133,8 +133,8 @@ pub struct Config {
     /// `counts:watch`: streams of totals pushed as they change.
     #[serde(default)]
     pub watch: WatchConfig,
-    /// The region this instance counts in, when several PostgreSQL
-    /// clusters count the same counters (guide: "Regions").
+    /// The region this instance counts in, when several databases count
+    /// the same counters (guide: "Regions").
     pub region: Option<RegionConfig>,
     /// Bearer tokens; none at all only with `server.open = true`.
     #[serde(default)]
@@ -443,8 +443,9 @@ pub struct DatabaseConfig {
 }
 
 /// `[region]`: this instance's region of several, each counting into its
-/// own PostgreSQL cluster and its own share of every counter's slots, the
-/// clusters joined by logical replication (`counter_core::Region`).
+/// own database and its own share of every counter's slots, the databases
+/// joined by PostgreSQL's logical replication or MariaDB's replication
+/// (`counter_core::Region`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegionConfig {
@@ -459,6 +460,7 @@ pub struct RegionConfig {
     /// The PostgreSQL publication of this region's rows, created or
     /// updated by `migrate` (with the heartbeat table); unset, `migrate`
     /// creates the heartbeat table only and the publication is yours.
+    /// PostgreSQL only: MariaDB's servers replicate by their own options.
     #[serde(default)]
     pub publication: Option<String>,
     /// How often this instance records the region's heartbeat and reads
@@ -489,10 +491,19 @@ impl RegionConfig {
 
     fn check(&self, database_url: &str) -> Vec<ConfigError> {
         let mut errors: Vec<ConfigError> = self.region().err().into_iter().collect();
-        if !database_url.starts_with("postgres") {
+        let postgres = database_url.starts_with("postgres");
+        if !postgres && !database_url.starts_with("mysql") {
             errors.push(ConfigError::invalid(
                 "region",
-                "regions replicate with PostgreSQL logical replication: database.url is PostgreSQL's",
+                "regions replicate with PostgreSQL logical replication or MariaDB's: \
+                 database.url is neither",
+            ));
+        }
+        if self.publication.is_some() && !postgres {
+            errors.push(ConfigError::invalid(
+                "region.publication",
+                "a publication is PostgreSQL's: MariaDB's servers replicate by their own \
+                 options (the guide's \"Regions\")",
             ));
         }
         if !(100..=60_000).contains(&self.beat_ms) {
@@ -1602,6 +1613,38 @@ mod tests {
         let text = "[database]\nurl = \"sqlite::memory:\"\n[cache]\ncluster_urls = [\"redis://:pw@b:7001\"]\n";
         let shown = format!("{:?}", Config::from_text(text, "t", env(&[]), &[]).unwrap());
         assert!(!shown.contains(":pw@"), "{shown}");
+    }
+
+    #[test]
+    fn regions_need_a_replicating_backend_and_publish_on_postgres_only() {
+        let region = |url: &str, publication: &str| {
+            let text = format!(
+                "[server]\nopen = true\n[database]\nurl = \"{url}\"\n\
+                 [region]\nname = \"eu\"\nindex = 0\ncount = 2\n{publication}"
+            );
+            let errors = Config::from_text(&text, "t", env(&[]), &[])
+                .expect("a config")
+                .check_own();
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "))
+            }
+        };
+        let published = "publication = \"counters_eu\"\n";
+        assert!(region("postgres://h/app", published).is_ok());
+        assert!(region("mysql://h/app", "").is_ok());
+        let sqlite = region("sqlite::memory:", "").unwrap_err();
+        assert!(sqlite.contains("neither"), "{sqlite}");
+        let mariadb = region("mysql://h/app", published).unwrap_err();
+        assert!(
+            mariadb.contains("region.publication") && mariadb.contains("PostgreSQL's"),
+            "{mariadb}"
+        );
     }
 
     #[test]

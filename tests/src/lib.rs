@@ -37,6 +37,7 @@ pub mod mq;
 pub mod pgbouncer;
 pub mod proxy;
 pub mod redis;
+pub mod regions;
 pub mod servers;
 pub mod sql;
 

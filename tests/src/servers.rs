@@ -65,6 +65,8 @@ pub trait PrivateServer: Send + Sync + 'static {
     /// Starts it again (same data, same port) and waits until it takes
     /// connections. Blocks.
     fn start_server(&self);
+    /// The server's own log (errors, and replication's).
+    fn log_file(&self) -> PathBuf;
 }
 
 /// Whether the private-server tests for the backend of `var`
@@ -79,7 +81,7 @@ pub fn wanted(var: &str, test: &str) -> bool {
 }
 
 /// [`PrivateServer::stop_server`] on a blocking thread.
-pub async fn stop<S: PrivateServer>(server: &Arc<S>, how: Stop) {
+pub async fn stop<S: PrivateServer + ?Sized>(server: &Arc<S>, how: Stop) {
     let server = server.clone();
     tokio::task::spawn_blocking(move || server.stop_server(how))
         .await
@@ -87,7 +89,7 @@ pub async fn stop<S: PrivateServer>(server: &Arc<S>, how: Stop) {
 }
 
 /// [`PrivateServer::start_server`] on a blocking thread.
-pub async fn start<S: PrivateServer>(server: &Arc<S>) {
+pub async fn start<S: PrivateServer + ?Sized>(server: &Arc<S>) {
     let server = server.clone();
     tokio::task::spawn_blocking(move || server.start_server())
         .await
@@ -95,7 +97,7 @@ pub async fn start<S: PrivateServer>(server: &Arc<S>) {
 }
 
 /// Sets up a new server with `setup` on a blocking thread.
-pub async fn launch<S: PrivateServer>(setup: fn() -> S) -> Arc<S> {
+pub async fn launch<S: PrivateServer>(setup: impl FnOnce() -> S + Send + 'static) -> Arc<S> {
     Arc::new(
         tokio::task::spawn_blocking(setup)
             .await
@@ -219,6 +221,10 @@ impl PrivatePostgres {
 }
 
 impl PrivateServer for PrivatePostgres {
+    fn log_file(&self) -> PathBuf {
+        self.log()
+    }
+
     fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
@@ -375,6 +381,8 @@ pub struct PrivateMariaDb {
     dir: PathBuf,
     port: u16,
     as_root: bool,
+    /// Server options beyond the defaults, kept for every restart.
+    options: Vec<String>,
     server: Mutex<Option<Child>>,
 }
 
@@ -391,12 +399,20 @@ impl PrivateMariaDb {
     /// `mariadb-install-db` + start + `CREATE DATABASE counters`. Panics
     /// with the reason if anything fails.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`PrivateMariaDb::start`] with server options of its own, such as
+    /// `--server-id=1`, kept for every restart. The binary log is off
+    /// unless they name `--log-bin`.
+    pub fn start_with(options: &[&str]) -> Self {
         let bin = mariadb_bin();
         let db = Self {
             bin,
             dir: scratch_dir("counter-mariadb"),
             port: free_port(),
             as_root: running_as_root(),
+            options: options.iter().map(|o| (*o).to_owned()).collect(),
             server: Mutex::new(None),
         };
         let mut install = Command::new(&db.bin.install_db);
@@ -448,6 +464,10 @@ impl PrivateMariaDb {
 }
 
 impl PrivateServer for PrivateMariaDb {
+    fn log_file(&self) -> PathBuf {
+        self.log()
+    }
+
     fn url(&self) -> String {
         format!("mysql://root@127.0.0.1:{}/{MARIADB_DATABASE}", self.port)
     }
@@ -470,15 +490,18 @@ impl PrivateServer for PrivateMariaDb {
             .args([
                 "--bind-address=127.0.0.1",
                 "--skip-name-resolve",
-                "--skip-log-bin",
                 "--max-connections=60",
                 "--innodb-buffer-pool-size=32M",
                 "--performance-schema=OFF",
             ])
+            .args(&self.options)
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if !self.options.iter().any(|o| o.starts_with("--log-bin")) {
+            server.arg("--skip-log-bin");
+        }
         if self.as_root {
             // mariadbd refuses root unless told so.
             server.arg("--user=root");

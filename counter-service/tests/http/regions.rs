@@ -15,6 +15,10 @@
 //! * a reset, which would need the other region's rows, is 409
 //!   `cross_region`.
 //!
+//! The same runs on MariaDB, its servers replicating each other's row
+//! binary logs (`counter_tests::regions::Link`): the idempotency ledger is
+//! left out of replication there, as it is never published on PostgreSQL.
+//!
 //! The library's own regional test (cuts, a SIGKILLed region, every write
 //! path) is `tests/tests/reliability/regions.rs`.
 
@@ -24,11 +28,12 @@ use std::{
 };
 
 use counter_core::unique::Sketch;
+use counter_service::{Config, Service};
 use counter_tests::{
-    POSTGRES_URL_VAR, figures,
-    servers::{self, PrivatePostgres, PrivateServer},
+    figures,
+    regions::Link,
+    servers::{self, PrivateServer},
 };
-use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 
 use crate::support::{Api, Running};
@@ -44,52 +49,94 @@ owner = "integer"
 unique = true
 "#;
 
-/// One region: its cluster and its service.
+/// One region: its server and its service.
 struct Region {
     name: &'static str,
-    server: Arc<PrivatePostgres>,
+    link: Link,
+    server: Arc<dyn PrivateServer>,
     service: Running,
 }
 
-async fn region(name: &'static str, index: u16) -> Region {
-    let server = servers::launch(PrivatePostgres::start_logical).await;
+/// A region's server with the service's tables: migrated, not serving
+/// yet. Replication is set up between migrating and serving, in this
+/// order, as MariaDB needs it: a replica starts from its source's binary
+/// log as it is, so it must start before a row it will be sent an update
+/// of exists (the service's heartbeat row, from its first beat), and after
+/// the tables exist in both (their DDL is not replayed). PostgreSQL's
+/// subscriptions copy existing rows and could be made at any point.
+async fn migrated(name: &'static str, index: u16, link: Link) -> (Arc<dyn PrivateServer>, Config) {
+    let server = link.launch(index).await;
+    // MariaDB's replication is the servers' own: no publication to make.
+    let publication = match link {
+        Link::Logical => format!("publication = \"counters_{name}\"\n"),
+        Link::Binlog => String::new(),
+    };
     let text = format!(
         "[server]\nopen = true\n[database]\nurl = \"{}\"\nmax_connections = 8\n\
-         [region]\nname = \"{name}\"\nindex = {index}\ncount = 2\npublication = \"counters_{name}\"\n\
+         [region]\nname = \"{name}\"\nindex = {index}\ncount = 2\n{publication}\
          beat_ms = 100\nstale_after_ms = 1000\n{NAMESPACE}",
         server.url()
     );
-    let service = Running::start(&text).await;
-    Region {
-        name,
-        server,
-        service,
-    }
+    let config = Config::from_text(&text, "the test's configuration", std::iter::empty(), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Service::migrate(&config)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (server, config)
+}
+
+/// Two regions replicating each other by `link`, each serving.
+async fn regions(link: Link) -> (Region, Region) {
+    let ((a_server, a_config), (b_server, b_config)) =
+        tokio::join!(migrated("a", 0, link), migrated("b", 1, link));
+    replicate(link, &*a_server, &*b_server, "counters_b").await;
+    replicate(link, &*b_server, &*a_server, "counters_a").await;
+    let (a, b) = tokio::join!(Running::serve(a_config), Running::serve(b_config));
+    (
+        Region {
+            name: "a",
+            link,
+            server: a_server,
+            service: a,
+        },
+        Region {
+            name: "b",
+            link,
+            server: b_server,
+            service: b,
+        },
+    )
+}
+
+/// `into` replicates from `from` (its publication `publication`).
+async fn replicate(
+    link: Link,
+    into: &dyn PrivateServer,
+    from: &dyn PrivateServer,
+    publication: &str,
+) {
+    let db = servers::pool(&into.url(), 1, Duration::from_secs(5)).await;
+    link.replicate(&db, from, publication).await;
+    db.close().await.expect("close");
 }
 
 impl Region {
-    async fn sql(&self, sql: &str) {
+    /// A connection of its own to the region's database, for `work`.
+    async fn with_db<F, Fut>(&self, work: F)
+    where
+        F: FnOnce(sea_orm::DatabaseConnection) -> Fut,
+        Fut: std::future::Future<Output = sea_orm::DatabaseConnection>,
+    {
         let db = servers::pool(&self.server.url(), 1, Duration::from_secs(5)).await;
-        db.execute_unprepared(sql)
-            .await
-            .unwrap_or_else(|e| panic!("region {}: {sql}: {e}", self.name));
-        db.close().await.expect("close");
-    }
-
-    async fn subscribe_to(&self, other: &Region) {
-        self.sql(&format!(
-            "CREATE SUBSCRIPTION from_other CONNECTION 'host=127.0.0.1 port={} user=postgres \
-             dbname=postgres' PUBLICATION counters_{}",
-            other.server.port(),
-            other.name
-        ))
-        .await;
+        work(db).await.close().await.expect("close");
     }
 
     async fn replication(&self, on: bool) {
-        let verb = if on { "ENABLE" } else { "DISABLE" };
-        self.sql(&format!("ALTER SUBSCRIPTION from_other {verb}"))
-            .await;
+        self.with_db(|db| async {
+            self.link.replication(&db, on).await;
+            db
+        })
+        .await;
     }
 
     /// `(likes per owner, viewers per owner)` as this region answers.
@@ -230,16 +277,29 @@ async fn lag_header(region: &Region) -> (String, Option<u64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_regions_through_the_service_count_through_a_cut() {
-    if !servers::wanted(
-        POSTGRES_URL_VAR,
+    if servers::wanted(
+        Link::Logical.url_var(),
         "two_regions_through_the_service_count_through_a_cut",
     ) {
-        return;
+        through_the_service(Link::Logical).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_mariadb_regions_through_the_service_count_through_a_cut() {
+    if servers::wanted(
+        Link::Binlog.url_var(),
+        "two_mariadb_regions_through_the_service_count_through_a_cut",
+    ) {
+        through_the_service(Link::Binlog).await;
+    }
+}
+
+/// Two regions replicating by `link`, one service each, a cut under keyed
+/// adds and observes, then the heal; the figures `service_regions`.
+async fn through_the_service(link: Link) {
     let began = Instant::now();
-    let (a, b) = tokio::join!(region("a", 0), region("b", 1));
-    a.subscribe_to(&b).await;
-    b.subscribe_to(&a).await;
+    let (a, b) = regions(link).await;
     let mut acked = Acked::new();
 
     // Connected: both regions' heartbeats arrive; answers say who served.
@@ -369,7 +429,7 @@ async fn two_regions_through_the_service_count_through_a_cut() {
         .await;
     figures(
         "service_regions",
-        "postgres",
+        link.backend(),
         &[
             ("regions", 2),
             ("requests_acked", acked.requests),

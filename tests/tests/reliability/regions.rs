@@ -17,6 +17,13 @@
 //!   its restart (writes in doubt, cut by the kill, are bounded:
 //!   acknowledged <= total <= acknowledged + in doubt);
 //! * neither subscription ever met a conflict (`pg_stat_subscription_stats`).
+//!
+//! The same runs on MariaDB's own replication (the guide's "Regions",
+//! "MariaDB"): two private servers with row binary logs, each a replica of
+//! the other (GTID, one domain per region), the ledgers left out by
+//! `replicate_wild_ignore_table`; a cut is `STOP SLAVE` in both, a heal
+//! `START SLAVE`, and neither replica's SQL thread may ever stop on an
+//! error.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -32,10 +39,11 @@ use counter_core::{
     CounterError, CounterTable, Counters, Reconcile, Region, Truth, Window, unique::Sketch,
 };
 use counter_tests::{
-    POSTGRES_URL_VAR, figures,
-    servers::{self, PrivatePostgres, PrivateServer, Stop},
+    figures,
+    regions::Link,
+    servers::{self, PrivateServer, Stop},
 };
-use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm::DatabaseConnection;
 
 const TABLE: &str = "post_counters";
 const OWNERS: i64 = 40;
@@ -66,25 +74,17 @@ fn hour(n: i64) -> DateTime<Utc> {
 /// One region: its server, a pool to it, its counters.
 struct Side {
     name: &'static str,
-    server: Arc<PrivatePostgres>,
+    link: Link,
+    server: Arc<dyn PrivateServer>,
     db: DatabaseConnection,
     region: Region,
     counters: Counters<i64>,
 }
 
 impl Side {
-    async fn sql(&self, sql: &str) {
-        self.db
-            .execute_unprepared(sql)
-            .await
-            .unwrap_or_else(|e| panic!("region {}: {sql}: {e}", self.name));
-    }
-
     /// Replication into this region from the other: on or off.
     async fn subscription(&self, on: bool) {
-        let verb = if on { "ENABLE" } else { "DISABLE" };
-        self.sql(&format!("ALTER SUBSCRIPTION from_other {verb}"))
-            .await;
+        self.link.replication(&self.db, on).await;
     }
 }
 
@@ -378,11 +378,13 @@ async fn converge(sides: &[Arc<Side>], tally: &Tally, since: Instant, what: &str
     }
 }
 
-/// Starts a region: its cluster (logical WAL), its tables, its publication.
-async fn region(name: &'static str, index: u16) -> Side {
-    let server = servers::launch(PrivatePostgres::start_logical).await;
+/// Starts a region: its server (logical WAL, or a row binary log), its
+/// tables, on PostgreSQL its publication.
+async fn region(name: &'static str, index: u16, link: Link) -> Side {
+    let server = link.launch(index).await;
     eprintln!(
-        "region {name}: private PostgreSQL on port {}",
+        "region {name}: private {} on port {}",
+        link.backend(),
         server.port()
     );
     let db = servers::pool(&server.url(), 12, Duration::from_secs(2)).await;
@@ -392,12 +394,15 @@ async fn region(name: &'static str, index: u16) -> Side {
     Region::create_beat_table(&db)
         .await
         .expect("create the heartbeat table");
-    region
-        .publish(&db, &format!("counters_{name}"), &[counters.table()])
-        .await
-        .expect("publish the region's rows");
+    if link == Link::Logical {
+        region
+            .publish(&db, &format!("counters_{name}"), &[counters.table()])
+            .await
+            .expect("publish the region's rows");
+    }
     Side {
         name,
+        link,
         server,
         db,
         region,
@@ -405,15 +410,15 @@ async fn region(name: &'static str, index: u16) -> Side {
     }
 }
 
-/// `side` subscribes to `other`'s publication.
+/// `side` replicates from `other`.
 async fn subscribe(side: &Side, other: &Side) {
-    side.sql(&format!(
-        "CREATE SUBSCRIPTION from_other CONNECTION 'host=127.0.0.1 port={} user=postgres \
-         dbname=postgres' PUBLICATION counters_{}",
-        other.server.port(),
-        other.name
-    ))
-    .await;
+    side.link
+        .replicate(
+            &side.db,
+            &*other.server,
+            &format!("counters_{}", other.name),
+        )
+        .await;
 }
 
 /// Beats every 100 ms in each region until `stop`.
@@ -444,22 +449,11 @@ async fn lag(side: &Side) -> Duration {
     lags[0].age
 }
 
-/// Conflicts and errors the subscriptions met (`apply_error_count +
-/// sync_error_count` in both regions).
-async fn subscription_errors(sides: &[Arc<Side>]) -> i64 {
+/// Conflicts and errors replication met in both regions.
+async fn replication_errors(sides: &[Arc<Side>]) -> i64 {
     let mut errors = 0;
     for side in sides {
-        let row = side
-            .db
-            .query_one_raw(sea_orm::Statement::from_string(
-                side.db.get_database_backend(),
-                "SELECT CAST(COALESCE(SUM(apply_error_count + sync_error_count), 0) AS BIGINT) \
-                 FROM pg_stat_subscription_stats",
-            ))
-            .await
-            .expect("read pg_stat_subscription_stats")
-            .expect("a row");
-        errors += row.try_get_by_index::<i64>(0).expect("a count");
+        errors += side.link.errors(&side.db).await;
     }
     errors
 }
@@ -471,14 +465,30 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
-    if !servers::wanted(
-        POSTGRES_URL_VAR,
+    if servers::wanted(
+        Link::Logical.url_var(),
         "two_regions_count_through_cuts_and_a_kill_and_converge_exactly",
     ) {
-        return;
+        cut_heal_kill(Link::Logical).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_mariadb_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
+    if servers::wanted(
+        Link::Binlog.url_var(),
+        "two_mariadb_regions_count_through_cuts_and_a_kill_and_converge_exactly",
+    ) {
+        cut_heal_kill(Link::Binlog).await;
+    }
+}
+
+/// Two regions replicating by `link`: cut and healed `ROUNDS` times under
+/// writers, then one region's server SIGKILLed and restarted; the figures
+/// `regions_cut_heal_kill`.
+async fn cut_heal_kill(link: Link) {
     let began = Instant::now();
-    let (a, b) = tokio::join!(region("a", 0), region("b", 1));
+    let (a, b) = tokio::join!(region("a", 0, link), region("b", 1, link));
     subscribe(&a, &b).await;
     subscribe(&b, &a).await;
     let sides = [Arc::new(a), Arc::new(b)];
@@ -504,6 +514,9 @@ async fn two_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
     let mut expected = Tally::default();
     let mut convergence = Vec::new();
     let mut cut_lags = Vec::new();
+    // The most writes one region made during one cut: the backlog a heal
+    // sends the other.
+    let mut cut_backlog = 0;
     for round in 0..ROUNDS {
         // Connected, then cut (both ways) while the writers go on.
         for (i, tally) in write_while(&sides, round, CONNECTED, || async {})
@@ -530,6 +543,7 @@ async fn two_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
                 "region {i} during the cut, round {round}"
             );
             assert!(tally.acked > 0, "region {i} wrote during the cut");
+            cut_backlog = cut_backlog.max(tally.acked);
             expected.absorb(tally);
         }
         cut_lags.push(lag(&sides[0]).await.min(lag(&sides[1]).await));
@@ -542,7 +556,7 @@ async fn two_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
     }
     // Cuts are not errors: no apply worker has failed yet.
     assert_eq!(
-        subscription_errors(&sides).await,
+        replication_errors(&sides).await,
         0,
         "a subscription failed during the rounds"
     );
@@ -600,16 +614,26 @@ async fn two_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
         beat.await.expect("a heartbeat task");
     }
     // The kill cut b's walsender and a's apply worker (errors they count),
-    // but no change ever met a conflict: a duplicate key stops a
-    // subscription, and every total above would be short.
-    for side in &sides {
-        let log = std::fs::read_to_string(side.server.dir().join("log"))
-            .unwrap_or_else(|e| panic!("region {}: read the server's log: {e}", side.name));
-        assert!(
-            !log.contains("duplicate key"),
-            "region {}: a conflict in the log",
-            side.name
+    // but no change ever met a conflict: a duplicate key (or, MariaDB, a
+    // row to update not found) stops a subscription or a replica, and
+    // every total above would be short.
+    if link == Link::Binlog {
+        assert_eq!(
+            replication_errors(&sides).await,
+            0,
+            "a replica stopped on an error"
         );
+    }
+    for side in &sides {
+        let log = std::fs::read_to_string(side.server.log_file())
+            .unwrap_or_else(|e| panic!("region {}: read the server's log: {e}", side.name));
+        for conflict in link.conflicts_in_log() {
+            assert!(
+                !log.contains(conflict),
+                "region {}: a conflict in the log ({conflict})",
+                side.name
+            );
+        }
     }
 
     convergence.sort();
@@ -623,7 +647,7 @@ async fn two_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
     );
     figures(
         "regions_cut_heal_kill",
-        "postgres",
+        link.backend(),
         &[
             ("regions", 2),
             ("rounds", ROUNDS as u64),
@@ -634,6 +658,7 @@ async fn two_regions_count_through_cuts_and_a_kill_and_converge_exactly() {
             ("converge_p50_ms", ms(percentile(&convergence, 0.5))),
             ("converge_max_ms", ms(*convergence.last().expect("rounds"))),
             ("lag_during_cut_min_ms", ms(min_cut_lag)),
+            ("cut_backlog_max_writes", cut_backlog),
             ("lag_healed_ms", ms(settled_lag)),
             ("kill_failed_writes_b", b_lost_writes),
             ("kill_in_doubt_b", b_doubt),
