@@ -774,7 +774,7 @@ impl TestDb {
 }
 
 /// `(scheme://user@, host[:port])` of a URL.
-fn split_authority(url: &str) -> Option<(&str, &str)> {
+pub fn split_authority(url: &str) -> Option<(&str, &str)> {
     let start = url.find("://")? + 3;
     let rest = &url[start..];
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -783,8 +783,8 @@ fn split_authority(url: &str) -> Option<(&str, &str)> {
     Some((&url[..start + host_at], &authority[host_at..]))
 }
 
-/// `url` with its `host[:port]` replaced by `addr`.
-fn with_host(url: &str, addr: &str) -> Option<String> {
+/// `url` with its `host[:port]` replaced by `addr` (a [`proxy::Proxy`]'s).
+pub fn with_host(url: &str, addr: &str) -> Option<String> {
     let (before, host) = split_authority(url)?;
     let after = &url[before.len() + host.len()..];
     Some(format!("{before}{addr}{after}"))

@@ -62,6 +62,9 @@ struct Control {
     connections: AtomicU64,
     /// Bumped by [`Proxy::cut_all`]: every connection open then closes.
     cut_all: tokio::sync::watch::Sender<u64>,
+    /// Bumped by [`Proxy::stall_all`]: every connection open then goes
+    /// silent, never closed.
+    stall_all: tokio::sync::watch::Sender<u64>,
     /// While true, nothing from the server reaches any client (see
     /// [`Proxy::hold_replies`]).
     hold_replies: tokio::sync::watch::Sender<bool>,
@@ -182,6 +185,15 @@ impl Proxy {
         self.control.cut_all.send_modify(|cuts| *cuts += 1);
     }
 
+    /// Every connection open now goes silent and stays open, as a link cut
+    /// without a reset (a cable pulled, a NAT that forgot the connection):
+    /// nothing more reaches either side, what the client sends is taken
+    /// and dropped, and neither side is told. Each ends when its client
+    /// closes; connections made afterwards go through.
+    pub fn stall_all(&self) {
+        self.control.stall_all.send_modify(|stalls| *stalls += 1);
+    }
+
     /// While `hold` is true, what servers send stays unread (in the
     /// kernel's buffers) on every connection, while what clients send goes
     /// through: a request reaches the server and its answer does not reach
@@ -220,12 +232,19 @@ async fn forward(id: u64, mut client: TcpStream, mut server: TcpStream, control:
     // A claimed cut: (commands to let through, commands seen since BEGIN).
     let mut cut: Option<(u32, u32)> = None;
     let mut cut_all = control.cut_all.subscribe();
+    let mut stall_all = control.stall_all.subscribe();
     let mut hold = control.hold_replies.subscribe();
     loop {
         let holding = *hold.borrow_and_update();
         tokio::select! {
             _ = cut_all.changed() => {
                 eprintln!("[proxy #{id}] cut with every open connection");
+                return;
+            }
+            _ = stall_all.changed() => {
+                eprintln!("[proxy #{id}] stalled with every open connection");
+                // The server's socket stays open, unread, until the client goes.
+                while matches!(client.read(&mut from_client).await, Ok(n) if n > 0) {}
                 return;
             }
             // A change of the hold: the loop reads the server again (or not).

@@ -23,7 +23,8 @@ use serde_json::Value;
 pub const JSON_INT64_STRING: &str = "application/json; int64=string";
 
 /// Whether `headers`' `Accept` asks for integers as strings: any media
-/// range with the parameter `int64=string`.
+/// range with the parameter `int64=string`, unless its weight is `q=0`
+/// ("not acceptable", RFC 9110 12.4.2).
 pub(crate) fn wanted(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
@@ -31,12 +32,19 @@ pub(crate) fn wanted(headers: &HeaderMap) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|range| {
-            range.split(';').skip(1).any(|parameter| {
-                parameter.split_once('=').is_some_and(|(k, v)| {
-                    k.trim().eq_ignore_ascii_case("int64")
-                        && v.trim().trim_matches('"').eq_ignore_ascii_case("string")
+            let parameters = || {
+                range.split(';').skip(1).filter_map(|parameter| {
+                    let (name, value) = parameter.split_once('=')?;
+                    Some((name.trim(), value.trim().trim_matches('"')))
                 })
-            })
+            };
+            let refused = parameters().any(|(name, value)| {
+                name.eq_ignore_ascii_case("q") && value.parse::<f32>().is_ok_and(|q| q == 0.0)
+            });
+            !refused
+                && parameters().any(|(name, value)| {
+                    name.eq_ignore_ascii_case("int64") && value.eq_ignore_ascii_case("string")
+                })
         })
 }
 
@@ -118,6 +126,19 @@ mod tests {
         assert!(wanted(&headers));
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
         assert!(!wanted(&headers));
+        // A range weighted 0 is one the client refuses.
+        for refused in [
+            "application/json; int64=string; q=0",
+            "application/json; int64=string; q=0.000, application/json",
+        ] {
+            headers.insert(header::ACCEPT, HeaderValue::from_static(refused));
+            assert!(!wanted(&headers), "{refused}");
+        }
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json; int64=string; q=0.001"),
+        );
+        assert!(wanted(&headers));
         let mut value = serde_json::json!({"counts": {"1": {"likes": 9223372036854775807i64}}, "n": [-3, 1.5, "x"], "ok": true});
         stringify(&mut value);
         assert_eq!(

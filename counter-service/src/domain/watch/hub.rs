@@ -368,7 +368,7 @@ impl Hub {
         if let Some(outbox) = &inner.outbox {
             tasks.push(tokio::spawn(bus::send(
                 bus.clone(),
-                db,
+                db.clone(),
                 instance.clone(),
                 outbox.clone(),
                 stop.clone(),
@@ -384,16 +384,20 @@ impl Hub {
             match &bus {
                 Bus::Redis(cache) => tasks.push(tokio::spawn(bus::listen_redis(
                     cache.clone(),
+                    db,
                     instance,
                     heard,
                     stop,
+                    bus::Echo::DEFAULT,
                 ))),
                 Bus::Postgres { url, channel } => tasks.push(tokio::spawn(bus::listen(
                     url.clone(),
                     channel.clone(),
+                    db,
                     instance,
                     heard,
                     stop,
+                    bus::Echo::DEFAULT,
                 ))),
                 Bus::Poll => {}
             }
