@@ -372,8 +372,14 @@ pub(super) async fn listen_redis(
     let bus = Bus::Redis(cache.clone());
     let mut backoff = Duration::from_millis(100);
     loop {
+        // Bounded: a subscribe on a half-open path would wait for TCP.
+        let subscribing =
+            tokio::time::timeout(echo.quiet + echo.within, cache.subscribe(REDIS_CHANNEL));
         let subscribed = tokio::select! {
-            subscribed = cache.subscribe(REDIS_CHANNEL) => subscribed,
+            subscribed = subscribing => match subscribed {
+                Ok(subscribed) => subscribed.map_err(|e| e.to_string()),
+                Err(_) => Err("subscribing timed out".to_owned()),
+            },
             _ = stop.changed() => return,
         };
         match subscribed {
@@ -384,6 +390,8 @@ pub(super) async fn listen_redis(
                 let mut watchdog = Watchdog::new(echo);
                 loop {
                     let message = tokio::select! {
+                        // A message ready with the deadline is taken first.
+                        biased;
                         message = subscription.next() => Some(message),
                         () = tokio::time::sleep_until(watchdog.deadline()) => None,
                         _ = stop.changed() => return,
@@ -443,10 +451,15 @@ pub(super) async fn listen(
     };
     let mut backoff = Duration::from_millis(100);
     loop {
+        // Bounded: a connect on a half-open path would wait for TCP.
         let connected = async {
-            let mut listener = PgListener::connect(&url).await?;
-            listener.listen(&channel).await?;
-            Ok::<_, sea_orm::sqlx::Error>(listener)
+            tokio::time::timeout(echo.quiet + echo.within, async {
+                let mut listener = PgListener::connect(&url).await?;
+                listener.listen(&channel).await?;
+                Ok::<_, sea_orm::sqlx::Error>(listener)
+            })
+            .await
+            .unwrap_or(Err(sea_orm::sqlx::Error::PoolTimedOut))
         };
         let mut listener = tokio::select! {
             connected = connected => match connected {
@@ -470,6 +483,8 @@ pub(super) async fn listen(
         let mut watchdog = Watchdog::new(echo);
         loop {
             let received = tokio::select! {
+                // A notification ready with the deadline is taken first.
+                biased;
                 received = listener.try_recv() => Some(received),
                 () = tokio::time::sleep_until(watchdog.deadline()) => None,
                 _ = stop.changed() => return,
@@ -553,9 +568,10 @@ mod tests {
         }
     }
 
+    /// Quick, with room for a loaded machine's round trip.
     const QUICK: Echo = Echo {
         quiet: Duration::from_millis(300),
-        within: Duration::from_millis(300),
+        within: Duration::from_millis(600),
     };
 
     /// Checks a listener stalled by `proxy`: it hears `bus`'s changes, is
@@ -589,8 +605,9 @@ mod tests {
             Some(None),
             "found dead by its echo"
         );
+        // When within the bound depends on where the stall fell in the
+        // echoes' cycle: printed, not asserted.
         let found = stalled.elapsed();
-        assert!(found >= QUICK.within, "{found:?}");
         // Heard again once the subscription is made anew (a message sent
         // before that is lost to it, as the `None` said).
         let again = std::time::Instant::now();
