@@ -31,7 +31,7 @@ const BACKLOG: usize = 12_000;
 /// Messages published again and again (at most [`EXTRA_WAVES`] times) while
 /// a consumer that must have committed a batch has none.
 const WAVE: usize = 400;
-const EXTRA_WAVES: usize = 4;
+const EXTRA_WAVES: usize = 8;
 
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -264,13 +264,22 @@ async fn each_commits(
 ) {
     loop {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut drained_since: Option<Instant> = None;
         while running.iter().any(|r| r.stats.get().batches == 0) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
             let applied = counter_mq::applied_count(db, source).await.unwrap_or(0);
             // The queue is drained and one still has no batch: more
-            // volume, rather than waiting out the deadline.
+            // volume, rather than waiting out the deadline, once it has had
+            // a moment to ask for messages (on a loaded machine a
+            // consumer's first fetch came after the others had drained the
+            // backlog and every wave at once).
             if applied as usize >= workload.distinct() {
-                break;
+                let since = *drained_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_millis(500) {
+                    break;
+                }
+            } else {
+                drained_since = None;
             }
         }
         if running.iter().all(|r| r.stats.get().batches >= 1) || *extra == EXTRA_WAVES {
