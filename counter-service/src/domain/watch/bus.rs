@@ -289,14 +289,6 @@ struct Watchdog {
     echo_sent: Option<Instant>,
 }
 
-/// What a [`Watchdog`] wants at its deadline.
-enum Due {
-    /// Send an echo.
-    Echo,
-    /// The subscription is lost: make it again.
-    Lost,
-}
-
 impl Watchdog {
     fn new(echo: Echo) -> Self {
         Self {
@@ -320,13 +312,16 @@ impl Watchdog {
         }
     }
 
-    /// At the deadline: an echo to send, or the subscription lost.
-    fn due(&mut self) -> Due {
+    /// At the deadline: sends the echo and returns true, or, an echo
+    /// already unanswered, says the subscription is lost and returns false.
+    async fn at_deadline(&mut self, bus: &Bus, db: &DatabaseConnection, me: &str) -> bool {
         if self.echo_sent.is_some() {
-            return Due::Lost;
+            lost_silently(self.echo);
+            return false;
         }
         self.echo_sent = Some(Instant::now());
-        Due::Echo
+        send_echo(bus, db, me, self.echo.within).await;
+        true
     }
 }
 
@@ -408,13 +403,11 @@ pub(super) async fn listen_redis(
                             );
                             break;
                         }
-                        None => match watchdog.due() {
-                            Due::Echo => send_echo(&bus, &db, &me, echo.within).await,
-                            Due::Lost => {
-                                lost_silently(echo);
+                        None => {
+                            if !watchdog.at_deadline(&bus, &db, &me).await {
                                 break;
                             }
-                        },
+                        }
                     }
                 }
                 heard(None);
@@ -504,13 +497,11 @@ pub(super) async fn listen(
                     tracing::warn!(%error, "listening for other instances' changes failed; reconnecting");
                     break;
                 }
-                None => match watchdog.due() {
-                    Due::Echo => send_echo(&bus, &db, &me, echo.within).await,
-                    Due::Lost => {
-                        lost_silently(echo);
+                None => {
+                    if !watchdog.at_deadline(&bus, &db, &me).await {
                         break;
                     }
-                },
+                }
             }
         }
     }
