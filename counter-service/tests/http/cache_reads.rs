@@ -55,15 +55,6 @@ async fn likes(api: &Api) -> u64 {
         .unwrap()
 }
 
-/// The sum of the service's figure `name` (0 if it has none).
-async fn metric(api: &Api, name: &str) -> u64 {
-    let text = api.get("/metrics", None).await.text;
-    text.lines()
-        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 backend_test! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_fills_never_hide_an_acknowledged_add(t: TestDb) {
@@ -123,8 +114,8 @@ backend_test! {
         let mut failures = 0;
         let mut hits = 0;
         for api in &apis {
-            failures += metric(api, "counter_service_cache_invalidation_failures").await;
-            hits += metric(api, "counter_service_cache_hits_total").await;
+            failures += api.metric("counter_service_cache_invalidation_failures").await;
+            hits += api.metric("counter_service_cache_hits_total").await;
         }
         let (checked, stale) = (checked.load(Ordering::Relaxed), stale.load(Ordering::Relaxed));
         figures(
@@ -181,7 +172,7 @@ backend_test! {
                 eprintln!("[{b}] round {round}: read {seen} after the add was acknowledged");
             }
         }
-        let failures = metric(&writer, "counter_service_cache_invalidation_failures").await;
+        let failures = writer.metric("counter_service_cache_invalidation_failures").await;
         figures("service_cache_cut_writer", b, &[("adds", 5), ("invalidation_failures", failures), ("stale_reads", stale)]);
         assert!(failures > 0, "[{b}] no deletion failed: the cut did not reach the writer's connection");
         assert_eq!(stale, 0, "[{b}] reads that missed an acknowledged add");

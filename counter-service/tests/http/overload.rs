@@ -216,17 +216,6 @@ async fn compare(api: &Api, ns: impl Iterator<Item = u64>) -> (u64, u64) {
     (lost, extra)
 }
 
-/// The sum of the service's figures whose lines start with `series`.
-async fn metric(api: &Api, series: &str) -> u64 {
-    let reply = api.call(Method::GET, "/metrics", None, &[], None).await;
-    reply
-        .text
-        .lines()
-        .filter(|line| line.starts_with(series))
-        .filter_map(|line| line.split_whitespace().last()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// The peak resident memory of process `pid`, in MiB.
 fn peak_rss_mib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -320,8 +309,8 @@ backend_test! {
         let mut latencies = std::mem::take(&mut *tally.admitted_us.lock().unwrap());
         latencies.sort_unstable();
         let peak_rss = peak_rss_mib(pid);
-        let shed_concurrent = metric(&api, "counter_service_shed_total{bound=\"concurrent_requests\"}").await;
-        let shed_queued = metric(&api, "counter_service_shed_total{bound=\"queued_items\"}").await;
+        let shed_concurrent = api.metric("counter_service_shed_total{bound=\"concurrent_requests\"}").await;
+        let shed_queued = api.metric("counter_service_shed_total{bound=\"queued_items\"}").await;
         let shed_503 = tally.shed_503.load(Ordering::Relaxed);
 
         // 3. Right after: the totals are exactly the acknowledged adds (a
@@ -368,7 +357,7 @@ backend_test! {
         let admitted_items_per_s = admitted_overload * ITEMS / offered_for.as_secs().max(1);
         let goodput_pct = admitted_items_per_s * 100 / (capacity_items_per_s as u64).max(1);
         let admitted_p99_ms = percentile(&latencies, 0.99) / 1_000;
-        let shed_wait = metric(&api, "counter_service_shed_total{bound=\"queue_wait\"}").await;
+        let shed_wait = api.metric("counter_service_shed_total{bound=\"queue_wait\"}").await;
         figures(
             "service_overload",
             t.backend,

@@ -319,6 +319,18 @@ impl Api {
         }
     }
 
+    /// The sum of the `/metrics` samples of `series`: a name (every
+    /// labelled sample of it), or a name with its first labels
+    /// (`name{bound="queue_wait"`).
+    pub async fn metric(&self, series: &str) -> u64 {
+        let text = self.get("/metrics", None).await.text;
+        text.lines()
+            .filter_map(|line| line.strip_prefix(series))
+            .filter(|rest| series.contains('{') || rest.starts_with([' ', '{']))
+            .filter_map(|rest| rest.split_whitespace().last()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     /// `method path` with `token`, `headers` and a JSON `body`.
     pub async fn call(
         &self,
