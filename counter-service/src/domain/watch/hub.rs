@@ -2,7 +2,7 @@
 //! refresh them, and the bounds of it all.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::{
         Arc, Mutex, PoisonError, Weak,
         atomic::{AtomicU64, Ordering},
@@ -17,7 +17,7 @@ use tokio::{sync::watch, task::JoinHandle};
 use super::{
     Event, Interest, Link, Payload, RankingInterest, Reason,
     bus::{self, Bus, Changed, Changes},
-    mailbox::{Mailbox, Total, Value},
+    mailbox::{Mailbox, ReadSpan, Total, Value},
     read,
 };
 use crate::{
@@ -56,9 +56,9 @@ struct Inner {
     ranked: Mutex<HashSet<String>>,
     /// This instance's changes for the others, when there is a bus.
     outbox: Option<Arc<Changes>>,
-    /// Reads are numbered as they start: a later read sees every commit
-    /// an earlier one saw.
-    reads: AtomicU64,
+    /// The clock of reads' spans ([`ReadSpan`]), ticked as each read is
+    /// sent and as its rows come back.
+    clock: AtomicU64,
     /// Set once the instance drains: new streams are refused, and one
     /// registering meanwhile is ended at once.
     closing: std::sync::atomic::AtomicBool,
@@ -218,8 +218,33 @@ impl Inner {
         self.mark(table, owners);
     }
 
-    /// Hands the values of read `seq` to the streams that watch them.
-    fn deliver(&self, table: &str, seq: u64, values: Vec<(Total, Value)>) {
+    /// Runs `read`, and says over which span of the clock it ran.
+    async fn timed<T>(&self, read: impl Future<Output = T>) -> (ReadSpan, T) {
+        let began = self.clock.fetch_add(1, Ordering::SeqCst);
+        let rows = read.await;
+        let ended = self.clock.fetch_add(1, Ordering::SeqCst);
+        (ReadSpan { began, ended }, rows)
+    }
+
+    /// Owners of `table` whose values came from reads in no known order:
+    /// read again, after both.
+    fn read_again(&self, table: &str, owners: BTreeSet<String>) {
+        if !owners.is_empty() {
+            self.dirty.add(table, Some(owners.into_iter().collect()));
+        }
+    }
+
+    /// The rankings of `table` again, for the same reason.
+    fn read_rankings_again(&self, table: &str) {
+        self.ranked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(table.to_owned());
+        self.dirty.wake.notify_one();
+    }
+
+    /// Hands the values read over `span` to the streams that watch them.
+    fn deliver(&self, table: &str, span: ReadSpan, values: Vec<(Total, Value)>) {
         let mut by_owner: HashMap<&str, Vec<(&Total, Value)>> = HashMap::new();
         for (total, value) in &values {
             by_owner
@@ -241,9 +266,11 @@ impl Inner {
                 }
             }
         }
+        let mut unsure = BTreeSet::new();
         for (stream, values) in offers {
-            stream.offer(seq, values);
+            unsure.append(&mut stream.offer(span, values));
         }
+        self.read_again(table, unsure);
     }
 
     fn remove(&self, id: u64) {
@@ -350,7 +377,7 @@ impl Hub {
                 .max_streams
                 .min(config.server.max_connections * 9 / 10)
                 .max(1),
-            reads: AtomicU64::new(0),
+            clock: AtomicU64::new(0),
             _observer: Mutex::default(),
         });
         let observer: Arc<dyn CommitObserver> = Arc::new(Observer(Arc::downgrade(&inner)));
@@ -562,23 +589,38 @@ impl Hub {
             ended: false,
             next_at: Instant::now(),
         };
-        let seq = inner.reads.fetch_add(1, Ordering::SeqCst);
+        // Refreshes may reach the stream while this read waits: they are
+        // in no known order with it (`ReadSpan`).
         let interest = &watch.stream.interest;
         match &interest.ranking {
             Some(ranking) => {
-                let read = read::ranking(&inner.db, namespace, &ranking.key, ranking.limit).await?;
-                watch.stream.offer_ranking(seq, &read);
+                let (span, read) = inner
+                    .timed(read::ranking(
+                        &inner.db,
+                        namespace,
+                        &ranking.key,
+                        ranking.limit,
+                    ))
+                    .await;
+                if watch.stream.offer_ranking(span, &read?) {
+                    inner.read_rankings_again(&table);
+                }
             }
             None => {
-                let values = read::values(
-                    &inner.db,
-                    namespace,
-                    &interest.owners,
-                    &interest.counted,
-                    &interest.unique,
-                )
-                .await?;
-                watch.stream.offer(seq, values.iter().map(|(t, v)| (t, *v)));
+                let (span, values) = inner
+                    .timed(read::values(
+                        &inner.db,
+                        namespace,
+                        &interest.owners,
+                        &interest.counted,
+                        &interest.unique,
+                    ))
+                    .await;
+                let values = values?;
+                let unsure = watch
+                    .stream
+                    .offer(span, values.iter().map(|(t, v)| (t, *v)));
+                inner.read_again(&table, unsure);
             }
         }
         Ok(watch)
@@ -709,17 +751,17 @@ async fn refresh(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             if plan.owners.is_empty() {
                 continue;
             }
-            let seq = inner.reads.fetch_add(1, Ordering::SeqCst);
-            match read::values(
-                &inner.db,
-                namespace,
-                &plan.owners,
-                &plan.counted,
-                &plan.unique,
-            )
-            .await
-            {
-                Ok(values) => inner.deliver(&table, seq, values),
+            let (span, values) = inner
+                .timed(read::values(
+                    &inner.db,
+                    namespace,
+                    &plan.owners,
+                    &plan.counted,
+                    &plan.unique,
+                ))
+                .await;
+            match values {
+                Ok(values) => inner.deliver(&table, span, values),
                 Err(error) => {
                     tracing::warn!(namespace = %namespace.name, %error, "reading watched totals failed; retrying");
                     inner.dirty.add(
@@ -740,9 +782,24 @@ async fn refresh(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             let Some(namespace) = inner.tables.get(&table) else {
                 continue;
             };
-            let seq = inner.reads.fetch_add(1, Ordering::SeqCst);
-            match read::ranking(&inner.db, namespace, &ranking.key, ranking.limit).await {
-                Ok(read) => streams.iter().for_each(|s| s.offer_ranking(seq, &read)),
+            let (span, read) = inner
+                .timed(read::ranking(
+                    &inner.db,
+                    namespace,
+                    &ranking.key,
+                    ranking.limit,
+                ))
+                .await;
+            match read {
+                Ok(read) => {
+                    let mut unsure = false;
+                    for stream in &streams {
+                        unsure |= stream.offer_ranking(span, &read);
+                    }
+                    if unsure {
+                        inner.read_rankings_again(&table);
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(namespace = %namespace.name, %error, "reading a watched ranking failed; retrying");
                     inner
