@@ -2,7 +2,8 @@
 // document alone (openapi-typescript) and openapi-fetch: every route, each
 // answer checked, under `tsc --strict`. A total of 9223372036854775807 is
 // read back exactly by asking for `application/json; int64=string`, which
-// the document types as strings.
+// the document types as strings. Every answer's body is validated against
+// the document's schema for its status and media type (conforms.ts, Ajv).
 //
 //   npm install
 //   npx openapi-typescript http://127.0.0.1:8080/openapi.json -o api.d.ts
@@ -12,6 +13,7 @@
 
 import createClient from "openapi-fetch";
 import type { components, paths } from "./api.js";
+import { conformance } from "./conforms.js";
 
 type Problem = components["schemas"]["ProblemBody"];
 
@@ -27,6 +29,11 @@ const exact = createClient<paths, "application/json; int64=string" | "applicatio
   baseUrl: base,
   headers: { Accept: "application/json; int64=string" },
 });
+
+/** Every answer of both checked against the document (conforms.ts). */
+const conforms = await conformance(base);
+client.use(conforms.middleware);
+exact.use(conforms.middleware);
 
 let calls = 0;
 
@@ -174,4 +181,8 @@ const unknown = await client.POST("/v1/{ns}/counters:add", { params: { path }, b
 const kind: components["schemas"]["ProblemKind"] | undefined = unknown.error?.kind;
 expect("an unknown key", unknown.response.status === 400 && kind === "invalid_input", unknown.error);
 
-console.log(`${calls} calls answered as documented`);
+if (conforms.failures.length > 0) {
+  console.error(`answers unlike the document:\n${conforms.failures.join("\n")}`);
+  process.exit(1);
+}
+console.log(`${calls} calls answered as documented, ${conforms.validated()} bodies valid against its schemas (Ajv)`);
