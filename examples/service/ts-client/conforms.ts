@@ -64,8 +64,11 @@ export async function conformance(base: string): Promise<Conformance> {
       const media = type in content ? type : type.split(";")[0]!.trim();
       const entry = content[media];
       if (!entry) {
-        if (response.status !== 204 && Object.keys(content).length > 0) {
-          failures.push(`${what}: ${type} is not among ${Object.keys(content).join(", ")}`);
+        // No content documented: the answer must have none either.
+        const listed = Object.keys(content);
+        const body = listed.length > 0 ? "" : await response.clone().text();
+        if (listed.length > 0 || body.length > 0) {
+          failures.push(`${what}: ${type || "a body"} is not among the documented [${listed.join(", ")}]`);
         }
         return;
       }

@@ -37,22 +37,23 @@ exact.use(conforms.middleware);
 
 let calls = 0;
 
+/** Exits with `why`, and the answers unlike the document so far. */
+function fail(why: string): never {
+  console.error(why);
+  if (conforms.failures.length > 0) console.error(`answers unlike the document:\n${conforms.failures.join("\n")}`);
+  process.exit(1);
+}
+
 /** Prints the call; exits unless `ok`. */
 function expect(what: string, ok: boolean, shown: unknown): void {
   calls += 1;
   console.log(`${what.padEnd(30)} ${JSON.stringify(shown)}`.slice(0, 160));
-  if (!ok) {
-    console.error(`${what}: unexpected answer`);
-    process.exit(1);
-  }
+  if (!ok) fail(`${what}: unexpected answer`);
 }
 
 /** The data of an answer that must have succeeded. */
 function data<T>(what: string, answer: { data?: T; error?: unknown; response: Response }): T {
-  if (answer.data === undefined) {
-    console.error(`${what}: ${answer.response.status} ${JSON.stringify(answer.error)}`);
-    process.exit(1);
-  }
+  if (answer.data === undefined) fail(`${what}: ${answer.response.status} ${JSON.stringify(answer.error)}`);
   return answer.data;
 }
 
@@ -181,8 +182,5 @@ const unknown = await client.POST("/v1/{ns}/counters:add", { params: { path }, b
 const kind: components["schemas"]["ProblemKind"] | undefined = unknown.error?.kind;
 expect("an unknown key", unknown.response.status === 400 && kind === "invalid_input", unknown.error);
 
-if (conforms.failures.length > 0) {
-  console.error(`answers unlike the document:\n${conforms.failures.join("\n")}`);
-  process.exit(1);
-}
+if (conforms.failures.length > 0) fail("the answers were as expected, but not all as documented");
 console.log(`${calls} calls answered as documented, ${conforms.validated()} bodies valid against its schemas (Ajv)`);

@@ -429,13 +429,15 @@ mod tests {
                 at
             };
             let value_at = |t: u64| commits.iter().filter(|c| **c < t).count() as i64;
-            // (delivered at, began, snapshot at, ended)
-            let mut reads: BTreeMap<(u64, u64), (u64, u64, u64)> = BTreeMap::new();
-            let read = |rng: &mut Rng, began: u64, reads: &mut BTreeMap<_, _>| {
+            // (delivered at, the read's number) -> (began, snapshot at, ended)
+            let mut reads: BTreeMap<(u64, usize), (u64, u64, u64)> = BTreeMap::new();
+            let mut numbered = 0;
+            let mut read = |rng: &mut Rng, began: u64, reads: &mut BTreeMap<_, _>| {
                 let ended = began + 2 + rng.below(200);
                 let snapshot = began + 1 + rng.below(ended - began - 1);
                 let delivered = ended + rng.below(150);
-                reads.insert((delivered, began), (began, snapshot, ended));
+                numbered += 1;
+                reads.insert((delivered, numbered), (began, snapshot, ended));
             };
             for _ in 0..30 {
                 let began = rng.below(1_000);
@@ -443,7 +445,9 @@ mod tests {
             }
             let mailbox = counted("1", "likes");
             let mut shown = i64::MIN;
+            let mut latest_snapshot = 0;
             while let Some(((delivered, _), (began, snapshot, ended))) = reads.pop_first() {
+                latest_snapshot = latest_snapshot.max(snapshot);
                 let unsure = mailbox.offer(
                     span(began, ended),
                     [(&total, Value::Count(value_at(snapshot)))],
@@ -459,6 +463,13 @@ mod tests {
                 );
                 shown = now;
             }
+            // The doubts read again, the stream holds the newest value any
+            // read saw (without the reads again, some schedules end older).
+            assert_eq!(
+                shown,
+                value_at(latest_snapshot),
+                "seed {seed}: not the newest value read"
+            );
             let last = span(2_000, 2_001);
             assert!(
                 mailbox
