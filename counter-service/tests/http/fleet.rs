@@ -4,13 +4,25 @@
 //! doubled, 0 stale, and every request answered 200 (a draining instance
 //! says so on `/readyz` and closes each connection after its answer, so
 //! HAProxy moves away before a connection is refused or cut), each
-//! instance's shutdown logged.
+//! instance's shutdown logged. Three `counts:watch` streams through
+//! HAProxy follow the adds' owners: each is ended with `draining` when its
+//! instance stops, opened again on another, never shows a total lower than
+//! one it showed, and ends on every acknowledged add.
 
 use std::time::{Duration, Instant};
 
 use counter_tests::figures;
 
-use crate::{load::Load, support::Api, topology::Topology};
+use crate::{
+    load::Load,
+    support::Api,
+    topology::Topology,
+    watchers::{self, Watchers},
+};
+
+/// How long the watchers may take to show every acknowledged add once the
+/// load stops.
+const WATCH_CONVERGE: Duration = Duration::from_secs(40);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ha_fleet_rolling_restart() {
@@ -22,6 +34,7 @@ async fn ha_fleet_rolling_restart() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
     let load = Load::start(Api::new(ha.front()), 8);
+    let watchers = Watchers::start(&vec![ha.front(); 3], 8);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
     let mut printed = String::new();
@@ -50,7 +63,14 @@ async fn ha_fleet_rolling_restart() {
     }
     let rolled = started.elapsed();
     let outcome = load.stop().await;
+    let watch_converged = watchers
+        .converge(outcome.acked as i64, WATCH_CONVERGE)
+        .await;
+    let watched = watchers.stop().await;
     eprint!("{printed}");
+    for seen in &watched {
+        eprintln!("ha_fleet: {seen}");
+    }
     let stops: Vec<u64> = printed
         .lines()
         .filter_map(|l| l.split("stopped in ").nth(1))
@@ -74,7 +94,10 @@ async fn ha_fleet_rolling_restart() {
             ("not_200", refused),
             ("stop_max_ms", stops.iter().copied().max().unwrap_or(0)),
             ("rolled_ms", rolled.as_millis() as u64),
-        ],
+        ]
+        .into_iter()
+        .chain(watchers::figures(&watched, watch_converged))
+        .collect::<Vec<_>>(),
     );
     assert_eq!(
         stops.len(),
@@ -91,6 +114,23 @@ async fn ha_fleet_rolling_restart() {
         ),
         (0, 0, 0, 0, 0),
         "lost, doubled, stale, cut, refused"
+    );
+    // Every instance stopped, so every watcher's first stream ended, with
+    // `draining` (a stream cut without it would be a connection).
+    for seen in &watched {
+        assert!(
+            !seen.ended.is_empty() && seen.ended.iter().all(|why| why == "closed: \"draining\""),
+            "a watcher's streams ended by draining only, at least once: {seen:?}"
+        );
+        assert_eq!(
+            seen.stepped_back, 0,
+            "a watch stream stepped back: {seen:?}"
+        );
+    }
+    assert!(
+        watch_converged.is_some(),
+        "the watch streams did not show every acknowledged add ({}) within {WATCH_CONVERGE:?}: {watched:?}",
+        outcome.acked
     );
     for i in 0..3 {
         let log = ha.log(&format!("service{i}"));

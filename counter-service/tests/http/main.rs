@@ -30,3 +30,4 @@ mod support;
 mod topology;
 mod unique;
 mod watch;
+mod watchers;

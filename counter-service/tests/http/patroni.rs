@@ -13,6 +13,10 @@
 //! case for the setting. Last, the cache's Redis master is SIGKILLed under
 //! the same load: the instances follow the master the Sentinels promote,
 //! and no client reads its own total below what it was answered 200 for.
+//! Through all of it, `counts:watch` streams on each instance and through
+//! HAProxy follow the clients' owners: with `synchronous_mode` every stream
+//! stays open, none shows a total lower than one it showed before, and once
+//! the load stops every stream shows the totals stored on the new leader.
 
 use std::{
     sync::{
@@ -31,12 +35,16 @@ use crate::{
     load::{Load, percentile},
     support::Api,
     topology::Topology,
+    watchers::{self, Watchers},
 };
 
 /// Clients sending keyed adds, each its own owner.
 const CLIENTS: u64 = 8;
 /// How long a cluster may take to heal after an event.
 const HEAL: Duration = Duration::from_secs(90);
+/// How long the watchers may take to show the stored totals once the load
+/// stops: a lost change is caught by the 30 s read of every watched total.
+const WATCH_CONVERGE: Duration = Duration::from_secs(40);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ha_patroni_failover_keeps_every_add() {
@@ -65,6 +73,7 @@ async fn failovers(test: &str, port_base: u16, sync: bool) {
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
     let load = Load::start(Api::new(ha.front()), CLIENTS);
+    let watchers = Watchers::start(&[ha.instances(), vec![ha.front()]].concat(), CLIENTS);
     let stop = Arc::new(AtomicBool::new(false));
     let library = Library::start(&ha.pooler_url()).await;
     let library_task = tokio::spawn(library.run(stop.clone()));
@@ -119,6 +128,11 @@ async fn failovers(test: &str, port_base: u16, sync: bool) {
     )
     .await;
     let (increments, buffered) = library.totals(&primary).await;
+    let watch_converged = watchers.converge(stored, WATCH_CONVERGE).await;
+    let watched = watchers.stop().await;
+    for seen in &watched {
+        eprintln!("{test}: {seen}");
+    }
 
     let mut windows = [Vec::new(), Vec::new(), Vec::new()];
     for (i, (what, at)) in events.iter().enumerate() {
@@ -167,7 +181,10 @@ async fn failovers(test: &str, port_base: u16, sync: bool) {
             ("library_ok", library.ok),
             ("library_in_doubt", library.in_doubt),
             ("buffer_accepted", library.buffered),
-        ],
+        ]
+        .into_iter()
+        .chain(watchers::figures(&watched, watch_converged))
+        .collect::<Vec<_>>(),
     );
     assert!(
         failed.is_empty(),
@@ -195,6 +212,18 @@ async fn failovers(test: &str, port_base: u16, sync: bool) {
         (outcome.lost, outcome.doubled, outcome.stale, stored),
         (0, 0, 0, outcome.acked as i64),
         "every add answered 200 counted once, on the new leader too"
+    );
+    // The streams stay open through both failovers (the service retries
+    // its reads and subscribes again), and never step back.
+    assert!(
+        watched
+            .iter()
+            .all(|w| w.stepped_back == 0 && w.events > 0 && w.ended.is_empty()),
+        "a watch stream ended, or showed a total lower than one it showed before: {watched:?}"
+    );
+    assert!(
+        watch_converged.is_some(),
+        "the watch streams did not show the stored totals ({stored}) within {WATCH_CONVERGE:?} of the load's end: {watched:?}"
     );
     // Plain increments and batches whose COMMIT reply was lost may have
     // counted (in doubt); the buffer's ledger applies each flush once.

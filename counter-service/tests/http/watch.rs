@@ -39,9 +39,9 @@ pub struct Watcher {
 
 impl Watcher {
     /// Opens `path` on `addr` (`127.0.0.1:port`) with `token` and
-    /// `headers`; the problem's status and body if it is refused.
-    /// `receive_buffer` shrinks the socket's buffer (a client that stops
-    /// reading fills it sooner).
+    /// `headers`; the problem's status and body if it is refused (status 0
+    /// and the error's text if no answer came). `receive_buffer` shrinks
+    /// the socket's buffer (a client that stops reading fills it sooner).
     pub async fn open(
         addr: &str,
         path: &str,
@@ -53,10 +53,14 @@ impl Watcher {
         if let Some(bytes) = receive_buffer {
             socket.set_recv_buffer_size(bytes).unwrap();
         }
-        let stream = socket.connect(addr.parse().unwrap()).await.unwrap();
+        let unanswered = |e: &dyn std::fmt::Display| (0, Value::String(e.to_string()));
+        let stream = socket
+            .connect(addr.parse().unwrap())
+            .await
+            .map_err(|e| unanswered(&e))?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .unwrap();
+            .map_err(|e| unanswered(&e))?;
         let connection = tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -72,7 +76,7 @@ impl Watcher {
         let response = sender
             .send_request(request.body(Empty::<Bytes>::new()).unwrap())
             .await
-            .unwrap();
+            .map_err(|e| unanswered(&e))?;
         let status = response.status().as_u16();
         if status != 200 {
             let bytes = response.into_body().collect().await.unwrap().to_bytes();
