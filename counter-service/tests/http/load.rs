@@ -57,6 +57,8 @@ pub struct ClientRun {
 pub struct Outcome {
     pub answers: Vec<Answer>,
     pub acked: u64,
+    /// The owners' totals read through the front once the load stopped.
+    pub stored: u64,
     pub lost: u64,
     pub doubled: u64,
     pub stale: u64,
@@ -142,15 +144,17 @@ impl Load {
             .front
             .totals("posts", None, json!(owners), json!(["likes"]))
             .await;
-        let (mut lost, mut doubled) = (0, 0);
+        let (mut lost, mut doubled, mut stored) = (0, 0, 0);
         for (owner, run) in runs.iter().enumerate() {
             let total = counts[owner.to_string()]["likes"].as_u64().unwrap_or(0);
+            stored += total;
             lost += run.acked.saturating_sub(total);
             doubled += total.saturating_sub(run.acked);
         }
         Outcome {
             answers: self.answers.lock().unwrap().clone(),
             acked: runs.iter().map(|r| r.acked).sum(),
+            stored,
             lost,
             doubled,
             stale: runs.iter().map(|r| r.stale).sum(),

@@ -79,17 +79,27 @@ impl Watcher {
             .map_err(|e| unanswered(&e))?;
         let status = response.status().as_u16();
         if status != 200 {
-            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| unanswered(&e))?
+                .to_bytes();
             return Err((
                 status,
                 serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             ));
         }
-        assert_eq!(
-            response.headers()["content-type"],
-            "text/event-stream",
-            "{response:?}"
-        );
+        if response
+            .headers()
+            .get("content-type")
+            .is_none_or(|t| t != "text/event-stream")
+        {
+            return Err((
+                status,
+                Value::String(format!("not an event stream: {response:?}")),
+            ));
+        }
         Ok(Self {
             body: response.into_body(),
             buffer: Vec::new(),

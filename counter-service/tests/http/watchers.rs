@@ -1,6 +1,6 @@
-//! `counts:watch` streams kept open through a topology's events, as the
-//! console keeps them: each on the load's owners ([`crate::load`], adds of
-//! 1 only, so a total never falls), opened again whenever it ends. What
+//! `counts:watch` streams kept open through a topology's events, as a
+//! client keeps them: each on the load's owners ([`crate::load`], adds of
+//! 1 only, so a total never falls), opened again 250 ms after it ends. What
 //! each saw is kept: a total lower than one the same watcher was shown
 //! before (a step back), the streams that ended and why, the longest time
 //! without an event, and the last total of each owner, which a test
@@ -34,7 +34,8 @@ pub struct Seen {
     pub ended: Vec<String>,
     /// Opens refused (a status) or unanswered.
     pub refused: u64,
-    /// The longest time between two events, while the stream was open.
+    /// The longest time between two events of one stream (the pauses
+    /// between a stream's end and the next one's first event not counted).
     pub longest_gap: Duration,
     /// The last total shown of each owner.
     pub last: BTreeMap<String, i64>,
@@ -183,7 +184,10 @@ async fn watch(addr: String, path: String, seen: Arc<Mutex<Seen>>, stop: Arc<Ato
             previous = event.at;
             seen.events += 1;
             if event.event == "closed" {
-                break Some(format!("closed: {}", event.data["reason"]));
+                break Some(format!(
+                    "closed: {}",
+                    event.data["reason"].as_str().unwrap_or("no reason")
+                ));
             }
             for (owner, keys) in event.data["counts"].as_object().into_iter().flatten() {
                 let Some(total) = keys["likes"].as_i64() else {
