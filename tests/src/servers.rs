@@ -415,11 +415,16 @@ impl PrivateMariaDb {
             options: options.iter().map(|o| (*o).to_owned()).collect(),
             server: Mutex::new(None),
         };
+        // Temporary tables in a directory of its own, not the machine's
+        // `/tmp`: the bootstraps and servers of tests run at once then share
+        // nothing (CI once saw a bootstrap lose its temporary table there).
+        std::fs::create_dir_all(db.tmp()).unwrap_or_else(|e| panic!("create {:?}: {e}", db.tmp()));
         let mut install = Command::new(&db.bin.install_db);
         // `--no-defaults` must come first.
         install
             .arg("--no-defaults")
             .arg(format!("--datadir={}", db.data().display()))
+            .arg(format!("--tmpdir={}", db.tmp().display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -444,6 +449,10 @@ impl PrivateMariaDb {
 
     fn log(&self) -> PathBuf {
         self.dir.join("error.log")
+    }
+
+    fn tmp(&self) -> PathBuf {
+        self.dir.join("tmp")
     }
 
     /// The server's process, if it runs.
@@ -483,6 +492,7 @@ impl PrivateServer for PrivateMariaDb {
         server
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.data().display()))
+            .arg(format!("--tmpdir={}", self.tmp().display()))
             .arg(format!("--socket={}", self.dir.join("sock").display()))
             .arg(format!("--pid-file={}", self.dir.join("pid").display()))
             .arg(format!("--log-error={}", self.log().display()))
