@@ -10,12 +10,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use counter_core::observe::{CommitObserver, ObserverFuture};
+use counter_core::{
+    CounterError,
+    observe::{CommitObserver, ObserverFuture},
+};
 use sea_orm::DatabaseConnection;
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::{
-    Event, Interest, Link, Payload, RankingInterest, Reason,
+    Event, Interest, Link, Payload, RankingInterest, Reason, WatchedRanking,
     bus::{self, Bus, Changed, Changes},
     mailbox::{Mailbox, ReadSpan, Total, Value},
     read,
@@ -224,6 +227,33 @@ impl Inner {
         let rows = read.await;
         let ended = self.clock.fetch_add(1, Ordering::SeqCst);
         (ReadSpan { began, ended }, rows)
+    }
+
+    /// `owners` × `counted` and `unique` of `namespace`, timed.
+    async fn read_values(
+        &self,
+        namespace: &Namespace,
+        owners: &[String],
+        counted: &[String],
+        unique: &[String],
+    ) -> (ReadSpan, Result<Vec<(Total, Value)>, CounterError>) {
+        self.timed(read::values(&self.db, namespace, owners, counted, unique))
+            .await
+    }
+
+    /// `ranking` of `namespace`, timed.
+    async fn read_ranking(
+        &self,
+        namespace: &Namespace,
+        ranking: &RankingInterest,
+    ) -> (ReadSpan, Result<WatchedRanking, CounterError>) {
+        self.timed(read::ranking(
+            &self.db,
+            namespace,
+            &ranking.key,
+            ranking.limit,
+        ))
+        .await
     }
 
     /// Owners of `table` whose values came from reads in no known order:
@@ -594,27 +624,19 @@ impl Hub {
         let interest = &watch.stream.interest;
         match &interest.ranking {
             Some(ranking) => {
-                let (span, read) = inner
-                    .timed(read::ranking(
-                        &inner.db,
-                        namespace,
-                        &ranking.key,
-                        ranking.limit,
-                    ))
-                    .await;
+                let (span, read) = inner.read_ranking(namespace, ranking).await;
                 if watch.stream.offer_ranking(span, &read?) {
                     inner.read_rankings_again(&table);
                 }
             }
             None => {
                 let (span, values) = inner
-                    .timed(read::values(
-                        &inner.db,
+                    .read_values(
                         namespace,
                         &interest.owners,
                         &interest.counted,
                         &interest.unique,
-                    ))
+                    )
                     .await;
                 let values = values?;
                 let unsure = watch
@@ -752,13 +774,7 @@ async fn refresh(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
             let (span, values) = inner
-                .timed(read::values(
-                    &inner.db,
-                    namespace,
-                    &plan.owners,
-                    &plan.counted,
-                    &plan.unique,
-                ))
+                .read_values(namespace, &plan.owners, &plan.counted, &plan.unique)
                 .await;
             match values {
                 Ok(values) => inner.deliver(&table, span, values),
@@ -782,14 +798,7 @@ async fn refresh(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             let Some(namespace) = inner.tables.get(&table) else {
                 continue;
             };
-            let (span, read) = inner
-                .timed(read::ranking(
-                    &inner.db,
-                    namespace,
-                    &ranking.key,
-                    ranking.limit,
-                ))
-                .await;
+            let (span, read) = inner.read_ranking(namespace, &ranking).await;
             match read {
                 Ok(read) => {
                     let mut unsure = false;
